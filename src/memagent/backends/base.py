@@ -36,7 +36,8 @@ class SamplingParams:
 class Generation:
     """One generated reply.
 
-    token_ids: the generated token ids, EOS excluded  # [T_out]
+    token_ids: the generated token ids, the terminating EOS included when generation stopped
+        on it (the trainer must learn to stop); `text` never contains it  # [T_out]
     logprobs: log-prob of each generated token under the sampling distribution, or None
         when the backend cannot give them  # [T_out]
     prompt_token_ids: the exact ids the model was conditioned on, or None  # [T_in]
