@@ -86,6 +86,7 @@ def tiny_config(vocab_size: int, **overrides: Any) -> Any:
         max_position_embeddings=16384,  # fits the paper's default 8K budget (1024 + 5000 + 1024 + 1024)
         rope_theta=10000.0,
         tie_word_embeddings=True,
+        initializer_range=0.2,  # large enough that random weights write varied text, not one repeated token
     )
     kw.update(overrides)
     return Qwen2Config(**kw)
