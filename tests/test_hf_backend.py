@@ -36,3 +36,12 @@ def test_chat_template_is_used_and_eos_ends_the_text(tiny_backend):
     assert tiny_backend.prompt_length("hello") == len(ids)
     raw = TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, use_chat_template=False)
     assert raw.encode("hello") == tiny_backend.tokenizer("hello")["input_ids"]
+
+
+def test_saved_tiny_model_loads_back_with_the_same_tokenizer(tiny_model_dir, tiny_tokenizer):
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = "fact12 is value 3.5 — 東京 música\n\n  end"
+    assert loaded(text)["input_ids"] == tiny_tokenizer(text)["input_ids"]
+    assert loaded.decode(loaded(text)["input_ids"]) == text  # byte-level: any UTF-8 round-trips
