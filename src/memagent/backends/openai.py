@@ -219,6 +219,9 @@ class OpenAIBackend:
         )
         self.tokenizer = load_tokenizer(tokenizer, model)
         self.use_chat_template = use_chat and resolve_chat_template(self.tokenizer, "auto")
+        if use_chat and not self.use_chat_template:
+            log.warning("openai backend: the tokenizer has no chat template, so prompt lengths are "
+                        "counted without the server's template (budgets may be a little short)")
         served_window = self.check_model() if check_server else None
         self.max_window = max_window or served_window or _config_window(self.tokenizer)
 
@@ -248,7 +251,8 @@ class OpenAIBackend:
         listing = self._request("GET", "/models", None, allow_404=True)
         if listing is None:  # some servers have no /models; generation will tell
             return None
-        served = [m for m in listing.get("data") or [] if isinstance(m, dict)]
+        data = listing.get("data") if isinstance(listing, dict) else None
+        served = [m for m in data or [] if isinstance(m, dict)]
         ids = [m.get("id") for m in served]
         if served and self.model not in ids:
             raise BackendError(f"the server at {public_url(self.base_url)} does not serve model "
