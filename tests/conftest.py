@@ -1,12 +1,16 @@
-"""Shared fixtures: the tiny tokenizer and model are built once per test session, locally."""
+"""Shared fixtures: the tiny tokenizer and model (built once per session, locally) and a loopback
+OpenAI-shaped server."""
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+
+from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +32,22 @@ def tiny_backend(tiny_model_dir):
     from memagent.backends.hf import TransformersBackend
 
     return TransformersBackend.from_pretrained(tiny_model_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def openai_server(tiny_backend):
+    """A fresh server (no faults, zeroed counters) over the session's tiny model, on a free port."""
+    server = FakeOpenAIServer(tiny_backend).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def refused_url():
+    """A loopback URL on which nothing listens (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
