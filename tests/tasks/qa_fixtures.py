@@ -9,21 +9,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """A small byte-level BPE tokenizer built locally (no download).
+    """The project's tiny byte-level BPE tokenizer (built locally, no download)."""
+    from memagent.backends.tiny import build_tokenizer
 
-    TEMPORARY until main has `memagent.backends.tiny.build_tokenizer`.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = [" ".join(WORDS[i : i + 12]) + ". Document 12:\n" for i in range(0, len(WORDS), 3)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|endoftext|>"])
-    tok.train_from_iterator(corpus * 4, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    return build_tokenizer()
 
 
 WORDS = (

@@ -29,22 +29,7 @@ import string
 from collections import Counter
 from typing import Callable, Sequence
 
-
-def extract_boxed(text: str) -> str | None:
-    """TEMPORARY local copy until main has `memagent.agent.answer.extract_boxed`:
-    the content of the last \\boxed{...}, nested braces allowed; None when there is none."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
+from memagent.agent.answer import extract_boxed
 
 __all__ = [
     "METRICS",
