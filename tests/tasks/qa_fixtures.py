@@ -63,7 +63,7 @@ def hotpot_large_file(tmp_path_factory):
     return path
 
 
-def make_squad(n_articles: int = 6, paragraphs: int = 4, seed: int = 0) -> dict:
+def make_squad(n_articles: int = 15, paragraphs: int = 4, seed: int = 0) -> dict:
     rng = random.Random(seed)
     data = []
     for a in range(n_articles):
