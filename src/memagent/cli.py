@@ -67,6 +67,84 @@ def tiny_model(
     typer.echo(f"wrote a tiny model to {path}")
 
 
+# -- data and cost model ------------------------------------------------------------------------
+data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL).")
+app.add_typer(data_app, name="data")
+
+
+def _int_list(text: Optional[str], option: str) -> list[int]:
+    """Parse "50,100,200" (underscores allowed: 1_000)."""
+    if not text:
+        return []
+    try:
+        values = [int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
+    if not values or any(v <= 0 for v in values):
+        raise typer.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    return values
+
+
+@data_app.command("ruler-hqa")
+def data_ruler_hqa(
+    source: str = typer.Option(..., "--source", help="HotpotQA-format JSON (e.g. hotpot_dev_distractor_v1.json)."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    num_docs: Optional[str] = typer.Option(None, "--num-docs", help="Documents per sample, e.g. 50,100,200 (paper: 50 ... 25600)."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Or context tokens per sample, e.g. 7000,14000 (needs --tokenizer)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="HF id, local path or 'tiny'; lengths are counted in its tokens."),
+    samples: int = typer.Option(128, "--samples", help="Questions per length (paper test sets: 128)."),
+    seed: int = typer.Option(0, "--seed", help="Same seed, same file, byte for byte."),
+    filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Drop questions this model answers without context."),
+    filter_backend: str = typer.Option("transformers", "--filter-backend", help="Backend of --filter-model."),
+) -> None:
+    """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
+    from memagent.tasks.ruler_hqa import write_ruler_hqa
+
+    n = write_ruler_hqa(source, out, samples=samples, seed=seed, num_docs=_int_list(num_docs, "--num-docs"),
+                        tokens=_int_list(tokens, "--tokens"), tokenizer=tokenizer, filter_model=filter_model,
+                        filter_backend=filter_backend)
+    typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@data_app.command("ruler")
+def data_ruler(
+    task: str = typer.Option(..., "--task", help="niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_squad."),
+    tokens: str = typer.Option(..., "--tokens", help="Context tokens per sample, e.g. 8192,16384."),
+    tokenizer: str = typer.Option(..., "--tokenizer", help="HF id, local path or 'tiny'."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    samples: int = typer.Option(100, "--samples", help="Samples per length."),
+    seed: int = typer.Option(0, "--seed"),
+    haystack_file: Optional[str] = typer.Option(None, "--haystack-file", help="Text file for the essay haystack."),
+    haystack: Optional[str] = typer.Option(None, "--haystack", help="Override a niah task's haystack: noise | essay | needle."),
+    source: Optional[str] = typer.Option(None, "--source", help="qa_squad: SQuAD-format JSON."),
+) -> None:
+    """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
+    from memagent.tasks.ruler import write_ruler
+
+    n = write_ruler(task, out, tokens=_int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
+                    haystack_file=haystack_file, haystack=haystack, source=source)
+    typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@app.command()
+def flops(
+    model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="Context lengths (default 8K ... 4M, doubling)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of FLOPs against length."),
+) -> None:
+    """The paper's FLOP comparison of full attention and MemAgent."""
+    from rich.console import Console
+
+    from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
+
+    report = flops_report(model, _int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
+    if as_json:
+        typer.echo(report)
+    else:
+        Console().print(report)
+
+
 def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
     _quiet_libraries()

@@ -6,6 +6,7 @@ from memagent.agent.prompts import TemplateError
 from memagent.agent.workflow import BudgetError
 from memagent.backends.base import BackendError
 from memagent.config import ConfigError
+from memagent.eval.flops import FlopsError
 from memagent.tasks.metrics import MetricError
 from memagent.tasks.schema import DataError
 
@@ -16,5 +17,5 @@ class InputError(ValueError):
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DocumentError, TemplateError, BudgetError, BackendError, ConfigError, InputError, FileNotFoundError,
-    DataError, MetricError,
+    DataError, MetricError, FlopsError,
 )

@@ -34,6 +34,7 @@ __all__ = [
     "ModelShape",
     "call_flops",
     "cost_table",
+    "flops_report",
     "full_attention_flops",
     "load_shape",
     "memagent_flops",
@@ -197,3 +198,16 @@ def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def flops_report(models: Sequence[str], lengths: Sequence[int] = DEFAULT_LENGTHS, as_json: bool = False,
+                 plot: str | Path | None = None) -> str | Any:
+    """`memagent flops`: the JSON text (as_json) or a rich table per model; writes the PNG when asked."""
+    tables = [cost_table(load_shape(m), lengths) for m in models]
+    if plot is not None:
+        plot_cost(tables, plot)
+    if as_json:
+        return json.dumps(tables[0] if len(tables) == 1 else tables, indent=2)
+    from rich.console import Group
+
+    return Group(*(render_table(t) for t in tables))

@@ -25,7 +25,7 @@ from memagent.tasks.haystack import (
 )
 from memagent.tasks.schema import DataError
 
-__all__ = ["NiahSpec", "TASKS", "synthesize_ruler"]
+__all__ = ["NiahSpec", "TASKS", "synthesize_ruler", "write_ruler"]
 
 NEEDLE = "One of the special magic {kind} for {key} is: {value}."
 
@@ -228,3 +228,15 @@ def synthesize_ruler(
                 "length": target, "length_unit": "tokens", "num_tokens": body.pop("num_tokens"),
                 "tokens_exact": True, "tokenizer": tokenizer_name, **body, "context": context,
             }
+
+
+def write_ruler(task: str, out: str, *, tokens: list[int], samples: int, seed: int, tokenizer: str,
+                haystack_file: str | None = None, haystack: str | None = None, source: str | None = None) -> int:
+    """`memagent data ruler`: synthesize `task` under the named tokenizer and write JSONL."""
+    from memagent.tasks.schema import load_tokenizer, write_samples
+
+    if task not in TASKS:  # before loading a tokenizer
+        raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")
+    return write_samples(synthesize_ruler(task, tokens=tokens, samples=samples, seed=seed,
+                                          tokenizer=load_tokenizer(tokenizer), tokenizer_name=tokenizer,
+                                          haystack_file=haystack_file, haystack=haystack, source=source), out)

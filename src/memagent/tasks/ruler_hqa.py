@@ -23,7 +23,7 @@ from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
 from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
 from memagent.tasks.schema import LAZY_DOC_THRESHOLD, DataError
 
-__all__ = ["closed_book_filter", "load_hotpotqa", "select_entries", "synthesize_ruler_hqa"]
+__all__ = ["closed_book_filter", "load_hotpotqa", "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
 
 # A filter gets a batch of entries and says, for each, whether the model answered it correctly
 # with no context (such questions are dropped).
@@ -145,3 +145,27 @@ def closed_book_filter(backend: Any, max_new_tokens: int = 64) -> NoContextFilte
         return verdicts
 
     return answered
+
+
+def write_ruler_hqa(
+    source: str, out: str, *, samples: int, seed: int, num_docs: Sequence[int] = (), tokens: Sequence[int] = (),
+    tokenizer: str | None = None, filter_model: str | None = None, filter_backend: str = "transformers",
+) -> int:
+    """`memagent data ruler-hqa`: read the source, synthesize, write JSONL; returns the sample count.
+
+    tokenizer: a tokenizer name (HF id, local path, or "tiny"), needed for token targets and
+    optional with document counts (the samples then record their token counts).
+    filter_model: drop questions this model answers with no context (`closed_book_filter`).
+    """
+    from memagent.tasks.schema import load_tokenizer, write_samples
+
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+    answered = None
+    if filter_model:
+        from memagent.backends import load_backend
+
+        answered = closed_book_filter(load_backend(filter_backend, filter_model))
+    corpus = load_hotpotqa(source)
+    return write_samples(synthesize_ruler_hqa(corpus, samples=samples, seed=seed, num_docs=num_docs, tokens=tokens,
+                                              tokenizer=tok, tokenizer_name=tokenizer,
+                                              answered_without_context=answered), out)
