@@ -16,6 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     try:
         from transformers.utils import logging as hf_logging
 
@@ -143,6 +144,38 @@ def flops(
         typer.echo(report)
     else:
         Console().print(report)
+
+
+@app.command("eval")
+def eval_(
+    model: str = typer.Option(..., "--model", help="Hugging Face id, local directory, or served model name."),
+    data: str = typer.Option(..., "--data", help="Sample files from `memagent data`, comma-separated."),
+    out: Path = typer.Option(..., "--out", help="Directory for results.jsonl, table.md and plots (a rerun resumes)."),
+    methods: str = typer.Option("memagent,full-context,rag-bm25", "--methods", help="Any of memagent, full-context, rag-bm25."),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
+    chunk_tokens: int = typer.Option(5000, "--chunk-tokens", help="MemAgent: document tokens per memory call."),
+    memory_tokens: int = typer.Option(1024, "--memory-tokens", help="MemAgent: memory cap."),
+    answer_tokens: int = typer.Option(1024, "--answer-tokens", help="Max new tokens of every answer."),
+    query_tokens: int = typer.Option(1024, "--query-tokens", help="Budget of the question."),
+    batch_docs: int = typer.Option(16, "--batch-docs", help="Samples per batch (and per flush of results)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window (default: the model's)."),
+    passage_tokens: int = typer.Option(512, "--passage-tokens", help="rag-bm25 passage size."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples per data file."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers backend: auto | float32 | bfloat16 | float16"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer (HF id or path)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="One line per finished sample on stderr."),
+) -> None:
+    """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
+    options = dict(locals())
+    from memagent.eval.sweep import EvalOptions, run_eval
+
+    options["data"] = [d.strip() for d in data.split(",") if d.strip()]
+    options["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
+    options["out"] = str(out)
+    typer.echo(run_eval(EvalOptions(**options)))
 
 
 def main() -> None:
