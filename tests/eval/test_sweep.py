@@ -14,7 +14,7 @@ from memagent.eval.sweep import SweepConfig, load_done, run_sweep
 from memagent.tasks.corpora import load_hotpotqa
 from memagent.tasks.ruler_hqa import synthesize_ruler_hqa
 from memagent.agent.chunking import iter_chunks
-from memagent.tasks.schema import read_samples, write_samples
+from memagent.tasks.schema import read_samples, sample_document, write_samples
 
 LENGTHS = [3, 6, 12]
 
@@ -22,7 +22,8 @@ LENGTHS = [3, 6, 12]
 @pytest.fixture(scope="module")
 def data_file(hotpot_file, tmp_path_factory):
     path = tmp_path_factory.mktemp("evaldata") / "hqa.jsonl"
-    write_samples(synthesize_ruler_hqa(load_hotpotqa(hotpot_file), samples=2, seed=0, num_docs=LENGTHS), path)
+    corpus = load_hotpotqa(hotpot_file)  # the 12-document samples are stored lazily (paragraph indices)
+    write_samples(synthesize_ruler_hqa(corpus, samples=2, seed=0, num_docs=LENGTHS, lazy_threshold=12), path)
     return path
 
 
@@ -151,7 +152,7 @@ def test_scores_of_a_reading_model(tokenizer, data_file, tmp_path):
     samples = list(read_samples(data_file))
     for n in LENGTHS:
         whole = [any(re.search(r"The key of item \d+ is \w+\.", c.text)
-                     for c in iter_chunks(s["context"], tokenizer, 80)) for s in samples if s["length"] == n]
+                     for c in iter_chunks(sample_document(s), tokenizer, 80)) for s in samples if s["length"] == n]
         expected.append(f"{100 * sum(whole) / len(whole):.2f}")
     assert f"| reader | memagent | {' | '.join(expected)} |" in text
     small = run_sweep(KeyReader(tokenizer), [data_file], tmp_path / "small",

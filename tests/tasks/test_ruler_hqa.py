@@ -8,6 +8,7 @@ import tracemalloc
 import pytest
 from qa_fixtures import make_hotpot
 
+from memagent.agent.chunking import iter_chunks
 from memagent.tasks.corpora import load_hotpotqa
 from memagent.tasks.documents import render_documents
 from memagent.tasks.ruler_hqa import select_entries, synthesize_ruler_hqa
@@ -80,6 +81,9 @@ def test_lazy_expansion_equals_eager_text(hotpot_file, tokenizer):
         assert "context" not in z and z["lazy"]["sha256"] == corpus.sha256
         blocks = list(sample_document(z))
         assert len(blocks) == 30 and "".join(blocks) == e["context"]
+        # the workflow's chunker cuts the stream exactly where it cuts the whole text
+        streamed = [c.token_ids for c in iter_chunks(sample_document(z), tokenizer, 50)]
+        assert streamed == [c.token_ids for c in iter_chunks(e["context"], tokenizer, 50)]
         # block-wise token count is close to the exact joint count
         assert abs(z["num_tokens"] - e["num_tokens"]) <= 0.02 * e["num_tokens"]
 
