@@ -8,11 +8,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tokenizer():
-    """The project's tiny byte-level BPE tokenizer (built locally, no download)."""
-    from memagent.backends.tiny import build_tokenizer
-
-    return build_tokenizer()
+def tokenizer(tiny_tokenizer):
+    """The project's tiny byte-level tokenizer (the session's `tiny_tokenizer`)."""
+    return tiny_tokenizer
 
 
 WORDS = (
