@@ -138,3 +138,15 @@ def test_helpers():
     assert len(set(keys)) == 500 and all(re.fullmatch(r"[a-z]+-[a-z]+", k) for k in keys)
     words = pseudo_words(random.Random(0), 2000)
     assert len(set(words)) == 2000 and all(len(w) == 6 for w in words)
+
+
+def test_needle_haystack_runs_out_of_keys_clearly(tokenizer, monkeypatch):
+    import memagent.tasks.haystack as hs
+    import memagent.tasks.ruler as ruler
+
+    monkeypatch.setattr(ruler, "ADJECTIVES", hs.ADJECTIVES[:2])
+    monkeypatch.setattr(ruler, "NOUNS", hs.NOUNS[:3])
+    monkeypatch.setattr(hs, "ADJECTIVES", hs.ADJECTIVES[:2])
+    monkeypatch.setattr(hs, "NOUNS", hs.NOUNS[:3])
+    with pytest.raises(DataError, match="ran out of distinct items after 5"):  # 6 keys, 1 hidden
+        _make("niah_multikey_2", tokenizer, samples=1, tokens=(2000,))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from memagent.tasks.haystack import (
-    NOISE, coded_words, essay_units, fit_to_tokens, insert_at_depths, make_keys, make_values, pseudo_words,
+    ADJECTIVES, NOISE, NOUNS, coded_words, essay_units, fit_to_tokens, insert_at_depths, make_keys, make_values, pseudo_words,
 )
 from memagent.tasks.schema import DataError
 
@@ -64,8 +64,11 @@ class _Growing:
         self.more, self.rng = more, rng
 
     def take(self, n: int) -> list[str]:
-        if n > len(self.items):
-            self.items.extend(self.more(self.rng, max(n - len(self.items), len(self.items))))
+        while n > len(self.items):
+            new = self.more(self.rng, max(n - len(self.items), len(self.items)))
+            if not new:
+                raise DataError(f"ran out of distinct items after {len(self.items)}; use a shorter length")
+            self.items.extend(new)
         return self.items[:n]
 
 
@@ -97,6 +100,10 @@ def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units
         taken = set(keys)
 
         def more(r: random.Random, k: int) -> list[str]:
+            if spec.key_kind == "words":  # the word list holds a finite number of keys
+                k = min(k, len(ADJECTIVES) * len(NOUNS) - len(taken))
+                if k <= 0:
+                    return []
             out = []
             for key, value in zip(make_values(r, k, spec.key_kind) if spec.key_kind != "words" else make_keys(r, k),
                                   make_values(r, k, spec.value_kind)):
