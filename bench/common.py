@@ -61,16 +61,10 @@ def tiny_model(name: str = "tiny", **overrides: Any) -> Path:
 
 
 def filler_text(tokenizer: Any, n_tokens: int, seed: int = 0) -> str:
-    """Random English-like words, cut to exactly `n_tokens` tokens of `tokenizer` (ending in a newline)."""
-    import random
+    """Filler text of `n_tokens` tokens of `tokenizer` (the evaluation harness's own filler)."""
+    from memagent.eval.timing import filler_document
 
-    rng = random.Random(seed)
-    words = ("the city of memory keeps the value of a key near the river and film song album band "
-             "school team season year state world house garden winter").split()
-    text = " ".join(rng.choice(words) for _ in range(n_tokens)) + "\n"
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert len(ids) >= n_tokens
-    return tokenizer.decode(ids[: n_tokens - 1]).rstrip() + "\n"
+    return filler_document(tokenizer, n_tokens)
 
 
 def table(rows: list[list[Any]], header: list[str]) -> None:
