@@ -1,0 +1,197 @@
+"""Streaming chunker: a document of any length becomes chunks of at most C tokens (paper: "The
+workflow", step 1), read block by block so that memory never grows with the document.
+
+Block-wise tokenisation: text is read in blocks of `block_chars` characters; each block is
+tokenised up to its last "word boundary" (a space between two non-space characters), and the
+rest is carried into the next block. Byte-level BPE tokenizers (GPT-2, Qwen, Llama 3 style)
+pre-split text before " word", so the ids equal those of tokenising the whole text at once.
+A block with no such boundary in its last `_BOUNDARY_WINDOW` characters (e.g. text without spaces)
+is cut where it ends, and the ids at that cut may differ from whole-text tokenisation by a token
+or two: once per block, i.e. once per million characters by default.
+"""
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable, Iterator, TextIO, Union
+
+DocumentSource = Union[str, os.PathLike, BinaryIO, TextIO, Iterable[str], Iterable[bytes]]
+
+BLOCK_CHARS = 1 << 20  # characters read and tokenised at a time; bounds RAM, not chunk boundaries
+_BOUNDARY_WINDOW = 4096
+_BOUNDARY = re.compile(r"\S(?= \S)")
+
+
+class DocumentError(ValueError):
+    """The document cannot be read as text (missing file, invalid UTF-8, binary data)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int  # 0-based chunk number
+    text: str  # the chunk's token ids decoded back to text
+    token_ids: list[int]  # [<= C]
+    start_token: int  # offset of the chunk's first token in the document (an evidence pointer)
+
+
+def _decode_stream(read, name: str, errors: str, block_bytes: int) -> Iterator[str]:
+    """Decode a byte stream incrementally; errors name the byte offset."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+    offset = 0
+    while True:
+        raw = read(block_bytes)
+        final = not raw
+        pending = len(decoder.getstate()[0])  # bytes of a character split by the previous block
+        try:
+            text = decoder.decode(raw or b"", final=final)
+        except UnicodeDecodeError as e:
+            at = offset - pending + e.start
+            raise DocumentError(
+                f"{name} is not valid UTF-8 (byte {at}: {e.reason}); it may be a binary file. "
+                "Convert it to UTF-8 text, or pass --errors replace to substitute U+FFFD for bad bytes"
+            ) from None
+        offset += len(raw or b"")
+        if text:
+            yield text
+        if final:
+            return
+
+
+def iter_text_blocks(
+    source: DocumentSource, *, errors: str = "strict", block_chars: int = BLOCK_CHARS
+) -> Iterator[str]:
+    """Yield the document as text blocks, never holding more than about one block.
+
+    `source` is the text itself (str), a path (pathlib.Path / os.PathLike), "-" only through the
+    CLI (pass `sys.stdin.buffer`), an open binary or text file, or any iterable of str or bytes.
+    With errors="strict", bytes that are not UTF-8 and NUL characters raise DocumentError.
+    """
+    if errors not in ("strict", "replace"):
+        raise DocumentError(f"errors must be 'strict' or 'replace', got {errors!r}")
+    blocks: Iterator[str]
+    if isinstance(source, str):
+        blocks = (source[i : i + block_chars] for i in range(0, len(source), block_chars))
+        name = "the document"
+    elif isinstance(source, os.PathLike):
+        path = Path(source)
+        if not path.exists():
+            raise DocumentError(f"document file not found: {path}")
+        if path.is_dir():
+            raise DocumentError(f"document path is a directory, not a file: {path}")
+        blocks = _file_blocks(path, errors, block_chars)
+        name = str(path)
+    elif hasattr(source, "read"):
+        name = getattr(source, "name", "the input stream")
+        if isinstance(source, io.TextIOBase):
+            blocks = iter(lambda: source.read(block_chars), "")
+        else:
+            blocks = _decode_stream(source.read, str(name), errors, block_chars)
+    else:
+        blocks = _iterable_blocks(source, errors, block_chars)
+        name = "the document"
+    offset = 0
+    for block in blocks:
+        if errors == "strict" and "\x00" in block:
+            raise DocumentError(
+                f"{name} contains a NUL character (character {offset + block.index(chr(0))}); "
+                "it looks like a binary file. Pass --errors replace to read it anyway"
+            )
+        offset += len(block)
+        yield block
+
+
+def _file_blocks(path: Path, errors: str, block_chars: int) -> Iterator[str]:
+    with open(path, "rb") as f:
+        yield from _decode_stream(f.read, str(path), errors, block_chars)
+
+
+def _iterable_blocks(source: Iterable[Any], errors: str, block_chars: int) -> Iterator[str]:
+    it = iter(source)
+    for item in it:
+        if isinstance(item, bytes):
+            # a stream of byte blocks: decode incrementally with the same error handling
+            def chunks(first: bytes = item) -> Iterator[bytes]:
+                yield first
+                yield from it
+
+            gen = chunks()
+            yield from _decode_stream(lambda _n: next(gen, b""), "the document", errors, block_chars)
+            return
+        if not isinstance(item, str):
+            raise DocumentError(f"a document iterable must yield str or bytes, got {type(item).__name__}")
+        yield item
+
+
+def _split_point(text: str, final: bool) -> int:
+    """Index up to which `text` can be tokenised now without changing ids at the cut."""
+    if final:
+        return len(text)
+    window_start = max(0, len(text) - _BOUNDARY_WINDOW)
+    last = None
+    for m in _BOUNDARY.finditer(text, window_start):
+        last = m
+    if last is not None:
+        return last.end()  # just before the space
+    return len(text) if len(text) > _BOUNDARY_WINDOW else 0
+
+
+def iter_token_blocks(
+    source: DocumentSource, tokenizer: Any, *, errors: str = "strict", block_chars: int = BLOCK_CHARS
+) -> Iterator[list[int]]:
+    """Token ids of the document, block by block (no special tokens added)."""
+    carry = ""
+    blocks = iter_text_blocks(source, errors=errors, block_chars=block_chars)
+    pending = next(blocks, None)
+    while pending is not None:
+        nxt = next(blocks, None)
+        text = carry + pending
+        cut = _split_point(text, final=nxt is None)
+        if cut:
+            yield tokenizer(text[:cut], add_special_tokens=False)["input_ids"]
+        carry = text[cut:]
+        pending = nxt
+    if carry:
+        yield tokenizer(carry, add_special_tokens=False)["input_ids"]
+
+
+def iter_chunks(
+    source: DocumentSource,
+    tokenizer: Any,
+    chunk_tokens: int,
+    *,
+    errors: str = "strict",
+    block_chars: int = BLOCK_CHARS,
+) -> Iterator[Chunk]:
+    """Split a document into consecutive chunks of at most `chunk_tokens` tokens, lazily.
+
+    Every chunk but the last has exactly `chunk_tokens` tokens. Each chunk's ids are decoded back
+    to text with the same tokenizer (a multi-byte character cut by a chunk boundary decodes as
+    U+FFFD, as in the paper's reference code).
+    """
+    if chunk_tokens <= 0:
+        raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
+    buf: list[int] = []
+    index = start = 0
+    for ids in iter_token_blocks(source, tokenizer, errors=errors, block_chars=block_chars):
+        buf.extend(ids)
+        n_full = len(buf) // chunk_tokens
+        for k in range(n_full):
+            piece = buf[k * chunk_tokens : (k + 1) * chunk_tokens]
+            yield Chunk(index, tokenizer.decode(piece), piece, start)
+            index += 1
+            start += chunk_tokens
+        del buf[: n_full * chunk_tokens]
+    if buf:
+        yield Chunk(index, tokenizer.decode(buf), list(buf), start)
+
+
+def open_document(path: str, stdin: BinaryIO | None = None) -> DocumentSource:
+    """CLI helper: '-' means standard input (bytes), anything else a file path."""
+    if path == "-":
+        return stdin if stdin is not None else sys.stdin.buffer
+    return Path(path)

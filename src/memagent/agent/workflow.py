@@ -1,0 +1,270 @@
+"""The read-write loop (paper: "The workflow"): each chunk is one independent call that
+overwrites a fixed-size memory; a last call answers from the question and the final memory.
+
+Many documents run at once: at every step, the memory prompts of all active documents go to the
+backend as one batch (and the final prompts of those that ran out of chunks as another), so
+documents of different lengths finish at different steps while the batch stays full. Per call
+the work is O(C + M); per document O(N).
+
+Departures from the reference code: the memory is held to at most M tokens whatever the backend
+returns (a longer reply is re-tokenised and cut, and the cut is recorded); documents are read as
+streams; every memory update records the token offset of its chunk (an evidence pointer).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from memagent.agent.answer import extract_boxed
+from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks
+from memagent.agent.prompts import render
+from memagent.agent.trace import TraceWriter
+from memagent.backends.base import Backend, SamplingParams
+from memagent.config import AgentConfig
+
+log = logging.getLogger(__name__)
+
+
+class BudgetError(ValueError):
+    """A question, or the window budget, does not fit; nothing was sent to the model."""
+
+
+@dataclass
+class AgentInput:
+    question: str
+    document: DocumentSource  # text, a path, an open file, or an iterable of text blocks
+    doc_id: str = ""
+
+
+@dataclass
+class Conversation:
+    """One independent model call of a rollout (a memory update or the final answer)."""
+
+    kind: str  # "memory" | "final"
+    step: int  # chunk index for memory updates; number of chunks for the final call
+    prompt: str
+    prompt_ids: list[int] | None  # [T_in], as the model saw them (chat template included)
+    response_ids: list[int]  # [T_out], terminating EOS included
+    logprobs: list[float] | None  # [T_out], sampling-time log-probs when the backend gives them
+    text: str  # the reply (for memory updates: the memory kept, after the M-token cap)
+    truncated: bool = False  # the reply was longer than M tokens and was cut
+
+
+@dataclass
+class AgentResult:
+    doc_id: str
+    question: str
+    answer: str | None  # content of the last \boxed{}; None when the model wrote none
+    raw_answer: str
+    memory: str  # the final memory
+    num_chunks: int
+    conversations: list[Conversation] = field(default_factory=list)  # memory updates, then final
+
+
+@dataclass
+class _Doc:
+    pos: int
+    item: AgentInput
+    chunks: Iterator[Chunk]
+    next_chunk: Chunk | None
+    memory: str
+    step: int = 0
+    conversations: list[Conversation] = field(default_factory=list)
+
+
+def cap_tokens(text: str, tokenizer: Any, limit: int) -> tuple[str, int, bool]:
+    """Cut `text` to at most `limit` tokens of `tokenizer`; returns (text, n_tokens, truncated).
+
+    The cut is re-checked after decoding (a decode/encode round trip can change the count), so
+    the returned text re-encodes to at most `limit` tokens.
+    """
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= limit:
+        return text, len(ids), False
+    keep = limit
+    while keep > 0:
+        cut = tokenizer.decode(ids[:keep])
+        n = len(tokenizer(cut, add_special_tokens=False)["input_ids"])
+        if n <= limit:
+            return cut, n, True
+        keep -= max(1, n - limit)
+    return "", 0, True
+
+
+class MemoryAgent:
+    """Answer questions over documents of any length with a fixed-size, overwritten memory.
+
+    keep_conversations: keep every call's prompt/response ids in the result (the trainer needs
+    them; for inference over long documents leave it off, so RAM does not grow with length).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: AgentConfig | None = None,
+        *,
+        trace_path: str | Path | None = None,
+        progress: bool = False,
+        errors: str = "strict",
+        keep_conversations: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.config = config or AgentConfig()
+        self.trace_path = trace_path
+        self.progress = progress
+        self.errors = errors
+        self.keep_conversations = keep_conversations
+        self._calls = 0
+
+    # -- checks before any model call -----------------------------------------------------
+    def check_budget(self, items: Sequence[AgentInput]) -> None:
+        """Raise BudgetError for a question over its budget or a window that cannot hold a call."""
+        cfg, tok = self.config, self.backend.tokenizer
+        for it in items:
+            n = len(tok(it.question, add_special_tokens=False)["input_ids"])
+            if n > cfg.query_tokens:
+                raise BudgetError(
+                    f"question of document {it.doc_id or '#?'} has {n} tokens, over its budget of "
+                    f"{cfg.query_tokens}; shorten it or raise --query-tokens"
+                )
+            if not it.question.strip():
+                raise BudgetError(f"question of document {it.doc_id or '#?'} is empty")
+        window = self.backend.max_window
+        if window is None:
+            return
+        mem_overhead = self.backend.prompt_length(render(cfg.memory_template, question="", memory="", chunk=""))
+        fin_overhead = self.backend.prompt_length(render(cfg.final_template, question="", memory=""))
+        need_mem = mem_overhead + cfg.query_tokens + cfg.chunk_tokens + 2 * cfg.memory_tokens
+        need_fin = fin_overhead + cfg.query_tokens + cfg.memory_tokens + cfg.answer_tokens
+        need = max(need_mem, need_fin)
+        if need > window:
+            raise BudgetError(
+                f"a call needs up to {need} tokens (template {mem_overhead} + query {cfg.query_tokens} + "
+                f"chunk {cfg.chunk_tokens} + memory {cfg.memory_tokens} + output {max(cfg.memory_tokens, cfg.answer_tokens)}) "
+                f"but the model's window is {window}; lower --chunk-tokens or --memory-tokens"
+            )
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, items: Sequence[AgentInput]) -> list[AgentResult]:
+        """Run every (question, document) pair; results come back in input order."""
+        items = [AgentInput(it.question, it.document, it.doc_id or str(i)) for i, it in enumerate(items)]
+        self.check_budget(items)
+        trace = TraceWriter(self.trace_path) if self.trace_path else None
+        results: list[AgentResult | None] = [None] * len(items)
+        pending = deque(enumerate(items))
+        active: list[_Doc] = []
+        bar = _Progress(len(items)) if self.progress else None
+        try:
+            while pending or active:
+                while pending and len(active) < self.config.max_batch_docs:
+                    active.append(self._start(*pending.popleft()))
+                reading = [d for d in active if d.next_chunk is not None]
+                done = [d for d in active if d.next_chunk is None]
+                if reading:
+                    self._memory_step(reading, trace)
+                    if bar:
+                        bar.chunks(len(reading))
+                if done:
+                    for d, res in zip(done, self._final_step(done, trace)):
+                        results[d.pos] = res
+                    finished = {id(d) for d in done}
+                    active = [d for d in active if id(d) not in finished]
+                    if bar:
+                        bar.docs(len(done))
+        finally:
+            if trace:
+                trace.close()
+            if bar:
+                bar.close()
+        return results  # type: ignore[return-value]
+
+    def _start(self, pos: int, item: AgentInput) -> _Doc:
+        chunks = iter_chunks(item.document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
+        first = next(chunks, None)
+        if first is None:
+            log.warning("document %s is empty: answering from an empty memory", item.doc_id)
+        return _Doc(pos, item, chunks, first, self.config.empty_memory)
+
+    def _params(self, max_new_tokens: int) -> SamplingParams:
+        cfg = self.config
+        self._calls += 1
+        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self._calls
+        return SamplingParams(max_new_tokens, cfg.temperature, cfg.top_p, seed)
+
+    def _memory_step(self, docs: list[_Doc], trace: TraceWriter | None) -> None:
+        cfg, tok = self.config, self.backend.tokenizer
+        prompts = [
+            render(cfg.memory_template, question=d.item.question, memory=d.memory, chunk=d.next_chunk.text)
+            for d in docs
+        ]
+        t0 = time.perf_counter()
+        gens = self.backend.generate(prompts, self._params(cfg.memory_tokens))
+        seconds = time.perf_counter() - t0
+        for d, prompt, gen in zip(docs, prompts, gens):
+            chunk = d.next_chunk
+            memory, n_mem, truncated = cap_tokens(gen.text.strip(), tok, cfg.memory_tokens)
+            if truncated:
+                log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
+            n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
+            if trace:
+                trace.write(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
+                                 chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt,
+                                 memory_tokens=n_mem, memory=memory, truncated=truncated,
+                                 seconds=round(seconds, 6), batch_size=len(docs)))
+            if self.keep_conversations:
+                d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
+                                                    gen.token_ids, gen.logprobs, memory, truncated))
+            d.memory = memory
+            d.step += 1
+            d.next_chunk = next(d.chunks, None)
+
+    def _final_step(self, docs: list[_Doc], trace: TraceWriter | None) -> list[AgentResult]:
+        cfg = self.config
+        prompts = [render(cfg.final_template, question=d.item.question, memory=d.memory) for d in docs]
+        t0 = time.perf_counter()
+        gens = self.backend.generate(prompts, self._params(cfg.answer_tokens))
+        seconds = time.perf_counter() - t0
+        out = []
+        for d, prompt, gen in zip(docs, prompts, gens):
+            answer = extract_boxed(gen.text)
+            n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
+            if trace:
+                trace.write(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
+                                 memory_tokens=len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
+                                 answer=answer, raw_answer=gen.text, seconds=round(seconds, 6),
+                                 batch_size=len(docs)))
+            if self.keep_conversations:
+                d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
+                                                    gen.token_ids, gen.logprobs, gen.text))
+            out.append(AgentResult(d.item.doc_id, d.item.question, answer, gen.text, d.memory, d.step,
+                                   d.conversations))
+        return out
+
+
+class _Progress:
+    """A rich progress bar on stderr: documents finished and chunks read."""
+
+    def __init__(self, n_docs: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("chunks read: {task.fields[chunks]}"), TimeElapsedColumn(),
+                           console=Console(stderr=True), transient=False)
+        self._t = self._p.add_task("documents", total=n_docs, chunks=0)
+        self._n = 0
+        self._p.start()
+
+    def chunks(self, n: int) -> None:
+        self._n += n
+        self._p.update(self._t, chunks=self._n)
+
+    def docs(self, n: int) -> None:
+        self._p.advance(self._t, n)
+
+    def close(self) -> None:
+        self._p.stop()

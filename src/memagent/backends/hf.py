@@ -1,0 +1,189 @@
+"""The `transformers` backend: any Hugging Face causal LM (an id or a local path), batched.
+
+Prompts are rendered with the tokenizer's chat template when it has one (or when forced), left
+padded, and generated in sub-batches sorted by length. Log-probs of the generated tokens are
+computed on request with one teacher-forced forward pass (temperature applied, top_p ignored),
+which is exact for the paper's rollout setting (top_p = 1.0) and avoids holding per-step
+vocabulary-sized scores.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from memagent.backends.base import BackendError, Generation, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """cuda if available, else mps, else cpu (for "auto")."""
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """bfloat16 on a GPU that supports it, float32 elsewhere (for "auto")."""
+    if dtype != "auto":
+        try:
+            return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                    "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+        except KeyError:
+            raise BackendError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+class TransformersBackend:
+    """Backend over an in-memory `transformers` model (see `from_pretrained` to load one).
+
+    use_chat_template: "auto" (use it when the tokenizer has one), True, or False (raw text).
+    want_logprobs: fill `Generation.logprobs` (one extra forward pass per batch).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        use_chat_template: bool | str = "auto",
+        max_batch_size: int = 64,
+        want_logprobs: bool = False,
+        max_window: int | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        has_template = bool(getattr(tokenizer, "chat_template", None))
+        if use_chat_template == "auto":
+            self.use_chat_template = has_template
+        elif use_chat_template and not has_template:
+            raise BackendError("use_chat_template=True but the tokenizer has no chat template")
+        else:
+            self.use_chat_template = bool(use_chat_template)
+        self.max_batch_size = max_batch_size
+        self.want_logprobs = want_logprobs
+        cfg = getattr(model, "config", None)
+        self.max_window = max_window or getattr(cfg, "max_position_embeddings", None)
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+        self.eos_ids = sorted(eos)
+
+    @classmethod
+    def from_pretrained(
+        cls, name: str | Path, *, device: str = "auto", dtype: str = "auto", **kwargs: Any
+    ) -> "TransformersBackend":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dev = pick_device(device)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(name))
+            model = AutoModelForCausalLM.from_pretrained(str(name), dtype=pick_dtype(dtype, dev))
+        except (OSError, ValueError) as e:
+            raise BackendError(
+                f"cannot load model {str(name)!r} with transformers: {e}\n"
+                "Pass a local directory saved with save_pretrained, or a Hugging Face id "
+                "(which needs network access or a filled cache)."
+            ) from None
+        model.to(dev).eval()
+        return cls(model, tokenizer, **kwargs)
+
+    # -- prompts ---------------------------------------------------------------------------
+    def render(self, prompt: str) -> str:
+        if not self.use_chat_template:
+            return prompt
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer(self.render(prompt), add_special_tokens=not self.use_chat_template)["input_ids"]
+
+    def prompt_length(self, prompt: str) -> int:
+        return len(self.encode(prompt))
+
+    # -- generation ------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        encoded = [self.encode(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        out: list[Generation | None] = [None] * len(prompts)
+        for b in range(0, len(order), self.max_batch_size):
+            idx = order[b : b + self.max_batch_size]
+            seed = None if params.seed is None else params.seed + b
+            for i, gen in zip(idx, self._generate_batch([encoded[i] for i in idx], params, seed)):
+                out[i] = gen
+        return out  # type: ignore[return-value]
+
+    def _generate_batch(
+        self, batch: list[list[int]], params: SamplingParams, seed: int | None
+    ) -> list[Generation]:
+        device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, L)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, L)
+        for r, ids in enumerate(batch):
+            input_ids[r, width - len(ids) :] = torch.tensor(ids)
+            attention[r, width - len(ids) :] = 1
+        kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=pad,
+                                      eos_token_id=self.eos_ids or None)
+        if params.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)
+        with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            seq = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        new = seq[:, width:].tolist()  # (B, T_new)
+        results = []
+        for r, ids in enumerate(batch):
+            toks = new[r]
+            finish = "length"
+            for t, tok in enumerate(toks):
+                if tok in self.eos_ids:
+                    toks, finish = toks[: t + 1], "stop"
+                    break
+            text_ids = toks[:-1] if finish == "stop" else toks
+            results.append(Generation(
+                text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                token_ids=toks, logprobs=None, prompt_token_ids=list(ids), finish_reason=finish,
+            ))
+        if self.want_logprobs:
+            temperature = 1.0 if params.greedy else params.temperature
+            for g, lp in zip(results, self.score([g.prompt_token_ids for g in results],
+                                                 [g.token_ids for g in results], temperature)):
+                g.logprobs = lp
+        return results
+
+    @torch.no_grad()
+    def score(self, prompts: list[list[int]], responses: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """Log-prob of each response token given its prompt, by one teacher-forced forward pass."""
+        device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id
+        seqs = [p + r for p, r in zip(prompts, responses)]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # (B, L) right padded
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for r, s in enumerate(seqs):
+            ids[r, : len(s)] = torch.tensor(s)
+            mask[r, : len(s)] = 1
+        logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()  # (B, L, V)
+        logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)  # (B, L-1, V)
+        tok = torch.gather(logp, 2, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)  # (B, L-1)
+        out = []
+        for r, (p, resp) in enumerate(zip(prompts, responses)):
+            out.append(tok[r, len(p) - 1 : len(p) - 1 + len(resp)].tolist())
+        return out

@@ -1,0 +1,52 @@
+"""Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memagent.agent.prompts import (
+    FINAL_FIELDS,
+    MEMORY_FIELDS,
+    PAPER_FINAL_TEMPLATE,
+    PAPER_MEMORY_TEMPLATE,
+    check_template,
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message says which and what to do."""
+
+
+@dataclass
+class AgentConfig:
+    """How MemAgent reads a document.
+
+    The paper's window budget: query 1024 + chunk 5000 + memory 1024 + output 1024 + template,
+    about 8K tokens, constant whatever the document's length.
+    """
+
+    chunk_tokens: int = 5000  # C: tokens of document per memory call (paper: 5000)
+    memory_tokens: int = 1024  # M: hard cap on the memory, in tokens of the model's tokenizer
+    answer_tokens: int = 1024  # max new tokens of the final answer call
+    query_tokens: int = 1024  # budget of the question; a longer question is an error
+    memory_template: str = PAPER_MEMORY_TEMPLATE
+    final_template: str = PAPER_FINAL_TEMPLATE
+    empty_memory: str = "No previous memory"  # the memory before the first chunk (reference code)
+    temperature: float = 0.0  # 0 = greedy (evaluation); the paper's rollouts use 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_batch_docs: int = 16  # documents in flight at once; their prompts share one backend batch
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "max_batch_docs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        try:
+            check_template(self.memory_template, MEMORY_FIELDS, "memory")
+            check_template(self.final_template, FINAL_FIELDS, "final")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None

@@ -1,0 +1,106 @@
+"""`memagent ask`: build the backend and the agent from CLI options and run one or many questions."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from memagent.agent.chunking import open_document
+from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.backends import load_backend
+from memagent.config import AgentConfig
+from memagent.errors import InputError
+
+
+@dataclass
+class AskOptions:
+    model: str
+    question: Optional[str] = None
+    document: Optional[str] = None
+    input: Optional[Path] = None
+    output: Optional[Path] = None
+    backend: str = "transformers"
+    chunk_tokens: int = 5000
+    memory_tokens: int = 1024
+    answer_tokens: int = 1024
+    query_tokens: int = 1024
+    trace: Optional[Path] = None
+    errors: str = "strict"
+    temperature: float = 0.0
+    batch_docs: int = 16
+    base_url: Optional[str] = None
+    tokenizer: Optional[str] = None
+    device: str = "auto"
+    dtype: str = "auto"
+    tensor_parallel: int = 1
+    progress: bool = True
+
+
+def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
+    """Lines of {id?, question, context | document (a path, relative to the JSONL file)}."""
+    if not path.exists():
+        raise InputError(f"input file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or "question" not in rec:
+                raise InputError(f"{path}:{n}: each line needs a 'question' field")
+            if "context" in rec:
+                doc: Any = rec["context"]
+            elif "document" in rec:
+                doc = Path(rec["document"]) if Path(rec["document"]).is_absolute() else path.parent / rec["document"]
+            else:
+                raise InputError(f"{path}:{n}: each line needs 'context' (text) or 'document' (a file path)")
+            yield AgentInput(rec["question"], doc, str(rec.get("id", n)))
+
+
+def backend_kwargs(o: AskOptions) -> dict[str, Any]:
+    if o.backend == "transformers":
+        return dict(device=o.device, dtype=o.dtype)
+    if o.backend == "openai":
+        return dict(base_url=o.base_url, tokenizer=o.tokenizer)
+    if o.backend == "vllm":
+        return dict(tensor_parallel_size=o.tensor_parallel)
+    return {}
+
+
+def run_ask(o: AskOptions) -> None:
+    if o.input is None and (o.question is None or o.document is None):
+        raise InputError("give --question and --document, or --input FILE.jsonl")
+    if o.input is not None and (o.question is not None or o.document is not None):
+        raise InputError("--input runs many questions; do not combine it with --question/--document")
+    config = AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
+                         answer_tokens=o.answer_tokens, query_tokens=o.query_tokens,
+                         temperature=o.temperature, max_batch_docs=o.batch_docs)
+    if o.input is not None:
+        items = list(read_jsonl_inputs(o.input))
+        if not items:
+            raise InputError(f"{o.input} holds no questions")
+    else:
+        doc = open_document(o.document)
+        if isinstance(doc, Path) and not doc.exists():
+            raise InputError(f"document file not found: {doc}")
+        items = [AgentInput(o.question, doc, "0")]
+    backend = load_backend(o.backend, o.model, **backend_kwargs(o))
+    agent = MemoryAgent(backend, config, trace_path=o.trace, progress=o.progress, errors=o.errors)
+    results = agent.run(items)
+    if o.input is None:
+        r = results[0]
+        print(r.answer if r.answer is not None else f"(no answer: the model wrote no \\boxed{{}}) {r.raw_answer.strip()}")
+        return
+    out = open(o.output, "w", encoding="utf-8") if o.output else sys.stdout
+    try:
+        for r in results:
+            out.write(json.dumps(dict(id=r.doc_id, question=r.question, answer=r.answer,
+                                      raw_answer=r.raw_answer, memory=r.memory, num_chunks=r.num_chunks),
+                                 ensure_ascii=False) + "\n")
+    finally:
+        if o.output:
+            out.close()
