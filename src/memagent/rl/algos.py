@@ -287,15 +287,21 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
 # -- log-probs and entropy from logits --------------------------------------------------------
 
 
+def _upcast(x: Tensor) -> Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # fp32 or fp64 kept
+
+
 def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
     """log softmax(logits / temperature) at `token_ids`. logits (N, T, V), token_ids (N, T) -> (N, T)."""
-    logits = logits.float() / temperature if temperature != 1.0 else logits.float()
+    logits = _upcast(logits)
+    logits = logits / temperature if temperature != 1.0 else logits
     picked = torch.gather(logits, -1, token_ids.unsqueeze(-1)).squeeze(-1)  # (N, T)
     return picked - torch.logsumexp(logits, dim=-1)
 
 
 def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Entropy of softmax(logits / temperature) per position. (N, T, V) -> (N, T)."""
-    logits = logits.float() / temperature if temperature != 1.0 else logits.float()
+    logits = _upcast(logits)
+    logits = logits / temperature if temperature != 1.0 else logits
     logp = torch.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
