@@ -18,7 +18,8 @@ from torch import Tensor
 
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.base import Backend, BackendError
-from memagent.config import AgentConfig
+from memagent.config import AgentConfig, ConfigError
+from memagent.errors import InputError
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
 
 RewardFn = Callable[[str | None, Sequence[str]], float]  # (final reply text, gold answers) -> reward
@@ -53,7 +54,7 @@ def get_reward(name: str) -> RewardFn:
         METRICS = {}
     registry: dict[str, RewardFn] = {**METRICS, "boxed": METRICS.get("boxed", boxed_reward)}
     if name not in registry:
-        raise ValueError(f"unknown reward {name!r}; choose one of: {', '.join(sorted(registry))}")
+        raise ConfigError(f"unknown reward {name!r}; choose one of: {', '.join(sorted(registry))}")
     return registry[name]
 
 
@@ -71,13 +72,13 @@ class QASample:
 
     @classmethod
     def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":
-        """From {id, question, answers, document | context}; a clear ValueError when a field is wrong."""
+        """From {id, question, answers, document | context}; a clear InputError when a field is wrong."""
         if not isinstance(rec, dict):
-            raise ValueError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
+            raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
         missing = [k for k in ("question", "answers") if k not in rec]
         if missing or ("document" not in rec and "context" not in rec):
             missing += [] if ("document" in rec or "context" in rec) else ["document (or context)"]
-            raise ValueError(f"{where}: missing field(s) {', '.join(missing)}; each sample needs "
+            raise InputError(f"{where}: missing field(s) {', '.join(missing)}; each sample needs "
                              "id, question, answers (list of str) and document (str or list of str)")
         doc = rec.get("document", rec.get("context"))
         if not isinstance(doc, str):
@@ -85,7 +86,7 @@ class QASample:
         answers = rec["answers"]
         answers = (answers,) if isinstance(answers, str) else tuple(str(a) for a in answers)
         if not answers:
-            raise ValueError(f"{where}: 'answers' is empty; give at least one gold answer")
+            raise InputError(f"{where}: 'answers' is empty; give at least one gold answer")
         return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers)
 
 
@@ -256,5 +257,5 @@ def load_samples(samples: Iterable[Any]) -> list[QASample]:
     for i, rec in enumerate(samples):
         out.append(rec if isinstance(rec, QASample) else QASample.from_dict(rec, f"sample {i}"))
     if not out:
-        raise ValueError("the training dataset is empty")
+        raise InputError("the training dataset is empty; give at least one sample")
     return out
