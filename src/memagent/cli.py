@@ -42,10 +42,13 @@ def ask(
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     batch_docs: int = typer.Option(16, "--batch-docs", help="Documents in flight at once."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL, e.g. http://localhost:8000/v1"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer for chunking (HF id or path)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model name."),
+    max_concurrency: int = typer.Option(8, "--max-concurrency", help="openai backend: requests in flight at once."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="openai backend: seconds to wait for one reply."),
+    max_retries: int = typer.Option(4, "--max-retries", help="openai backend: retries on 5xx, 429, timeouts and refused connections."),
     device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
-    dtype: str = typer.Option("auto", "--dtype", help="transformers backend: auto | float32 | bfloat16 | float16"),
-    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vllm backend: tensor-parallel size."),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers / vllm backend: auto | float32 | bfloat16 | float16"),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vllm backend: tensor-parallel size (GPUs)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
 ) -> None:
     """Answer a question over a document of any length (or many, with --input)."""

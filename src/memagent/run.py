@@ -35,6 +35,9 @@ class AskOptions:
     device: str = "auto"
     dtype: str = "auto"
     tensor_parallel: int = 1
+    max_concurrency: int = 8
+    request_timeout: float = 600.0
+    max_retries: int = 4
     progress: bool = True
 
 
@@ -62,12 +65,21 @@ def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
 
 
 def backend_kwargs(o: AskOptions) -> dict[str, Any]:
+    """The options of the chosen backend; an option of another backend is an error, not ignored."""
+    if o.backend != "openai" and o.base_url is not None:
+        raise InputError(f"--base-url is for --backend openai, not {o.backend}")
     if o.backend == "transformers":
+        if o.tokenizer is not None:
+            raise InputError("--tokenizer is for --backend openai or vllm; transformers uses the model's own")
         return dict(device=o.device, dtype=o.dtype)
     if o.backend == "openai":
-        return dict(base_url=o.base_url, tokenizer=o.tokenizer)
+        return dict(base_url=o.base_url, tokenizer=o.tokenizer, max_concurrency=o.max_concurrency,
+                    timeout=o.request_timeout, max_retries=o.max_retries)
     if o.backend == "vllm":
-        return dict(tensor_parallel_size=o.tensor_parallel)
+        kw: dict[str, Any] = dict(tensor_parallel_size=o.tensor_parallel, dtype=o.dtype)
+        if o.tokenizer is not None:
+            kw["tokenizer"] = o.tokenizer  # vllm.LLM(tokenizer=...)
+        return kw
     return {}
 
 

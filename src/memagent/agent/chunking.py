@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, TextIO, Union
 
 DocumentSource = Union[str, os.PathLike, BinaryIO, TextIO, Iterable[str], Iterable[bytes]]
 
-BLOCK_CHARS = 1 << 20  # characters read and tokenised at a time; bounds RAM, not chunk boundaries
+BLOCK_CHARS = 1 << 16  # characters read and tokenised at a time; bounds RAM, not chunk boundaries
 _BOUNDARY_WINDOW = 4096
 _BOUNDARY = re.compile(r"\S(?= \S)")
 

@@ -42,17 +42,23 @@ def _corpus(extra_words: Iterable[str], seed: int = 0) -> list[str]:
 
 
 def build_tokenizer(vocab_size: int = 2048, extra_words: Iterable[str] = ()) -> Any:
-    """A byte-level BPE `PreTrainedTokenizerFast` with a ChatML chat template.
+    """A byte-level BPE tokenizer of the Qwen2 kind (`Qwen2Tokenizer`), with a ChatML template.
 
+    It uses Qwen2's normaliser (NFC) and pre-tokeniser (its split regex, then byte-level), so a
+    model directory saved with it loads back through `AutoTokenizer` as the same tokenizer.
     extra_words: words that should become single tokens (e.g. a toy task's vocabulary); they are
-    added to the training corpus, so with a large enough `vocab_size` each gets its own merge.
+    added to the training corpus, so with a large enough `vocab_size` each gets its own merges.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
     extra_words = list(extra_words)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -61,15 +67,18 @@ def build_tokenizer(vocab_size: int = 2048, extra_words: Iterable[str] = ()) -> 
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(extra_words), trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-    )
+    vocab = tok.get_vocab()
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in _merges(tok)]
+    fast = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, eos_token="<|im_end|>",
+                          pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
     fast.chat_template = CHATML_TEMPLATE
     return fast
+
+
+def _merges(tok: Any) -> list[Any]:
+    import json
+
+    return json.loads(tok.to_str())["model"]["merges"]
 
 
 def tiny_config(vocab_size: int, **overrides: Any) -> Any:
@@ -86,6 +95,7 @@ def tiny_config(vocab_size: int, **overrides: Any) -> Any:
         max_position_embeddings=16384,  # fits the paper's default 8K budget (1024 + 5000 + 1024 + 1024)
         rope_theta=10000.0,
         tie_word_embeddings=True,
+        initializer_range=0.2,  # large enough that random weights write varied text, not one repeated token
     )
     kw.update(overrides)
     return Qwen2Config(**kw)

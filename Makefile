@@ -1,0 +1,28 @@
+# One command each, on a fresh machine (Python 3.11, no GPU needed):
+#   make demo   set up .venv and run the main job (the CPU-scale reproduction, <= 15 min)
+#   make test   set up .venv and run the test suite (what CI runs)
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test demo demo-quick bench clean
+
+$(BIN)/memagent: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(BIN)/memagent
+
+setup: $(BIN)/memagent
+
+test: setup
+	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q tests
+
+demo: setup
+	$(BIN)/memagent demo --out runs/demo
+
+demo-quick: setup
+	$(BIN)/memagent demo --quick --out runs/demo-quick
+
+clean:
+	rm -rf $(VENV) runs

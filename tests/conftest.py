@@ -1,0 +1,53 @@
+"""Shared fixtures: the tiny tokenizer and model (built once per session, locally) and a loopback
+OpenAI-shaped server."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+
+from fake_openai_server import FakeOpenAIServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from memagent.backends.tiny import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
+    from memagent.backends.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, tokenizer=tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_model_dir):
+    from memagent.backends.hf import TransformersBackend
+
+    return TransformersBackend.from_pretrained(tiny_model_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def openai_server(tiny_backend):
+    """A fresh server (no faults, zeroed counters) over the session's tiny model, on a free port."""
+    server = FakeOpenAIServer(tiny_backend).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def refused_url():
+    """A loopback URL on which nothing listens (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"

@@ -1,0 +1,174 @@
+"""A real HTTP server on 127.0.0.1 that answers in the OpenAI shape, for testing the `openai` backend.
+
+It serves a model through `TransformersBackend` (the tests use the tiny model): GET /v1/models,
+POST /v1/chat/completions (the backend applies the chat template) and /v1/completions (raw text).
+It speaks the vLLM extensions the client may ask for (`return_token_ids`,
+`return_tokens_as_token_ids`) and records what it saw (attempts per path, the most requests in
+flight at once, the Authorization headers). Faults are injected in order, one per request:
+`fail_next(n, status)` answers the next n requests with that status, `slow_next(n, seconds)` sleeps
+before answering (longer than a client's timeout, it is a timeout). `latency` delays every request.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from memagent.backends.base import SamplingParams
+from memagent.backends.hf import TransformersBackend
+
+
+class FakeOpenAIServer:
+    def __init__(self, backend: TransformersBackend, model_names: tuple[str, ...] = ("tiny",),
+                 api_key: str | None = None, max_model_len: int | None = 4096) -> None:
+        # own wrappers over the shared model: the server toggles want_logprobs per request
+        self.chat_backend = TransformersBackend(backend.model, backend.tokenizer)
+        self.raw_backend = TransformersBackend(backend.model, backend.tokenizer, use_chat_template=False)
+        self.model_names = model_names
+        self.api_key = api_key
+        self.max_model_len = max_model_len
+        self.latency = 0.0
+        self.attempts: Counter[str] = Counter()  # path -> requests received
+        self.bodies: list[dict[str, Any]] = []  # generation request bodies, in arrival order
+        self.auth_headers: list[str | None] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._faults: deque[tuple[str, float]] = deque()
+        self._lock = threading.Lock()  # guards the counters and the fault queue
+        self._model_lock = threading.Lock()  # one generation at a time
+        self._stop = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.app = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05),
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def start(self) -> "FakeOpenAIServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()  # wakes the sleeping "slow" handlers
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def fail_next(self, n: int, status: int = 500) -> None:
+        with self._lock:
+            self._faults.extend([("status", float(status))] * n)
+
+    def slow_next(self, n: int, seconds: float) -> None:
+        with self._lock:
+            self._faults.extend([("sleep", seconds)] * n)
+
+    # -- request handling (called from handler threads) ------------------------------------
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.attempts[path] += 1
+            self.auth_headers.append(headers.get("Authorization"))
+            fault = self._faults.popleft() if self._faults else None
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency:
+                self._stop.wait(self.latency)
+            if fault and fault[0] == "status":
+                return int(fault[1]), _error(f"injected fault {int(fault[1])}", "server_error")
+            if fault and fault[0] == "sleep":
+                self._stop.wait(fault[1])
+            if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
+                # echoes what it got, as some servers do: the client must scrub it from its errors
+                return 401, _error(f"invalid API key {headers.get('Authorization')}", "authentication_error")
+            if method == "GET" and path == "/v1/models":
+                return 200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "max_model_len": self.max_model_len} for m in self.model_names]}
+            if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+                try:
+                    request = json.loads(body)
+                except ValueError:
+                    return 400, _error("body is not JSON", "invalid_request_error")
+                with self._lock:
+                    self.bodies.append(request)
+                return self._complete(request, chat=path.endswith("chat/completions"))
+            return 404, _error(f"no route {method} {path}", "not_found")
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _complete(self, req: dict[str, Any], chat: bool) -> tuple[int, dict[str, Any]]:
+        if req.get("model") not in self.model_names:
+            return 404, _error(f"The model `{req.get('model')}` does not exist.", "NotFoundError")
+        if chat:
+            messages = req.get("messages") or []
+            if not messages or messages[-1].get("role") != "user":
+                return 400, _error("expected a final user message", "invalid_request_error")
+            prompt, backend = messages[-1]["content"], self.chat_backend
+        else:
+            prompt, backend = req.get("prompt", ""), self.raw_backend
+        params = SamplingParams(int(req["max_tokens"]), float(req.get("temperature", 1.0)),
+                                float(req.get("top_p", 1.0)), req.get("seed"))
+        want_lp = bool(req.get("logprobs"))
+        with self._model_lock:
+            backend.want_logprobs = want_lp
+            gen = backend.generate([prompt], params)[0]
+        tok = backend.tokenizer
+        as_ids = bool(req.get("return_tokens_as_token_ids"))
+        spell = (lambda i: f"token_id:{i}") if as_ids else (lambda i: tok.decode([i]))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": gen.text}
+            if want_lp:
+                choice["logprobs"] = {"content": [{"token": spell(i), "logprob": lp, "top_logprobs": []}
+                                                  for i, lp in zip(gen.token_ids, gen.logprobs)]}
+        else:
+            choice["text"] = gen.text
+            if want_lp:
+                choice["logprobs"] = {"tokens": [spell(i) for i in gen.token_ids], "token_logprobs": gen.logprobs}
+        reply: dict[str, Any] = {
+            "id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": req["model"], "choices": [choice],
+            "usage": {"prompt_tokens": len(gen.prompt_token_ids), "completion_tokens": len(gen.token_ids),
+                      "total_tokens": len(gen.prompt_token_ids) + len(gen.token_ids)},
+        }
+        if req.get("return_token_ids"):  # vLLM >= 0.10.2
+            choice["token_ids"] = gen.token_ids
+            (reply if chat else choice)["prompt_token_ids"] = gen.prompt_token_ids
+        return 200, reply
+
+
+def _error(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status, payload = self.server.app.handle(method, self.path, self.headers, body)  # type: ignore[attr-defined]
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+            self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass

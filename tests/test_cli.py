@@ -1,0 +1,91 @@
+"""The CLI end to end, in process: real tiny model, real files, errors as one clear line."""
+import json
+import math
+import sys
+
+import pytest
+
+from memagent.cli import main
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["memagent", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_tiny_model_then_ask_with_trace(run_cli, tmp_path, tiny_tokenizer):
+    model = tmp_path / "m"
+    code, out, _ = run_cli("tiny-model", model, "--seed", 3)
+    assert code == 0 and (model / "model.safetensors").exists() and (model / "tokenizer.json").exists()
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(f"fact{i} is value{i}." for i in range(400)))
+    trace = tmp_path / "trace.jsonl"
+    code, out, err = run_cli("ask", "--model", model, "--document", doc, "--question", "What is fact7?",
+                             "--chunk-tokens", 300, "--memory-tokens", 12, "--answer-tokens", 12,
+                             "--trace", trace, "--no-progress")
+    assert code == 0, err
+    assert out.strip()  # the answer, or the explicit no-answer line
+    n_tokens = len(tiny_tokenizer(doc.read_text(), add_special_tokens=False)["input_ids"])
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(records) == math.ceil(n_tokens / 300) + 1
+    assert all(r["chunk_tokens"] <= 300 and r["memory_tokens"] <= 12 for r in records[:-1])
+    assert records[-1]["kind"] == "final" and "raw_answer" in records[-1]
+
+
+def test_jsonl_input_runs_as_one_batch(run_cli, tmp_path, tiny_model_dir):
+    inp = tmp_path / "in.jsonl"
+    (tmp_path / "d.txt").write_text("city river " * 50)
+    lines = [{"id": "a", "question": "q1", "context": "memory key " * 30},
+             {"id": "b", "question": "q2", "document": "d.txt"}]
+    inp.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    outp = tmp_path / "out.jsonl"
+    code, _, err = run_cli("ask", "--model", tiny_model_dir, "--input", inp, "--output", outp,
+                           "--chunk-tokens", 40, "--memory-tokens", 8, "--answer-tokens", 8, "--no-progress")
+    assert code == 0, err
+    results = [json.loads(line) for line in outp.read_text().splitlines()]
+    assert [r["id"] for r in results] == ["a", "b"]
+    assert results[1]["num_chunks"] == math.ceil(100 / 40) or results[1]["num_chunks"] > 0
+    assert all("answer" in r and "memory" in r for r in results)
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        (None, ["--document", "{tmp}/missing.txt", "--question", "q"], "not found"),
+        ("binary", ["--document", "{tmp}/bin.dat", "--question", "q"], "not valid UTF-8"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "why " * 2000], "over its budget"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "0"], "chunk_tokens must be a positive"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "20000"], "window"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--backend", "nope"], "unknown backend"),
+        ("text", ["--document", "{tmp}/doc.txt"], "give --question"),
+        ("badjsonl", ["--input", "{tmp}/in.jsonl"], "in.jsonl:2"),
+    ],
+)
+def test_bad_input_is_one_clear_line(run_cli, tmp_path, tiny_model_dir, setup, args, message):
+    if setup == "binary":
+        (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 4)
+    elif setup == "text":
+        (tmp_path / "doc.txt").write_text("a short document")
+    elif setup == "badjsonl":
+        (tmp_path / "in.jsonl").write_text('{"question": "q", "context": "x"}\n{not json}\n')
+    code, out, err = run_cli("ask", "--model", tiny_model_dir, "--no-progress",
+                             *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_unknown_model_is_a_clear_error(run_cli, tmp_path):
+    (tmp_path / "doc.txt").write_text("text")
+    code, _, err = run_cli("ask", "--model", tmp_path / "no-such-model", "--document", tmp_path / "doc.txt",
+                           "--question", "q", "--no-progress")
+    assert code == 2 and "cannot load model" in err
