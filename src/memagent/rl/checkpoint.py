@@ -29,13 +29,17 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from memagent.config import ConfigError
 from memagent.rl.distributed import DistInfo, barrier
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing or incomplete; the message says which and what to do."""
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, incomplete or does not fit the run; the message says what to do.
+
+    A ConfigError, so the CLI reports it as one line (resuming is a configuration choice).
+    """
 
 
 def checkpoint_dir(root: str | Path, step: int) -> Path:
