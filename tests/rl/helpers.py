@@ -48,7 +48,8 @@ def subset(mb, samples):
 
 
 def torchrun(script, *args, timeout=300):
-    """Launch tests/rl/<script> under `torchrun --standalone --nproc-per-node 2` on CPU (gloo).
+    """Launch tests/rl/<script> (or `-m module` when script starts with "-m ") under
+    `torchrun --standalone --nproc-per-node 2` on CPU (gloo).
 
     The launcher runs in its own process group, killed as a whole on timeout (no orphans).
     """
@@ -60,8 +61,9 @@ def torchrun(script, *args, timeout=300):
 
     here = Path(__file__).parent
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(here.parents[1] / "src"))
+    target = script.split() if script.startswith("-m ") else [str(here / script)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(here / script), *map(str, args)]
+           *target, *map(str, args)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

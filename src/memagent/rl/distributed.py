@@ -140,11 +140,15 @@ def no_grad_sync(model: nn.Module, skip: bool) -> Iterator[None]:
         yield
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's parameters and buffers on CPU (gathered on every rank under FSDP)."""
+def full_state_dict(model: nn.Module, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+    """The whole model's parameters (unwrapped names). Collective under FSDP2.
+
+    all_ranks=False: on CPU, and under FSDP2 only rank 0 receives it (others get {}), which is
+    what checkpointing needs; all_ranks=True: every rank gets the full tensors on its device.
+    """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks))
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:

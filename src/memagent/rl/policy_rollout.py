@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from memagent.rl.config import TrainConfig
-from memagent.rl.distributed import DistInfo, is_fsdp, unwrap
+from memagent.rl.distributed import DistInfo, full_state_dict, is_fsdp, unwrap
 
 
 class PolicyRollout:
@@ -43,7 +43,5 @@ class PolicyRollout:
         """Bring the generating copy up to date with the trained weights (FSDP2 only)."""
         if self.copy is None:
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+        full = full_state_dict(self.model, all_ranks=True)
         self.copy.load_state_dict({k: v.to(self.info.device) for k, v in full.items()}, strict=False)

@@ -148,7 +148,7 @@ class Trainer:
         if self.cfg.rollout.engine == "vllm":
             from memagent.rl.vllm_rollout import VLLMRollout  # optional dependency, imported only here
 
-            return VLLMRollout(self.cfg, self.tokenizer, self.info)
+            return VLLMRollout(self.model, self.tokenizer, self.cfg, self.info)
         from memagent.rl.policy_rollout import PolicyRollout
 
         return PolicyRollout(self.model, self.tokenizer, self.cfg, self.info)
