@@ -125,6 +125,16 @@ def test_rollout_rows_and_dynamic_sampling(tok):
         assert batch.group_id[n] == [10, 11, 12][s // 4]
         assert len(batch.rollout_logprobs[n]) == len(batch.response_ids[n]) > 0
     assert int(batch.is_final.sum()) == 12  # one final answer per sample, the last row of each
+    last_rows = [max(n for n in range(batch.num_rows) if batch.sample_index[n] == s) for s in range(12)]
+    assert batch.is_final[last_rows].all()
+    # the sampling-time log-probs equal the trainer's recomputation (old_logprobs=rollout is exact here)
+    from memagent.rl.distributed import DistInfo
+    from memagent.rl.forward import rows_logprobs
+
+    again = rows_logprobs(backend.model, batch.prompt_ids, batch.response_ids, pad_id=tok.pad_token_id,
+                          micro_batch_size=7, info=DistInfo())
+    diff = max((a - torch.tensor(b)).abs().max().item() for a, b in zip(again, batch.rollout_logprobs))
+    assert diff < 1e-4, diff
     # dynamic sampling keeps exactly the groups with unequal rewards
     batch.rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1, 0, 0.5, 0.5, 0])
     kept = dynamic_sampling_filter(batch)
@@ -135,16 +145,27 @@ def test_rollout_rows_and_dynamic_sampling(tok):
     assert both.num_samples == 12 and both.sample_index.max() == 11
 
 
-def test_dynamic_sampling_in_the_loop_logs_kept_groups(tok, tmp_path):
-    def half_reward(prediction, golds):  # all-equal groups for even keys, informative for odd ones
+def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
+    from memagent.rl.rollout import load_samples
+    from memagent.rl.trainer import Trainer
+
+    def half_reward(prediction, golds):  # all-equal (zero) groups for even keys, mostly mixed for odd
         key = int(golds[0]) // 7
-        return digit_reward(prediction, golds) if key % 2 else 0.0
+        return float(len(prediction or "") % 2) if key % 2 else 0.0
 
     cfg = small_config(tmp_path / "ds", "total_steps=1", "rollout.dynamic_sampling=true",
-                       "rollout.max_sampling_rounds=3", "loss.kl_coef=0")
-    res = train(cfg, samples(), half_reward, model=fresh_model(tok), tokenizer=tok)
-    rec = res.metrics[0]
-    assert rec["kept_groups"] <= 4 and rec["sampling_rounds"] >= 1
-    assert rec["sampled_groups"] == 4 * rec["sampling_rounds"]
-    if rec["sampling_rounds"] < 3:
-        assert rec["kept_groups"] == 4  # stopped early only because B groups were kept
+                       "rollout.max_sampling_rounds=3", "loss.kl_coef=0", "update.old_logprobs=rollout")
+    trainer = Trainer(cfg, load_samples(samples()), half_reward, fresh_model(tok), tok)
+    batch, parts, rec = trainer.rollout()
+    print("dynamic sampling", rec["kept_groups"], rec["sampling_rounds"], parts)
+    rewards = {}
+    for g, r in zip(batch.sample_group.tolist(), batch.rewards.tolist()):
+        rewards.setdefault(g, []).append(r)
+    assert rewards and all(len(set(v)) > 1 for v in rewards.values())  # only groups with unequal rewards
+    assert all(len(v) == 8 for v in rewards.values())  # whole groups
+    assert rec["kept_groups"] == len(rewards) <= 4 and rec["sampled_groups"] == 4 * rec["sampling_rounds"]
+    assert rec["sampling_rounds"] == 3 or rec["kept_groups"] == 4  # stopped early only with B groups kept
+    assert sorted(g for p in parts for g in p) == sorted(rewards)  # every kept group in one mini-batch
+    metrics = trainer.update(batch, parts)
+    assert metrics["optimizer_steps"] == sum(1 for p in parts if p)
+    trainer.metrics.close()

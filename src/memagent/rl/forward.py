@@ -62,9 +62,15 @@ def pack_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
 def response_logits(model: nn.Module, packed: PackedRows) -> Tensor:
     """Logits predicting each response token: (B, R, V)."""
     r = packed.response_ids.shape[1]
-    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                position_ids=packed.position_ids, logits_to_keep=r + 1, use_cache=False)
-    return out.logits[:, :-1]  # (B, R, V)
+    kwargs = dict(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                  position_ids=packed.position_ids, use_cache=False)
+    try:
+        logits = model(**kwargs, logits_to_keep=r + 1).logits
+    except TypeError as e:  # an architecture without `logits_to_keep`: compute all, keep the tail
+        if "logits_to_keep" not in str(e):
+            raise
+        logits = model(**kwargs).logits
+    return logits[:, -(r + 1) : -1]  # (B, R, V)
 
 
 def micro_batches(n_rows: int, micro_batch_size: int, info: DistInfo) -> list[list[int]]:
