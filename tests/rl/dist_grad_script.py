@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import subset, synthetic_minibatch, tiny_model  # noqa: E402
+from rl_helpers import subset, synthetic_minibatch, tiny_model  # noqa: E402
 
 from memagent.rl.distributed import init_distributed, shutdown, wrap_model  # noqa: E402
 from memagent.rl.update import LossSettings, accumulate_gradients  # noqa: E402

@@ -11,7 +11,7 @@ from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo
 from memagent.rl.loop import DataStream, make_optimizer
 
-from helpers import tiny_model
+from rl_helpers import tiny_model
 
 INFO = DistInfo()
 

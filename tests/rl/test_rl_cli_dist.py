@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import torchrun
+from rl_helpers import torchrun
 
 SRC = Path(__file__).parents[2] / "src"
 

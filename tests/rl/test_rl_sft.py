@@ -8,7 +8,7 @@ from memagent.rl.algos import token_logprobs
 from memagent.rl.distributed import DistInfo
 from memagent.rl.sft import SFTConfig, encode_conversation, sft_step_grads, train_sft
 
-from helpers import tiny_model
+from rl_helpers import tiny_model
 
 
 def test_sft_loss_is_response_token_mean_and_split_invariant():

@@ -9,7 +9,7 @@ from memagent.rl.distributed import DistInfo
 from memagent.rl.forward import pack_rows, response_logits, rows_logprobs
 from memagent.rl.update import LossSettings, accumulate_gradients
 
-from helpers import synthetic_minibatch, tiny_model, torchrun
+from rl_helpers import synthetic_minibatch, tiny_model, torchrun
 
 INFO = DistInfo()
 
