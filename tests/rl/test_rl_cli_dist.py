@@ -68,8 +68,13 @@ def test_cli_train_and_resume(run_files, tmp_path):
 def test_two_process_training_run(run_files, tmp_path, strategy):
     root, model, cfg = run_files
     out = tmp_path / strategy
-    torchrun("-m memagent.cli", "train", cfg, f"model={model}", f"data={root / 'train.jsonl'}", f"out_dir={out}",
-             f"strategy={strategy}", timeout=400)
+    args = ["-m memagent.cli", "train", cfg, f"model={model}", f"data={root / 'train.jsonl'}", f"out_dir={out}",
+            f"strategy={strategy}"]
+    if strategy == "fsdp":  # also resume a sharded run: optimiser state re-sharded from the full copy
+        torchrun(*args, "total_steps=1", timeout=400)
+        torchrun(*args, "--resume", timeout=400)
+    else:
+        torchrun(*args, timeout=400)
     records, loaded = check_run(out, 2)
     assert records[-1]["kept_groups"] == 4 and records[-1]["optimizer_steps"] == 2
     assert sum(p.numel() for p in loaded.parameters()) > 0

@@ -46,6 +46,7 @@ def test_micro_batch_split_invariance(agg):
         got, m = grads_of(model, mb, settings, micro=micro)
         assert got.keys() == ref.keys() and len(got) == sum(1 for _ in model.parameters())
         diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
+        print(f"micro-batch split {agg} micro={micro}: max abs grad diff {diff:.2e}")
         assert diff < 1e-12, (micro, diff)
         assert m["loss"] == pytest.approx(m_ref["loss"], abs=1e-12)
         assert m["tokens"] == sum(len(r) for r in mb.response_ids)
@@ -91,4 +92,5 @@ def test_two_process_gradient_equals_one_process(tmp_path):
             assert got.pop("__loss__").item() == pytest.approx(m["loss"], abs=1e-12)
             assert got.keys() == want.keys()
             diff = max((got[k] - want[k]).abs().max().item() for k in want)
+            print(f"1 vs 2 processes, {agg}, {strategy}: max abs grad diff {diff:.2e}")
             assert diff < 1e-12, (agg, strategy, diff)

@@ -101,7 +101,7 @@ def wrap_model(model: nn.Module, strategy: str, info: DistInfo) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [info.device.index] if info.device.type == "cuda" else None
-        return DDP(model, device_ids=ids)
+        return DDP(model, device_ids=ids, broadcast_buffers=False)  # buffers (rotary tables) are constants
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 

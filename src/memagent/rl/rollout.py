@@ -205,7 +205,10 @@ def generate_rollouts(
         raise ValueError("give one group id per question")
     items = [AgentInput(q.question, list(q.document) if isinstance(q.document, tuple) else q.document,
                         f"{q.id}#{g}") for q in questions for g in range(group_size)]
-    agent = MemoryAgent(backend, replace(agent_config, seed=seed), keep_conversations=True)
+    # every rollout in flight at once: each workflow step is one backend batch (memory is bounded by
+    # the backend's own max_batch_size)
+    agent = MemoryAgent(backend, replace(agent_config, seed=seed, max_batch_docs=max(1, len(items))),
+                        keep_conversations=True)
     t0 = time.perf_counter()
     results = agent.run(items) if items else []
     seconds = time.perf_counter() - t0

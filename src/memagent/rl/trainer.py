@@ -109,7 +109,6 @@ class Trainer:
         if resume_from is not None:
             load_model_weights(plain, resume_from / "model")
         plain.to(self.info.device)
-        plain.config.use_cache = False
         self.model = wrap_model(plain, config.strategy, self.info)
         if self.ref is not None and config.strategy == "fsdp" and self.info.enabled:
             self.ref = wrap_model(self.ref, "fsdp", self.info)
