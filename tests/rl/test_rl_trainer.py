@@ -16,7 +16,7 @@ TIMING_KEYS = {"rollout_s", "update_s", "step_s", "tokens_per_s"}
 def tok():
     from memagent.backends.tiny import build_tokenizer
 
-    return build_tokenizer(vocab_size=1024)  # about a quarter of its tokens start with a digit
+    return build_tokenizer(vocab_size=1024)
 
 
 def fresh_model(tok, seed=0):
@@ -39,9 +39,10 @@ def samples(n=24):
              "answers": [str(i * 7)]} for i in range(n)]
 
 
-def digit_reward(prediction, golds):
-    """Learnable in seconds: 1 when the final reply starts with a digit."""
-    return 1.0 if prediction and prediction.strip()[:1].isdigit() else 0.0
+def symbol_reward(prediction, golds):
+    """Learnable in seconds: 1 when the final reply does not start with a letter (about 30% of
+    the tiny tokenizer's tokens: digits, punctuation, symbols, blanks)."""
+    return 0.0 if (prediction or "").strip()[:1].isalpha() else 1.0
 
 
 def small_config(out, *extra):
@@ -55,11 +56,10 @@ def small_config(out, *extra):
 def test_end_to_end_reward_rises_and_every_parameter_changes(tok, tmp_path):
     model = fresh_model(tok)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    res = train(small_config(tmp_path / "run", "total_steps=6", "optim.lr=0.1"), samples(), digit_reward,
-                model=model, tokenizer=tok)
+    res = train(small_config(tmp_path / "run", "total_steps=8"), samples(), symbol_reward, model=model, tokenizer=tok)
     rewards = [r["reward"] for r in res.metrics]
-    print("reward curve", [round(r, 3) for r in rewards])  # measured: 0.25 0.5 1.0 1.0 1.0 1.0
-    assert rewards[0] < 0.5 and min(rewards[-2:]) > 0.9, rewards
+    print("reward curve", [round(r, 3) for r in rewards])  # measured: .28 .25 .62 .53 .69 .88 .94 1.0
+    assert sum(rewards[:2]) / 2 < 0.4 and sum(rewards[-2:]) / 2 > 0.85, rewards
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert len(changed) == len(before), set(before) - set(changed)  # weight decay is 0: gradients did it
     rec = res.metrics[-1]
@@ -68,7 +68,7 @@ def test_end_to_end_reward_rises_and_every_parameter_changes(tok, tmp_path):
         assert key in rec and math.isfinite(rec[key]), key
     assert rec["conversations_per_sample"] > 2  # several chunks + the final answer per rollout
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == list(range(1, 7))
+    assert [json.loads(x)["step"] for x in lines] == list(range(1, 9))
     from transformers import AutoModelForCausalLM
 
     loaded = AutoModelForCausalLM.from_pretrained(res.checkpoint / "model")
@@ -79,12 +79,12 @@ def test_end_to_end_reward_rises_and_every_parameter_changes(tok, tmp_path):
 def test_resume_matches_uninterrupted_run_step_by_step(tok, tmp_path):
     extra = ["total_steps=4", "save_every=2", "rollout.batch_size=2", "rollout.group_size=2",
              "update.mini_batch_size=1", "loss.kl_coef=0.01"]
-    full = train(small_config(tmp_path / "a", *extra), samples(), digit_reward, model=fresh_model(tok), tokenizer=tok)
-    stopped = train(small_config(tmp_path / "b", *extra), samples(), digit_reward, model=fresh_model(tok),
+    full = train(small_config(tmp_path / "a", *extra), samples(), symbol_reward, model=fresh_model(tok), tokenizer=tok)
+    stopped = train(small_config(tmp_path / "b", *extra), samples(), symbol_reward, model=fresh_model(tok),
                     tokenizer=tok, callback=lambda step, m: step < 2)
     assert [r["step"] for r in stopped.metrics] == [1, 2]
     assert (tmp_path / "b" / "checkpoints" / "step_000002").is_dir()
-    resumed = train(small_config(tmp_path / "b", *extra, "resume=true"), samples(), digit_reward,
+    resumed = train(small_config(tmp_path / "b", *extra, "resume=true"), samples(), symbol_reward,
                     model=fresh_model(tok), tokenizer=tok)
     assert [r["step"] for r in resumed.metrics] == [3, 4]
     for a, b in zip(full.metrics[2:], resumed.metrics):
@@ -102,9 +102,9 @@ def test_existing_run_needs_resume_flag(tok, tmp_path):
 
     cfg = small_config(tmp_path / "r", "total_steps=1", "rollout.batch_size=2", "rollout.group_size=2",
                        "update.mini_batch_size=2", "loss.kl_coef=0")
-    train(cfg, samples(4), digit_reward, model=fresh_model(tok), tokenizer=tok)
+    train(cfg, samples(4), symbol_reward, model=fresh_model(tok), tokenizer=tok)
     with pytest.raises(ConfigError, match="resume=true"):
-        train(cfg, samples(4), digit_reward, model=fresh_model(tok), tokenizer=tok)
+        train(cfg, samples(4), symbol_reward, model=fresh_model(tok), tokenizer=tok)
 
 
 def test_rollout_rows_and_dynamic_sampling(tok):
@@ -116,7 +116,7 @@ def test_rollout_rows_and_dynamic_sampling(tok):
     agent = AgentConfig(chunk_tokens=6, memory_tokens=2, answer_tokens=2, temperature=1.0)
     qs = load_samples(samples(3))
     qs[1] = type(qs[1])(qs[1].id, qs[1].question, qs[1].document + " more words here to add two chunks.", qs[1].answers)
-    batch = generate_rollouts(backend, agent, qs, [10, 11, 12], 4, digit_reward, seed=3)
+    batch = generate_rollouts(backend, agent, qs, [10, 11, 12], 4, symbol_reward, seed=3)
     counts = batch.conversations_per_sample()
     assert batch.num_samples == 12 and len(set(counts[:4].tolist() + counts[4:8].tolist())) == 2  # differing n_i
     for n in range(batch.num_rows):  # every row carries its sample's advantage and group

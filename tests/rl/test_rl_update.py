@@ -94,3 +94,20 @@ def test_two_process_gradient_equals_one_process(tmp_path):
             diff = max((got[k] - want[k]).abs().max().item() for k in want)
             print(f"1 vs 2 processes, {agg}, {strategy}: max abs grad diff {diff:.2e}")
             assert diff < 1e-12, (agg, strategy, diff)
+
+
+def test_response_logits_for_a_model_without_optional_arguments():
+    """An architecture whose forward lacks logits_to_keep/position_ids gets the same log-probs
+    when its positions are plain (no left padding)."""
+    model = tiny_model()
+
+    class Plain(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+    packed = pack_rows([[5, 6, 7]], [[1, 2]], pad_id=0)
+    assert torch.allclose(response_logits(Plain(model), packed), response_logits(model, packed), atol=1e-12)

@@ -63,14 +63,17 @@ def response_logits(model: nn.Module, packed: PackedRows) -> Tensor:
     """Logits predicting each response token: (B, R, V)."""
     r = packed.response_ids.shape[1]
     kwargs = dict(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                  position_ids=packed.position_ids, use_cache=False)
-    try:
-        logits = model(**kwargs, logits_to_keep=r + 1).logits
-    except TypeError as e:  # an architecture without `logits_to_keep`: compute all, keep the tail
-        if "logits_to_keep" not in str(e):
-            raise
-        logits = model(**kwargs).logits
-    return logits[:, -(r + 1) : -1]  # (B, R, V)
+                  position_ids=packed.position_ids, use_cache=False, logits_to_keep=r + 1)
+    while True:
+        try:
+            logits = model(**kwargs).logits
+            break
+        except TypeError as e:  # an architecture without one of the optional arguments: drop it
+            dropped = next((k for k in ("logits_to_keep", "use_cache", "position_ids") if k in kwargs and k in str(e)), None)
+            if dropped is None:
+                raise
+            del kwargs[dropped]
+    return logits[:, -(r + 1) : -1]  # (B, R, V) (all positions were computed when logits_to_keep was dropped)
 
 
 def micro_batches(n_rows: int, micro_batch_size: int, info: DistInfo) -> list[list[int]]:

@@ -290,8 +290,10 @@ def train(
         ("boxed": the paper's verifier).
     model, tokenizer: an in-memory Hugging Face causal LM and its tokenizer; default loaded from
         `config.model`. The model is trained in place (and returned in the result).
-    callback: called as callback(step, metrics) after every step; returning False stops the run
-        (a checkpoint is written at that step, so `resume=true` continues it).
+    callback: called as callback(step, metrics) after every step (on every rank: it must answer
+        the same on all); returning False stops the run (a checkpoint is written at that step,
+        so `resume=true` continues it).
+    A fresh run seeds the global torch / random / NumPy generators from `config.seed` (+ rank).
     Returns a TrainResult; launch under `torchrun --nproc-per-node N` for data parallelism.
     """
     if dataset is None:
