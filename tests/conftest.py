@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
+from qa_fixtures import hotpot_file, hotpot_large_file, squad_file, tokenizer  # noqa: E402, F401  (data tests)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     try:
         from transformers.utils import logging as hf_logging
 
@@ -68,6 +69,116 @@ def tiny_model(
 
     path = build_tiny_model(out_dir, seed=seed)
     typer.echo(f"wrote a tiny model to {path}")
+
+
+# -- data and cost model ------------------------------------------------------------------------
+data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL).")
+app.add_typer(data_app, name="data")
+
+
+def _int_list(text: Optional[str], option: str) -> list[int]:
+    """Parse "50,100,200" (underscores allowed: 1_000)."""
+    if not text:
+        return []
+    try:
+        values = [int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
+    if not values or any(v <= 0 for v in values):
+        raise typer.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    return values
+
+
+@data_app.command("ruler-hqa")
+def data_ruler_hqa(
+    source: str = typer.Option(..., "--source", help="HotpotQA-format JSON (e.g. hotpot_dev_distractor_v1.json)."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    num_docs: Optional[str] = typer.Option(None, "--num-docs", help="Documents per sample, e.g. 50,100,200 (paper: 50 ... 25600)."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Or context tokens per sample, e.g. 7000,14000 (needs --tokenizer)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="HF id, local path or 'tiny'; lengths are counted in its tokens."),
+    samples: int = typer.Option(128, "--samples", help="Questions per length (paper test sets: 128)."),
+    seed: int = typer.Option(0, "--seed", help="Same seed, same file, byte for byte."),
+    filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Drop questions this model answers without context."),
+    filter_backend: str = typer.Option("transformers", "--filter-backend", help="Backend of --filter-model."),
+) -> None:
+    """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
+    from memagent.tasks.ruler_hqa import write_ruler_hqa
+
+    n = write_ruler_hqa(source, out, samples=samples, seed=seed, num_docs=_int_list(num_docs, "--num-docs"),
+                        tokens=_int_list(tokens, "--tokens"), tokenizer=tokenizer, filter_model=filter_model,
+                        filter_backend=filter_backend)
+    typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@data_app.command("ruler")
+def data_ruler(
+    task: str = typer.Option(..., "--task", help="niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_squad."),
+    tokens: str = typer.Option(..., "--tokens", help="Context tokens per sample, e.g. 8192,16384."),
+    tokenizer: str = typer.Option(..., "--tokenizer", help="HF id, local path or 'tiny'."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    samples: int = typer.Option(100, "--samples", help="Samples per length."),
+    seed: int = typer.Option(0, "--seed"),
+    haystack_file: Optional[str] = typer.Option(None, "--haystack-file", help="Text file for the essay haystack."),
+    haystack: Optional[str] = typer.Option(None, "--haystack", help="Override a niah task's haystack: noise | essay | needle."),
+    source: Optional[str] = typer.Option(None, "--source", help="qa_squad: SQuAD-format JSON."),
+) -> None:
+    """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
+    from memagent.tasks.ruler import write_ruler
+
+    n = write_ruler(task, out, tokens=_int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
+                    haystack_file=haystack_file, haystack=haystack, source=source)
+    typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@app.command()
+def flops(
+    model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="Context lengths (default 8K ... 4M, doubling)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of FLOPs against length."),
+) -> None:
+    """The paper's FLOP comparison of full attention and MemAgent."""
+    from rich.console import Console
+
+    from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
+
+    report = flops_report(model, _int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
+    if as_json:
+        typer.echo(report)
+    else:
+        Console().print(report)
+
+
+@app.command("eval")
+def eval_(
+    model: str = typer.Option(..., "--model", help="Hugging Face id, local directory, or served model name."),
+    data: str = typer.Option(..., "--data", help="Sample files from `memagent data`, comma-separated."),
+    out: Path = typer.Option(..., "--out", help="Directory for results.jsonl, table.md and plots (a rerun resumes)."),
+    methods: str = typer.Option("memagent,full-context,rag-bm25", "--methods", help="Any of memagent, full-context, rag-bm25."),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
+    chunk_tokens: int = typer.Option(5000, "--chunk-tokens", help="MemAgent: document tokens per memory call."),
+    memory_tokens: int = typer.Option(1024, "--memory-tokens", help="MemAgent: memory cap."),
+    answer_tokens: int = typer.Option(1024, "--answer-tokens", help="Max new tokens of every answer."),
+    query_tokens: int = typer.Option(1024, "--query-tokens", help="Budget of the question."),
+    batch_docs: int = typer.Option(16, "--batch-docs", help="Samples per batch (and per flush of results)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window (default: the model's)."),
+    passage_tokens: int = typer.Option(512, "--passage-tokens", help="rag-bm25 passage size."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples per data file."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers backend: auto | float32 | bfloat16 | float16"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer (HF id or path)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="One line per finished sample on stderr."),
+) -> None:
+    """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
+    options = dict(locals())
+    from memagent.eval.sweep import EvalOptions, run_eval
+
+    options["data"] = [d.strip() for d in data.split(",") if d.strip()]
+    options["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
+    options["out"] = str(out)
+    typer.echo(run_eval(EvalOptions(**options)))
 
 
 @app.command("train", context_settings={"help_option_names": ["-h", "--help"]})

@@ -6,6 +6,10 @@ from memagent.agent.prompts import TemplateError
 from memagent.agent.workflow import BudgetError
 from memagent.backends.base import BackendError
 from memagent.config import ConfigError
+from memagent.eval.baselines import EvalError
+from memagent.eval.flops import FlopsError
+from memagent.tasks.metrics import MetricError
+from memagent.tasks.schema import DataError
 
 
 class InputError(ValueError):
@@ -14,4 +18,5 @@ class InputError(ValueError):
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DocumentError, TemplateError, BudgetError, BackendError, ConfigError, InputError, FileNotFoundError,
+    DataError, MetricError, FlopsError, EvalError,
 )

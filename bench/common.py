@@ -1,0 +1,77 @@
+"""Shared helpers of the benchmarks: the machine description, result files, the tiny model."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WORK = RESULTS / "tmp"  # git-ignored scratch: models and generated documents
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return dict(cpu=cpu, cores=os.cpu_count(), ram_gb=round(psutil.virtual_memory().total / 2**30, 1),
+                python=platform.python_version(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_avg=os.getloadavg())
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    data = {"benchmark": name, "machine": machine(), **data}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    update_summary({k: v for k, v in data.get("headline", {}).items()})
+    print(f"wrote {path}")
+    return path
+
+
+def update_summary(headline: dict[str, Any]) -> None:
+    """Merge headline ratios into bench/results/summary.json (keys from the benchmark issue)."""
+    path = RESULTS / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary.update(headline)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def tiny_model(name: str = "tiny", **overrides: Any) -> Path:
+    """The project's tiny random model, built once into bench/results/tmp/NAME."""
+    from memagent.backends.tiny import build_tiny_model
+
+    path = WORK / name
+    if not (path / "config.json").exists():
+        build_tiny_model(path, seed=0, **overrides)
+    return path
+
+
+def filler_text(tokenizer: Any, n_tokens: int, seed: int = 0) -> str:
+    """Filler text of `n_tokens` tokens of `tokenizer` (the evaluation harness's own filler)."""
+    from memagent.eval.timing import filler_document
+
+    return filler_document(tokenizer, n_tokens)
+
+
+def table(rows: list[list[Any]], header: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(*header)
+    for r in rows:
+        t.add_row(*[f"{x:.4g}" if isinstance(x, float) else str(x) for x in r])
+    Console().print(t)

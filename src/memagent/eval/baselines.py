@@ -1,0 +1,115 @@
+"""The two baselines MemAgent is compared with, both in one prompt of the model's window.
+
+- full-context: the whole document in one prompt; a document longer than the window is cut in
+  the middle, keeping its first and last halves, as LongBench does. Departure: LongBench cuts
+  the whole prompt; here only the document is cut, so the instruction and question survive.
+- rag-bm25: the document split into passages of `passage_tokens` tokens, ranked against the
+  question with BM25 (`bm25s`), and the best passages that fit the same budget put back in
+  document order. Words of one character are kept (numbers like "item 4" matter in QA).
+
+Both stream the document through `memagent.agent.chunking.iter_chunks`, so a lazy
+multi-million-token sample is never held whole by full-context (rag-bm25 holds the passages,
+as any retriever's index does). Both ask for the answer in `\\boxed{}`, like MemAgent's final
+prompt; the prediction is the boxed content (no box: no answer), as in the reference evaluation.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from memagent.agent.chunking import DocumentSource, iter_chunks
+
+__all__ = ["BASELINE_TEMPLATE", "EvalError", "Prepared", "bm25_context", "context_budget", "middle_truncate",
+           "render_baseline"]
+
+BASELINE_TEMPLATE = """Read the text below and answer the question.
+
+<text>
+{context}
+</text>
+
+Question: {question}
+
+Answer the question and put the final answer in \\boxed{}."""
+
+_FIELDS = re.compile(r"\{(question|context)\}")
+
+
+class EvalError(ValueError):
+    """The evaluation cannot run as asked (window too small, unknown method, bad data)."""
+
+
+def render_baseline(question: str, context: str, template: str = BASELINE_TEMPLATE) -> str:
+    """Fill {question} and {context} in one pass (text inside the document is left alone)."""
+    values = {"question": question, "context": context}
+    return _FIELDS.sub(lambda m: values[m.group(1)], template)
+
+
+def context_budget(backend: Any, question: str, answer_tokens: int, window: int | None) -> int:
+    """Tokens left for the document once the template, question and answer are in the window."""
+    window = window or backend.max_window
+    if window is None:
+        raise EvalError("the backend does not say its context window; give --window N")
+    budget = window - answer_tokens - backend.prompt_length(render_baseline(question, ""))
+    if budget <= 0:
+        raise EvalError(f"a window of {window} tokens leaves no room for the document after the "
+                        f"prompt and {answer_tokens} answer tokens; raise --window or lower --answer-tokens")
+    return budget
+
+
+@dataclass
+class Prepared:
+    context: str  # what goes into the prompt
+    document_tokens: int  # tokens of the whole document
+    kept_tokens: int  # tokens of it in the prompt
+    note: str = ""  # "cut" / "retrieved k of n passages" / ""
+
+
+def middle_truncate(document: DocumentSource, tokenizer: Any, budget: int) -> Prepared:
+    """The document if it fits `budget` tokens, else its first budget//2 and last budget - budget//2
+    tokens decoded and joined (LongBench), reading the document as a stream."""
+    head: list[int] = []
+    tail: deque[int] = deque(maxlen=budget - budget // 2)
+    total = 0
+    whole: list[int] = []
+    for chunk in iter_chunks(document, tokenizer, max(1, budget)):
+        ids = chunk.token_ids  # [<= budget]
+        total += len(ids)
+        if total <= budget:
+            whole.extend(ids)
+        if len(head) < budget // 2:
+            head.extend(ids[: budget // 2 - len(head)])
+        tail.extend(ids)
+    if total <= budget:
+        return Prepared(tokenizer.decode(whole), total, total)
+    text = tokenizer.decode(head) + tokenizer.decode(list(tail))
+    return Prepared(text, total, len(head) + len(tail), "cut")
+
+
+def bm25_context(question: str, document: DocumentSource, tokenizer: Any, budget: int,
+                 passage_tokens: int = 512) -> Prepared:
+    """The best BM25 passages for `question` that fit `budget` tokens, in document order."""
+    import bm25s
+
+    passages = list(iter_chunks(document, tokenizer, passage_tokens))
+    total = sum(len(p.token_ids) for p in passages)
+    if total <= budget:
+        return Prepared("".join(p.text for p in passages), total, total)
+    pattern = r"(?u)\b\w+\b"
+    corpus = bm25s.tokenize([p.text for p in passages], stopwords="en", token_pattern=pattern, show_progress=False)
+    retriever = bm25s.BM25()
+    retriever.index(corpus, show_progress=False)
+    (query,) = bm25s.tokenize([question], stopwords="en", token_pattern=pattern, return_ids=False,
+                              show_progress=False)
+    scores = retriever.get_scores(query) if query else [0.0] * len(passages)
+    chosen, used = [], 0
+    for i in sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i)):
+        n = len(passages[i].token_ids)
+        if used + n <= budget:
+            chosen.append(i)
+            used += n
+    chosen.sort()
+    text = "\n\n".join(passages[i].text for i in chosen)
+    return Prepared(text, total, used, f"retrieved {len(chosen)} of {len(passages)} passages")

@@ -1,0 +1,171 @@
+"""RULER-HotpotQA: HotpotQA questions hidden among many Wikipedia paragraphs (paper, "Data").
+
+For each chosen question, its own 10 paragraphs (2 gold + 8 distractors) plus paragraphs of
+other questions up to a target, shuffled with the seed, each written "Document i:\\n{title}\\n
+{text}". Targets are numbers of documents (the paper's test sets: 50, 100, 200, ... 25600, which
+is about 7K ... 3.5M tokens) or token counts under a named tokenizer. The same questions are
+used at every length, so the columns of a results table compare like with like.
+
+Samples of `lazy_threshold` (10,000) documents or more store the paragraph indices and the
+source file's path and hash instead of the text; `memagent.tasks.schema.sample_document`
+expands them as a stream of "Document i" blocks at evaluation time.
+
+Training data filters out questions the model answers without any context
+(`answered_without_context`, e.g. `memagent.tasks.ruler_hqa.closed_book_filter`); the filter is
+asked in batches, in a seeded order, until enough questions survive.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterator, Sequence
+
+from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
+from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
+from memagent.tasks.schema import LAZY_DOC_THRESHOLD, DataError
+
+__all__ = ["closed_book_filter", "load_hotpotqa", "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
+
+# A filter gets a batch of entries and says, for each, whether the model answered it correctly
+# with no context (such questions are dropped).
+NoContextFilter = Callable[[Sequence[QAEntry]], Sequence[bool]]
+
+
+def select_entries(
+    corpus: ParagraphCorpus, samples: int, seed: int,
+    answered_without_context: NoContextFilter | None = None, batch_size: int = 64,
+) -> list[QAEntry]:
+    """`samples` questions in a seeded order, skipping those the filter says need no context."""
+    if samples <= 0:
+        raise DataError(f"--samples must be positive, got {samples}")
+    order = list(corpus.entries)
+    random.Random(f"select:{seed}").shuffle(order)
+    if answered_without_context is None:
+        if samples > len(order):
+            raise DataError(f"asked for {samples} samples but {corpus.source} holds only {len(order)} questions")
+        return order[:samples]
+    kept: list[QAEntry] = []
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        verdicts = list(answered_without_context(batch))
+        if len(verdicts) != len(batch):
+            raise DataError(f"the no-context filter returned {len(verdicts)} verdicts for {len(batch)} questions")
+        kept.extend(e for e, answered in zip(batch, verdicts) if not answered)
+        if len(kept) >= samples:
+            return kept[:samples]
+    raise DataError(
+        f"only {len(kept)} of {len(order)} questions in {corpus.source} need their context; "
+        f"asked for {samples}"
+    )
+
+
+def synthesize_ruler_hqa(
+    corpus: ParagraphCorpus,
+    *,
+    samples: int,
+    seed: int,
+    num_docs: Sequence[int] = (),
+    tokens: Sequence[int] = (),
+    tokenizer: Any = None,
+    tokenizer_name: str | None = None,
+    answered_without_context: NoContextFilter | None = None,
+    lazy_threshold: int = LAZY_DOC_THRESHOLD,
+) -> Iterator[dict]:
+    """Yield RULER-HotpotQA samples, all of the first length, then the next, ...
+
+    Give exactly one of `num_docs` (documents per sample) or `tokens` (context tokens per
+    sample, which needs `tokenizer`). With `num_docs` and a tokenizer the token count of each
+    sample is recorded too. Same corpus, arguments and seed give identical samples.
+    """
+    if bool(num_docs) == bool(tokens):
+        raise DataError("give exactly one of num_docs (e.g. 50,100,200) or tokens (e.g. 7000,14000)")
+    if tokens and tokenizer is None:
+        raise DataError("token targets need a tokenizer (--tokenizer NAME)")
+    for value in (*num_docs, *tokens):
+        if value <= 0:
+            raise DataError(f"lengths must be positive, got {value}")
+    unit, lengths = ("docs", list(num_docs)) if num_docs else ("tokens", list(tokens))
+    entries = select_entries(corpus, samples, seed, answered_without_context)
+    token_cache: dict[int, int] = {}
+    for length in lengths:
+        for k, entry in enumerate(entries):
+            rng = random.Random(f"ruler_hqa:{seed}:{unit}:{length}:{entry.source_id}:{k}")
+            if unit == "docs":
+                lazy = length >= lazy_threshold
+                plan = plan_by_docs(entry, corpus.paragraphs, length, rng, tokenizer, lazy=lazy)
+            else:
+                plan = plan_by_tokens(entry, corpus.paragraphs, length, tokenizer, rng, lazy_threshold, token_cache)
+                lazy = len(plan.doc_ids) >= lazy_threshold
+            sample = {
+                "id": f"ruler_hqa-{unit}{length}-{k:04d}",
+                "task": "ruler_hqa",
+                "question": entry.question,
+                "answers": list(entry.answers),
+                "metric": "sub_em",
+                "length": length,
+                "length_unit": unit,
+                "num_docs": len(plan.doc_ids),
+                "num_tokens": plan.num_tokens,
+                "tokens_exact": plan.num_tokens is not None and not lazy,
+                "tokenizer": tokenizer_name if tokenizer is not None else None,
+                "source_id": entry.source_id,
+                "gold_docs": plan.gold_positions,
+            }
+            if lazy:
+                if corpus.sha256 is None:
+                    raise DataError(f"samples of {length} documents are stored lazily and need a local source file, "
+                                    f"not {corpus.source}; save the dataset as JSON first")
+                sample["lazy"] = {"kind": "paragraphs", "format": corpus.format, "source": corpus.source,
+                                  "sha256": corpus.sha256, "doc_ids": plan.doc_ids}
+            else:
+                sample["context"] = render_documents([corpus.paragraphs[i] for i in plan.doc_ids])
+            yield sample
+
+
+CLOSED_BOOK_PROMPT = (
+    "Answer the question with a short phrase, from your own knowledge. "
+    "Put the final answer in \\boxed{{}}.\n\nQuestion: {question}"
+)
+
+
+def closed_book_filter(backend: Any, max_new_tokens: int = 64) -> NoContextFilter:
+    """A no-context filter asking `backend` (any `memagent.backends.base.Backend`) each question
+    with no documents, greedily; a question counts as answered when the boxed answer (or the
+    whole reply, without a box) scores `sub_em` > 0 against the gold answers."""
+    from memagent.backends.base import SamplingParams
+    from memagent.tasks.metrics import extract_boxed, sub_em
+
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+
+    def answered(batch: Sequence[QAEntry]) -> list[bool]:
+        replies = backend.generate([CLOSED_BOOK_PROMPT.format(question=e.question) for e in batch], params)
+        verdicts = []
+        for entry, reply in zip(batch, replies):
+            answer = extract_boxed(reply.text)
+            verdicts.append(sub_em(reply.text if answer is None else answer, entry.answers) > 0)
+        return verdicts
+
+    return answered
+
+
+def write_ruler_hqa(
+    source: str, out: str, *, samples: int, seed: int, num_docs: Sequence[int] = (), tokens: Sequence[int] = (),
+    tokenizer: str | None = None, filter_model: str | None = None, filter_backend: str = "transformers",
+) -> int:
+    """`memagent data ruler-hqa`: read the source, synthesize, write JSONL; returns the sample count.
+
+    tokenizer: a tokenizer name (HF id, local path, or "tiny"), needed for token targets and
+    optional with document counts (the samples then record their token counts).
+    filter_model: drop questions this model answers with no context (`closed_book_filter`).
+    """
+    from memagent.tasks.schema import load_tokenizer, write_samples
+
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+    answered = None
+    if filter_model:
+        from memagent.backends import load_backend
+
+        answered = closed_book_filter(load_backend(filter_backend, filter_model))
+    corpus = load_hotpotqa(source)
+    return write_samples(synthesize_ruler_hqa(corpus, samples=samples, seed=seed, num_docs=num_docs, tokens=tokens,
+                                              tokenizer=tok, tokenizer_name=tokenizer,
+                                              answered_without_context=answered), out)

@@ -1,0 +1,192 @@
+"""The common sample record of every synthetic task, its JSONL files, and token counting.
+
+One sample is one JSON object on one line:
+
+    id        str        unique within the file, e.g. "ruler_hqa-docs50-0003"
+    task      str        "ruler_hqa", "niah_single_1", "vt", ... (see `memagent.tasks.ruler.TASKS`)
+    question  str        the problem put to the model
+    answers   list[str]  gold answers (alternatives for QA; all required values for RULER tasks)
+    metric    str        the score the task is judged by (a `memagent.tasks.metrics.METRICS` name)
+    length    int        the target the sample was built for (a column of the results table) ...
+    length_unit str      ... in "docs" (number of documents) or "tokens" (under `tokenizer`)
+    num_docs  int        number of documents in the context (document tasks only)
+    num_tokens int|None  token count of the context under `tokenizer` (None when not measured)
+    tokenizer str|None   the tokenizer name the lengths were measured with
+    context   str        the document text, OR, for very long samples, instead:
+    lazy      dict       {"kind": "paragraphs", "format": "hotpotqa", "source": path,
+                          "sha256": ..., "doc_ids": [...]}
+                         the document is rebuilt as a stream of text blocks from the source file
+                         (`sample_document`), so a multi-million-token sample is never held whole
+
+Extra fields a task adds (gold document positions, the needles, ...) ride along unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+__all__ = [
+    "DataError",
+    "LAZY_DOC_THRESHOLD",
+    "ParagraphCache",
+    "count_tokens",
+    "file_sha256",
+    "load_tokenizer",
+    "read_samples",
+    "sample_document",
+    "write_samples",
+]
+
+LAZY_DOC_THRESHOLD = 10_000  # samples with this many documents or more are stored lazily
+
+
+class DataError(ValueError):
+    """Input data is malformed or cannot make the requested sample; the message names the entry."""
+
+
+def load_tokenizer(name: str) -> Any:
+    """A Hugging Face tokenizer by hub id or local path; "tiny" is the project's tiny tokenizer."""
+    if name == "tiny":
+        from memagent.backends.tiny import build_tokenizer
+
+        return build_tokenizer()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise DataError(
+            f"cannot load tokenizer {name!r} ({exc}); give a Hugging Face id reachable from here "
+            "or a local directory holding tokenizer files, or 'tiny'"
+        ) from exc
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """Number of tokens of `text` under `tokenizer`, without special tokens.
+
+    Uses the Rust tokenizer directly when there is one (no length warnings, no Python lists of
+    special-token handling); otherwise `tokenizer.encode`.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return len(backend.encode(text, add_special_tokens=False).ids)
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_samples(samples: Iterable[dict], path: str | Path) -> int:
+    """Write samples as JSONL (UTF-8, keys in insertion order), atomically; returns the count.
+
+    Same samples give byte-identical files. `-` writes to stdout.
+    """
+    if str(path) == "-":
+        import sys
+
+        n = 0
+        for sample in samples:
+            sys.stdout.write(json.dumps(sample, ensure_ascii=False) + "\n")
+            n += 1
+        return n
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        for sample in samples:
+            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+_REQUIRED = ("id", "question", "answers", "task")
+
+
+def read_samples(path: str | Path) -> Iterator[dict]:
+    """Read and check samples from a JSONL file, one at a time; errors name the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                sample = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
+            missing = [k for k in _REQUIRED if k not in sample]
+            if missing:
+                raise DataError(f"{path}:{lineno}: sample lacks {', '.join(missing)}")
+            if "context" not in sample and "lazy" not in sample:
+                raise DataError(f"{path}:{lineno}: sample {sample['id']!r} has neither 'context' nor 'lazy'")
+            if not isinstance(sample["answers"], list) or not sample["answers"]:
+                raise DataError(f"{path}:{lineno}: sample {sample['id']!r}: 'answers' must be a non-empty list")
+            yield sample
+
+
+def sample_document(
+    sample: dict, paragraphs: Callable[[str, str, str], list[str]] | None = None
+) -> str | Iterator[str]:
+    """The document of a sample: its `context` string, or a lazy stream of text blocks.
+
+    A lazy sample's blocks are "Document i:\\n{paragraph}" joined by blank lines, exactly the
+    text an eager sample of the same documents holds (concatenate the blocks to get it).
+    `paragraphs(format, source, sha256)` returns the paragraph table of a source file; pass a caching
+    one (`ParagraphCache`) when expanding many samples of the same file.
+    """
+    if "context" in sample:
+        return sample["context"]
+    lazy = sample.get("lazy")
+    if not isinstance(lazy, dict) or lazy.get("kind") != "paragraphs":
+        raise DataError(f"sample {sample.get('id')!r} has no context and no lazy paragraph list")
+    if paragraphs is None:
+        paragraphs = ParagraphCache()
+    table = paragraphs(lazy.get("format", "hotpotqa"), lazy["source"], lazy["sha256"])
+    return _stream_documents(table, lazy["doc_ids"], sample.get("id"))
+
+
+def _stream_documents(table: list[str], doc_ids: list[int], sample_id: Any) -> Iterator[str]:
+    from memagent.tasks.documents import document_block
+
+    for position, doc_id in enumerate(doc_ids):
+        if not 0 <= doc_id < len(table):
+            raise DataError(f"sample {sample_id!r}: paragraph index {doc_id} outside the source's {len(table)}")
+        block = document_block(position + 1, table[doc_id])
+        yield block if position == 0 else "\n\n" + block
+
+
+class ParagraphCache:
+    """Loads each source's paragraph table once and checks it is the file the samples were built from."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, str], list[str]] = {}
+
+    def __call__(self, format: str, source: str, sha256: str) -> list[str]:
+        key = (source, sha256)
+        if key not in self._tables:
+            from memagent.tasks.corpora import LOADERS
+
+            if format not in LOADERS:
+                raise DataError(f"lazy sample of unknown source format {format!r}; known: {', '.join(LOADERS)}")
+
+            if not Path(source).is_file():
+                raise DataError(f"lazy sample source {source} is missing; samples must be expanded with their source file")
+            actual = file_sha256(source)
+            if actual != sha256:
+                raise DataError(
+                    f"lazy sample source {source} changed since the samples were written "
+                    f"(sha256 {actual[:12]} != {sha256[:12]}); regenerate the samples"
+                )
+            self._tables[key] = LOADERS[format](source).paragraphs
+        return self._tables[key]
