@@ -169,3 +169,19 @@ def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
     metrics = trainer.update(batch, parts)
     assert metrics["optimizer_steps"] == sum(1 for p in parts if p)
     trainer.metrics.close()
+
+
+def test_samples_from_records_and_clear_errors():
+    from memagent.errors import InputError
+    from memagent.rl.rollout import QASample, load_samples
+
+    s = load_samples([{"id": 1, "question": "q?", "context": "text", "answers": "a"},
+                      {"question": "q2?", "document": (b for b in ["x", "y"]), "answers": ["b", "c"]}])
+    assert s[0] == QASample("1", "q?", "text", ("a",))
+    assert s[1].document == ("x", "y") and s[1].answers == ("b", "c")  # an iterator is read once, kept
+    with pytest.raises(InputError, match="sample 0: missing field.s. answers, document"):
+        load_samples([{"question": "q"}])
+    with pytest.raises(InputError, match="'answers' is empty"):
+        load_samples([{"question": "q", "context": "c", "answers": []}])
+    with pytest.raises(InputError, match="empty"):
+        load_samples([])

@@ -75,12 +75,17 @@ class QASample:
         """From {id, question, answers, document | context}; a clear InputError when a field is wrong."""
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
-        missing = [k for k in ("question", "answers") if k not in rec]
-        if missing or ("document" not in rec and "context" not in rec):
-            missing += [] if ("document" in rec or "context" in rec) else ["document (or context)"]
+        has_doc = any(k in rec for k in ("document", "context", "lazy"))
+        missing = [k for k in ("question", "answers") if k not in rec] + ([] if has_doc else ["document (or context)"])
+        if missing:
             raise InputError(f"{where}: missing field(s) {', '.join(missing)}; each sample needs "
                              "id, question, answers (list of str) and document (str or list of str)")
-        doc = rec.get("document", rec.get("context"))
+        if "document" in rec or "context" in rec:
+            doc = rec.get("document", rec.get("context"))
+        else:  # a data-helper sample stored lazily (memagent.tasks.schema): rebuilt as its text blocks
+            from memagent.tasks.schema import sample_document
+
+            doc = sample_document(rec)
         if not isinstance(doc, str):
             doc = tuple(str(block) for block in doc)  # iterables are materialised: G rollouts re-read it
         answers = rec["answers"]
