@@ -200,6 +200,8 @@ class Trainer:
         if cfg.update.old_logprobs == "rollout" and batch.rollout_logprobs is not None:
             old = [torch.tensor(lp, dtype=torch.float64) for lp in batch.rollout_logprobs]
         else:
+            if cfg.update.old_logprobs == "rollout":
+                log.warning("the rollout backend gave no log-probs: recomputing them with the policy")
             old = rows_logprobs(self.model, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
                                 micro_batch_size=mu, info=info, temperature=self.loss.temperature)
         ref = None
