@@ -181,6 +181,22 @@ def eval_(
     typer.echo(run_eval(EvalOptions(**options)))
 
 
+@app.command("train", context_settings={"help_option_names": ["-h", "--help"]})
+def train_cmd(
+    config: Path = typer.Argument(..., help="YAML file of TrainConfig fields (see memagent.rl.config)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
+) -> None:
+    """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
+    from memagent.rl.config import load_config
+    from memagent.rl.trainer import train
+
+    cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else []))
+    result = train(cfg)
+    if result.checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")
+
+
 def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
     _quiet_libraries()

@@ -1,0 +1,274 @@
+"""Training checkpoints without pickle, written atomically.
+
+Layout of `<out_dir>/checkpoints/step_000010/`:
+    model/                    save_pretrained (safetensors) + tokenizer: loadable by transformers and vLLM
+    optimizer.safetensors     optimiser state tensors, keyed "<param fqn>/<name>"
+    optimizer.json            the optimiser's param groups and non-tensor state
+    trainer_state.json        step, data position, scheduler state, anything else JSON-able
+    rng_rank<r>.safetensors   torch CPU (and CUDA) generator states of rank r
+    rng_rank<r>.json          Python `random` and NumPy generator states of rank r
+    config.json               the TrainConfig of the run (when given)
+
+Atomicity: everything is written into `step_000010.tmp`, each file fsync'ed, then the directory is
+renamed to `step_000010` and its parent fsync'ed. A run killed while saving leaves a `.tmp`
+directory that `latest_checkpoint` ignores (and the next save removes), so the previous
+checkpoint stays the latest. Loading uses safetensors and json only (nothing is unpickled).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from memagent.config import ConfigError
+from memagent.rl.distributed import DistInfo, barrier
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, incomplete or does not fit the run; the message says what to do.
+
+    A ConfigError, so the CLI reports it as one line (resuming is a configuration choice).
+    """
+
+
+def checkpoint_dir(root: str | Path, step: int) -> Path:
+    return Path(root) / f"step_{step:06d}"
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoints under `root`, oldest first (temporary directories are ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found) if (p / "trainer_state.json").is_file()]
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    ckpts = list_checkpoints(root)
+    return ckpts[-1] if ckpts else None
+
+
+# -- low-level writers --------------------------------------------------------------------------
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=1) + "\n")
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """This process's generator states: tensors (torch) and JSON-able values (random, NumPy)."""
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = s
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    meta = {
+        "python": [version, list(state), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+    return tensors, meta
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["torch_cpu"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, state, gauss = meta["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """The full optimiser state keyed by parameter name: (tensors, JSON-able rest). Collective under FSDP."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    osd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for fqn, entry in osd.get("state", {}).items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{fqn}/{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(fqn, {})[key] = value
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in osd.get("param_groups", [])]
+    return tensors, {"param_groups": groups, "scalars": scalars}
+
+
+def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    tensors = load_file(ckpt / "optimizer.safetensors")
+    meta = json.loads((ckpt / "optimizer.json").read_text())
+    state: dict[str, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        fqn, _, name = key.rpartition("/")
+        state.setdefault(fqn, {})[name] = value
+    for fqn, extra in meta["scalars"].items():
+        state.setdefault(fqn, {}).update(extra)
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
+                             options=StateDictOptions(full_state_dict=True))
+
+
+# -- save / load ----------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    info: DistInfo,
+    *,
+    model: nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer | None,
+    scheduler: Any | None,
+    trainer_state: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    keep_last: int = 0,
+) -> Path:
+    """Write checkpoint `step` under `root` atomically; every rank must call this (collectives).
+
+    model: the trained model as wrapped for training (DDP, FSDP2 or plain).
+    keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
+    """
+    from memagent.rl.distributed import full_state_dict, unwrap
+
+    root = Path(root)
+    final = checkpoint_dir(root, step)
+    tmp = final.with_name(final.name + ".tmp")
+    if info.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob("step_*.tmp"):  # left by a run killed while saving
+            shutil.rmtree(stale)
+        tmp.mkdir()
+    barrier(info)
+    weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0
+    opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
+    written: list[Path] = []
+    rng_tensors, rng_meta = rng_state()
+    save_file(rng_tensors, tmp / f"rng_rank{info.rank}.safetensors")
+    _write_json(tmp / f"rng_rank{info.rank}.json", rng_meta)
+    written += [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json"]
+    if info.is_main:
+        plain = unwrap(model)
+        plain.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        written += [p for p in (tmp / "model").iterdir() if p.is_file()]
+        if optimizer is not None:
+            save_file(opt_tensors, tmp / "optimizer.safetensors")
+            _write_json(tmp / "optimizer.json", opt_meta)
+            written += [tmp / "optimizer.safetensors", tmp / "optimizer.json"]
+        state = dict(trainer_state, step=step, world_size=info.world_size,
+                     scheduler=scheduler.state_dict() if scheduler is not None else None)
+        if config is not None:
+            _write_json(tmp / "config.json", config)
+            written.append(tmp / "config.json")
+        _write_json(tmp / "trainer_state.json", state)  # written last: marks the directory complete
+        written.append(tmp / "trainer_state.json")
+    for p in written:
+        _fsync_file(p)
+    barrier(info)
+    if info.is_main:
+        _fsync_dir(tmp / "model")
+        _fsync_dir(tmp)
+        if final.exists():  # re-saving the same step (e.g. a resumed run ending where it began)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        if keep_last:
+            for old in list_checkpoints(root)[:-keep_last]:
+                shutil.rmtree(old)
+    barrier(info)
+    return final
+
+
+def load_model_weights(model: nn.Module, model_dir: Path) -> None:
+    """Load a save_pretrained directory's safetensors into an existing (unwrapped) model.
+
+    Missing keys are allowed only for tied parameters (e.g. lm_head tied to the embeddings).
+    """
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no *.safetensors in {model_dir}; is it a save_pretrained directory?")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    result = model.load_state_dict(state, strict=False)
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    tied = {n for names in by_id.values() if len(names) > 1 for n in names}
+    missing = [k for k in result.missing_keys if k not in tied]
+    if missing or result.unexpected_keys:
+        raise CheckpointError(f"{model_dir} does not match the model: missing {missing[:5]}, "
+                              f"unexpected {result.unexpected_keys[:5]}")
+
+
+def load_checkpoint(
+    ckpt: Path,
+    info: DistInfo,
+    *,
+    model: nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Restore optimiser, scheduler and this rank's RNG from `ckpt`; returns trainer_state.json.
+
+    The weights are not touched here: build the model from `ckpt/model` (from_pretrained) or call
+    `load_model_weights`. model: the model as wrapped for training (DDP/FSDP2/plain), needed with
+    `optimizer` to map the saved parameter names; create the optimiser after wrapping.
+    """
+    ckpt = Path(ckpt)
+    state_file = ckpt / "trainer_state.json"
+    if not state_file.is_file():
+        raise CheckpointError(f"{ckpt} is not a complete checkpoint (no trainer_state.json); "
+                              "resume from an earlier step_* directory")
+    state = json.loads(state_file.read_text())
+    if restore_rng and state.get("world_size", 1) != info.world_size:
+        raise CheckpointError(f"{ckpt} was written by {state.get('world_size')} process(es); resume it with "
+                              f"the same --nproc-per-node (got {info.world_size})")
+    if optimizer is not None:
+        if model is None:
+            raise CheckpointError("loading optimizer state needs the model it optimises")
+        load_optimizer_state(model, optimizer, ckpt)
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    if restore_rng:
+        tensors = load_file(ckpt / f"rng_rank{info.rank}.safetensors")
+        meta = json.loads((ckpt / f"rng_rank{info.rank}.json").read_text())
+        set_rng_state(tensors, meta)
+    return state

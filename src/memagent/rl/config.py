@@ -1,0 +1,279 @@
+"""Configuration of Multi-Conv DAPO training: one `TrainConfig` with nested sections.
+
+Defaults follow the paper (PAPER.md, "Multi-Conv DAPO"); each field is documented once, where it
+is defined. `load_config(path, overrides)` reads YAML and applies `key=value` overrides (dotted
+keys for nested fields, e.g. `loss.clip_high=0.2`); unknown keys are errors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memagent.config import AgentConfig, ConfigError
+from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
+
+
+@dataclass
+class RolloutConfig:
+    """How a rollout batch is sampled (the workflow itself is configured by `TrainConfig.agent`)."""
+
+    batch_size: int = 128  # B questions per rollout batch (paper: 128 for 7B, 256 for 14B)
+    group_size: int = 16  # G rollouts per question (paper: 16); advantages need G >= 2
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more
+    max_sampling_rounds: int = 3  # with dynamic sampling: rounds of B questions before training on fewer
+    engine: str = "policy"  # "policy": generate with the trained model itself; "vllm": a vLLM engine
+    reward: str = "boxed"  # reward function by name (see memagent.rl.rollout.REWARDS)
+    max_batch_size: int = 64  # prompts per generate() call of the policy backend (memory bound)
+
+    def __post_init__(self) -> None:
+        _positive(self, "batch_size", "max_sampling_rounds", "max_batch_size")
+        if self.group_size < 2:
+            raise ConfigError(f"rollout.group_size must be >= 2 (advantages compare rollouts of one question), "
+                              f"got {self.group_size}; the paper uses 16")
+        if self.engine not in ("policy", "vllm"):
+            raise ConfigError(f"rollout.engine must be 'policy' or 'vllm', got {self.engine!r}")
+
+
+@dataclass
+class LossConfig:
+    """The Multi-Conv DAPO objective (memagent.rl.algos.policy_loss and kl_penalty)."""
+
+    clip_low: float = 0.2  # eps_low of the clipped ratio (DAPO)
+    clip_high: float = 0.28  # eps_high, DAPO's clip-higher (the paper's reference run used 0.2)
+    clip_c: float = 3.0  # dual-clip bound for negative advantages
+    agg: str = "token-mean"  # aggregation mode (paper: token mean over the whole mini-batch)
+    horizon: int | None = None  # constant of seq-mean-token-sum-norm; default: max(memory, answer) tokens
+    kl_coef: float = 1e-3  # beta of the KL-to-reference term; 0 skips it and loads no reference
+    kl_kind: str = "k3"  # KL estimator (paper: k3, low variance)
+    norm_by_std: bool = False  # divide advantages by the group std (GRPO); paper: no (Dr. GRPO)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clip_low < 1:
+            raise ConfigError(f"loss.clip_low must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < self.clip_low:
+            raise ConfigError(f"loss.clip_high ({self.clip_high}) must be >= loss.clip_low ({self.clip_low}); "
+                              "clip-higher widens the upper bound (paper: 0.2 / 0.28)")
+        if self.clip_c <= 1:
+            raise ConfigError(f"loss.clip_c must be > 1 (dual clip bounds ratios above 1), got {self.clip_c}")
+        if self.agg not in AGG_MODES:
+            raise ConfigError(f"loss.agg {self.agg!r} is unknown; choose one of: {', '.join(AGG_MODES)}")
+        if self.kl_kind not in KL_ESTIMATORS:
+            raise ConfigError(f"loss.kl_kind {self.kl_kind!r} is unknown; choose one of: {', '.join(KL_ESTIMATORS)}")
+        if self.kl_coef < 0:
+            raise ConfigError(f"loss.kl_coef must be >= 0 (0 disables the KL term), got {self.kl_coef}")
+        if self.horizon is not None and self.horizon <= 0:
+            raise ConfigError(f"loss.horizon must be positive, got {self.horizon}")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then a constant learning rate (paper's setting)."""
+
+    lr: float = 1e-6  # peak (constant) learning rate
+    warmup_steps: int = 20  # optimiser steps of linear warm-up from lr / warmup_steps to lr
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr must be positive, got {self.lr}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ConfigError("optim.warmup_steps, optim.weight_decay and optim.grad_clip must be >= 0")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ConfigError(f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
+
+
+@dataclass
+class UpdateConfig:
+    """How one rollout batch becomes optimiser steps."""
+
+    mini_batch_size: int = 8  # questions (x G rollouts, all their conversations) per optimiser step;
+    #   paper: 16 mini-batches per rollout batch of 128
+    epochs: int = 1  # mu: passes over the rollout batch
+    micro_batch_size: int = 8  # conversation rows per forward/backward (memory bound, not the math)
+    old_logprobs: str = "recompute"  # "recompute" with the policy before the update, or "rollout"
+    #   (the sampling-time log-probs; exact only when rollout and training numerics agree)
+
+    def __post_init__(self) -> None:
+        _positive(self, "mini_batch_size", "epochs", "micro_batch_size")
+        if self.old_logprobs not in ("recompute", "rollout"):
+            raise ConfigError(f"update.old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; `model` and `data` may be given through the Python API instead."""
+
+    model: str = ""  # policy: a local save_pretrained directory or a Hugging Face id
+    data: str = ""  # JSONL of samples {id, question, answers, context} (for the CLI)
+    out_dir: str = "runs/train"  # checkpoints, metrics.jsonl, config.json
+    seed: int = 0  # one seed for data order, rollouts and dropout
+    total_steps: int = 100  # rollout batches to train on
+    save_every: int = 50  # checkpoint every N steps (and always at the end); 0 = only at the end
+    keep_last: int = 2  # checkpoints kept on disk (oldest deleted first); 0 = keep all
+    resume: bool = False  # continue from the latest checkpoint in out_dir
+    dtype: str = "auto"  # parameters: auto (bf16 on a GPU that has it, else fp32), float32, bfloat16
+    device: str = "auto"  # auto, cpu, cuda (with torchrun, each rank uses cuda:LOCAL_RANK)
+    strategy: str = "ddp"  # with torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2 fully_shard)
+    tensorboard: bool = False  # also write TensorBoard scalars under out_dir/tb (needs tensorboard)
+    progress: bool = True  # rich progress bar on stderr
+    agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=1.0))  # rollout workflow
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+
+    def __post_init__(self) -> None:
+        _positive(self, "total_steps")
+        if self.save_every < 0 or self.keep_last < 0:
+            raise ConfigError("save_every and keep_last must be >= 0")
+        if self.rollout.batch_size % self.update.mini_batch_size:
+            raise ConfigError(
+                f"update.mini_batch_size ({self.update.mini_batch_size}) must divide rollout.batch_size "
+                f"({self.rollout.batch_size}); e.g. set update.mini_batch_size="
+                f"{_largest_divisor(self.rollout.batch_size, self.update.mini_batch_size)}")
+        if self.agent.temperature <= 0:
+            raise ConfigError("agent.temperature must be > 0 for rollouts (0 is greedy: every rollout of a "
+                              "group would be the same); the paper samples at 1.0")
+        if self.strategy not in ("ddp", "fsdp"):
+            raise ConfigError(f"strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+
+    @property
+    def num_mini_batches(self) -> int:
+        return self.rollout.batch_size // self.update.mini_batch_size
+
+    @property
+    def horizon(self) -> int:
+        """The constant of `seq-mean-token-sum-norm`: loss.horizon or the longest possible response."""
+        return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, JSON-able dict of a (nested) config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested dict; unknown keys and wrong types are ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(prefix + k for k in unknown)}; valid keys"
+                          f"{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        f = fields[name]
+        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and f.default_factory is not dataclasses.MISSING:
+            value = _deep_merge(config_to_dict(f.default_factory()), value)  # keep the section's own defaults
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{prefix or 'config'}: {e}") from None
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value):
+            return value
+        return config_from_dict(tp, value, key + ".")
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key) if len(inner) == 1 else value
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+                return value.lower() in ("true", "yes", "1")
+            raise ValueError
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)  # also "1e-6", which YAML 1.1 reads as a string
+        if tp is str:
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except ValueError:
+        raise ConfigError(f"{key} must be {tp.__name__}, got {value!r}") from None
+    return value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """['loss.clip_high=0.2', 'seed=3'] -> {'loss': {'clip_high': 0.2}, 'seed': 3} (YAML-typed values)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier override of {p}")
+        node[parts[-1]] = value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in new.items():
+        merged[k] = _deep_merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; pass a YAML file of TrainConfig fields")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+    data = _deep_merge(data, parse_overrides(overrides or []))
+    return config_from_dict(TrainConfig, data)
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n")

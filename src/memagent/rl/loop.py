@@ -1,0 +1,131 @@
+"""The parts of a training loop that are not the algorithm, shared by RL and supervised warm-up:
+data order, optimiser + schedule, seeds, metrics files, progress bar."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from memagent.rl.config import OptimConfig
+from memagent.rl.distributed import DistInfo
+
+
+class DataStream:
+    """Dataset indices in a seeded random order, one permutation per epoch, resumable by position.
+
+    position: how many indices were handed out so far (over all epochs); saved in checkpoints.
+    """
+
+    def __init__(self, size: int, seed: int, position: int = 0) -> None:
+        if size <= 0:
+            raise ValueError("the dataset is empty")
+        self.size, self.seed, self.position = size, seed, position
+        self._epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.size, generator=g)
+        return self._perm
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.position, self.size)
+            out.append(int(self._order(epoch)[i]))
+            self.position += 1
+        return out
+
+    @property
+    def epoch(self) -> int:
+        return self.position // self.size
+
+
+def step_seed(seed: int, step: int, round_: int, rank: int) -> int:
+    """The sampling seed of one rollout round: distinct per run seed, step, round and rank."""
+    return (seed * 1_000_000_007 + step * 100_003 + round_ * 1_009 + rank) % (2**31 - 1)
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and a linear warm-up, then constant, schedule.
+
+    The learning rate of optimiser step s (0-based) is lr * min(1, (s + 1) / warmup_steps).
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                            weight_decay=cfg.weight_decay)
+    warm = cfg.warmup_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    return opt, sched
+
+
+class MetricsLog:
+    """metrics.jsonl (one record a step) and optional TensorBoard scalars, written by rank 0.
+
+    resume_step: records of later steps (written before a crash, after the checkpoint resumed
+    from) are dropped, so the file reads as one uninterrupted run.
+    """
+
+    def __init__(self, out_dir: Path, info: DistInfo, tensorboard: bool = False, resume_step: int = 0,
+                 name: str = "metrics.jsonl") -> None:
+        self.enabled = info.is_main
+        self.path = Path(out_dir) / name
+        self._tb = None
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if resume_step and self.path.is_file():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError("tensorboard=true needs the tensorboard package: pip install 'memagent[tensorboard]'") from None
+            self._tb = SummaryWriter(str(Path(out_dir) / "tb"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+class Progress:
+    """A rich progress bar over steps showing the latest reward/loss; a no-op when disabled."""
+
+    def __init__(self, total: int, done: int, enabled: bool, what: str = "train") -> None:
+        self._p = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._p = RichProgress(TextColumn(f"{what} step"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                               console=Console(stderr=True))
+        self._t = self._p.add_task(what, total=total, completed=done, info="")
+        self._p.start()
+
+    def advance(self, rec: dict[str, Any]) -> None:
+        if self._p is None:
+            return
+        shown = [f"{k} {rec[k]:.3g}" for k in ("reward", "loss", "kl") if isinstance(rec.get(k), (int, float))]
+        self._p.update(self._t, advance=1, info=" ".join(shown))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()

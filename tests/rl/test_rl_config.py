@@ -1,0 +1,58 @@
+"""TrainConfig: paper defaults, YAML + overrides, validation messages."""
+import pytest
+
+from memagent.config import ConfigError
+from memagent.rl.config import TrainConfig, load_config, parse_overrides
+
+
+def test_paper_defaults():
+    c = TrainConfig()
+    assert (c.rollout.group_size, c.rollout.batch_size) == (16, 128)
+    assert (c.loss.clip_low, c.loss.clip_high, c.loss.clip_c) == (0.2, 0.28, 3.0)
+    assert (c.loss.kl_coef, c.loss.kl_kind, c.loss.agg, c.loss.norm_by_std) == (1e-3, "k3", "token-mean", False)
+    assert (c.optim.lr, c.optim.warmup_steps, c.optim.weight_decay, c.optim.grad_clip) == (1e-6, 20, 0.01, 1.0)
+    assert c.num_mini_batches == 16  # 16 optimiser mini-batches per rollout batch
+    assert c.agent.temperature == 1.0 and c.agent.top_p == 1.0
+
+
+def test_yaml_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("seed: 3\nrollout:\n  batch_size: 4\n  group_size: 2\nupdate:\n  mini_batch_size: 2\n"
+                 "agent:\n  chunk_tokens: 16\noptim:\n  lr: 1e-4\n")
+    c = load_config(p, ["loss.clip_high=0.3", "loss.kl_coef=0", "optim.warmup_steps=0", "progress=false"])
+    assert c.seed == 3 and c.rollout.batch_size == 4 and c.rollout.group_size == 2
+    assert c.optim.lr == 1e-4  # YAML 1.1 reads "1e-4" as a string: coerced to float
+    assert c.loss.clip_high == 0.3 and c.loss.kl_coef == 0.0 and c.optim.warmup_steps == 0
+    assert c.progress is False
+    # a nested section given partly keeps the training defaults of the rest (temperature 1.0)
+    assert c.agent.chunk_tokens == 16 and c.agent.temperature == 1.0
+    assert c.loss.clip_low == 0.2 and c.rollout.dynamic_sampling is False
+
+
+def test_parse_overrides_nested():
+    assert parse_overrides(["a.b=1", "a.c=x", "d=[1, 2]"]) == {"a": {"b": 1, "c": "x"}, "d": [1, 2]}
+    with pytest.raises(ConfigError, match="not key=value"):
+        parse_overrides(["novalue"])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.group_size=1"], "group_size must be >= 2"),
+    (["update.mini_batch_size=5"], "must divide rollout.batch_size .128.; e.g. set update.mini_batch_size=4"),
+    (["loss.clip_high=0.1"], "clip_high .0.1. must be >= loss.clip_low"),
+    (["loss.agg=mean"], "choose one of: token-mean, seq-mean-token-mean"),
+    (["loss.kl_kind=k9"], "choose one of: k1, k2, k3"),
+    (["agent.temperature=0"], "temperature must be > 0 for rollouts"),
+    (["rollout.batchsize=3"], r"unknown key\(s\) rollout.batchsize; valid keys under rollout: batch_size"),
+    (["lr=3"], r"unknown key\(s\) lr; valid keys: model"),
+    (["total_steps=many"], "total_steps must be int"),
+    (["optim.lr=-1"], "optim.lr must be positive"),
+    (["strategy=zero3"], "'ddp' or 'fsdp'"),
+])
+def test_validation_messages(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_missing_file_is_clear(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
