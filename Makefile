@@ -16,7 +16,7 @@ $(BIN)/memagent: pyproject.toml
 setup: $(BIN)/memagent
 
 test: setup
-	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
 demo: setup
 	$(BIN)/memagent demo --out runs/demo
