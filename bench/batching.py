@@ -1,5 +1,7 @@
 """Benchmark 3, batching across documents: documents per second with 16 documents in flight
 against one at a time, same model, same documents. Target >= 3x.
+The two settings alternate `--repeats` times and each keeps its best time (the machine is shared,
+its load changes within a run; the best time is the one least disturbed by other processes).
 Run: .venv/bin/python bench/batching.py
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--chunk-tokens", type=int, default=512)
     ap.add_argument("--memory-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     from memagent.agent.workflow import AgentInput, MemoryAgent
     from memagent.backends.hf import TransformersBackend
@@ -24,20 +27,24 @@ def main() -> None:
     backend = TransformersBackend.from_pretrained(tiny_model(), device="cpu", dtype="float32")
     docs = [filler_text(backend.tokenizer, args.tokens, seed=i) for i in range(args.docs)]
     items = [AgentInput(f"What is kept in document {i}?", d, str(i)) for i, d in enumerate(docs)]
-    rows, rates = [], {}
-    for in_flight in (1, args.docs):
-        cfg = AgentConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens, answer_tokens=16,
-                          max_batch_docs=in_flight)
-        t0 = time.perf_counter()
-        MemoryAgent(backend, cfg).run(items)
-        dt = time.perf_counter() - t0
-        rates[in_flight] = args.docs / dt
-        rows.append([in_flight, dt, rates[in_flight]])
+    best = {1: float("inf"), args.docs: float("inf")}
+    runs = []
+    for _ in range(args.repeats):
+        for in_flight in best:
+            cfg = AgentConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens, answer_tokens=16,
+                              max_batch_docs=in_flight)
+            t0 = time.perf_counter()
+            MemoryAgent(backend, cfg).run(items)
+            dt = time.perf_counter() - t0
+            runs.append(dict(in_flight=in_flight, seconds=dt))
+            best[in_flight] = min(best[in_flight], dt)
+    rates = {k: args.docs / v for k, v in best.items()}
+    rows = [[k, best[k], rates[k]] for k in best]
     speedup = rates[args.docs] / rates[1]
-    table(rows, ["docs in flight", "seconds", "docs/s"])
+    table(rows, ["docs in flight", "best s", "docs/s"])
     print(f"speed-up {speedup:.2f}x")
     write_result("batching", dict(
-        config=vars(args), docs_per_s={str(k): v for k, v in rates.items()},
+        config=vars(args), docs_per_s={str(k): v for k, v in rates.items()}, runs=runs,
         headline=dict(batching_speedup=round(speedup, 3)), targets=dict(batching_speedup=">= 3"),
     ))
 

@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WORK = RESULTS / "tmp"  # git-ignored scratch: models and generated documents
 sys.path.insert(0, str(ROOT / "src"))
+# One torch thread unless told otherwise: on a shared 2-core machine, a second OpenMP thread that
+# spin-waits for a busy core made batched generation up to 9x slower (bench/README.md).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def machine() -> dict[str, Any]:

@@ -34,7 +34,7 @@ bookkeeping and logging). It splits into
     update    everything else: loss forward/backward, optimiser, rewards, bookkeeping, logging
 The headline `trainer_vs_trl` is memagent tokens/s over TRL tokens/s, each summed over the timed
 steps of all rounds. Needs the `bench` extra: pip install -e '.[bench]' (trl, datasets).
-Run: OMP_NUM_THREADS=1 .venv/bin/python bench/trainer_vs_trl.py
+Run: .venv/bin/python bench/trainer_vs_trl.py
 """
 from __future__ import annotations
 
