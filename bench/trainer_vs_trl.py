@@ -209,9 +209,9 @@ def check_same_prompt(path: Any, sample: dict[str, Any]) -> None:
     from memagent.backends.hf import TransformersBackend
     from memagent.config import AgentConfig
 
-    _, tok = load_model(path)
+    model, tok = load_model(path)
     text = render(AgentConfig().final_template, question=sample["question"], memory=AgentConfig().empty_memory)
-    ours = TransformersBackend(object(), tok).encode(text)
+    ours = TransformersBackend(model, tok).encode(text)
     theirs = tok.apply_chat_template([[{"role": "user", "content": text}]], add_generation_prompt=True,
                                      tokenize=True, return_dict=True)["input_ids"][0]
     assert ours == list(theirs), "memagent and TRL would feed different prompt ids"
