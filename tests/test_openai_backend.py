@@ -45,7 +45,8 @@ def test_greedy_text_equals_transformers(openai_server, tiny_model_dir, tiny_bac
         assert g.text == ref.text and g.finish_reason == ref.finish_reason
         assert g.prompt_token_ids == ref.prompt_token_ids  # local rendering, confirmed by usage
         assert b.prompt_length(p) == tiny_backend.prompt_length(p)
-    body = openai_server.bodies[0]
+    # requests run concurrently, so they may arrive in any order: find the first prompt's body
+    [body] = [b for b in openai_server.bodies if b["messages"][0]["content"] == PROMPTS[0]]
     assert body["messages"] == [{"role": "user", "content": PROMPTS[0]}]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 12 and "seed" not in body
 

@@ -29,7 +29,7 @@ _EXPORTS = {
     "train_sft": "memagent.rl.sft",
     "SFTConfig": "memagent.rl.sft",
     "encode_conversation": "memagent.rl.sft",
-    "boxed_reward": "memagent.rl.rollout",
+    "boxed_reward": "memagent.tasks.metrics",
 }
 
 

@@ -21,6 +21,7 @@ from memagent.backends.base import Backend, BackendError
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import InputError
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
+from memagent.tasks.metrics import METRICS, boxed_reward  # the single home of scoring functions
 
 RewardFn = Callable[[str | None, Sequence[str]], float]  # (final reply text, gold answers) -> reward
 
@@ -28,31 +29,9 @@ RewardFn = Callable[[str | None, Sequence[str]], float]  # (final reply text, go
 # -- rewards ----------------------------------------------------------------------------------------
 
 
-def _extract_boxed(text: str) -> str | None:
-    from memagent.agent.answer import extract_boxed
-
-    return extract_boxed(text)
-
-
-def boxed_reward(prediction: str | None, golds: Sequence[str]) -> float:
-    """The paper's training verifier: 1.0 when the last \\boxed{} of the final reply, lower-cased
-    and stripped of surrounding white space, equals a gold answer treated the same way."""
-    if prediction is None:
-        return 0.0
-    boxed = _extract_boxed(prediction)
-    if boxed is None:
-        return 0.0
-    answer = boxed.strip().lower()
-    return float(any(answer == str(g).strip().lower() for g in golds))
-
-
 def get_reward(name: str) -> RewardFn:
     """The reward registered under `name`: "boxed" (default), or any metric of memagent.tasks.metrics."""
-    try:  # the metrics module (when present) is the single home of scoring functions
-        from memagent.tasks.metrics import METRICS  # type: ignore[import-not-found]
-    except ImportError:
-        METRICS = {}
-    registry: dict[str, RewardFn] = {**METRICS, "boxed": METRICS.get("boxed", boxed_reward)}
+    registry: dict[str, RewardFn] = {**METRICS, "boxed": boxed_reward}
     if name not in registry:
         raise ConfigError(f"unknown reward {name!r}; choose one of: {', '.join(sorted(registry))}")
     return registry[name]
