@@ -152,7 +152,7 @@ def run_trl(path: Any, samples: list[dict[str, Any]], args: argparse.Namespace, 
 
     from memagent.agent.prompts import render
     from memagent.config import AgentConfig
-    from memagent.rl.rollout import boxed_reward
+    from memagent.tasks.metrics import boxed_reward
 
     B, G, T = args.prompts, args.group, args.new_tokens
     agent = AgentConfig()
