@@ -197,6 +197,20 @@ def train_cmd(
         typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")
 
 
+
+@app.command()
+def demo(
+    quick: bool = typer.Option(False, "--quick", help="The reduced version (CI): fewer lengths, documents and steps."),
+    seed: int = typer.Option(0, "--seed", help="Seed of data, initialisation and sampling."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Directory for results.json, accuracy.png and model/."),
+) -> None:
+    """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
+    full-context baseline, length sweep, table."""
+    from memagent.demo.pipeline import DemoConfig, run_demo
+
+    run_demo(DemoConfig.for_run(quick, seed, str(out)))
+
+
 def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
     _quiet_libraries()

@@ -84,7 +84,7 @@ def middle_truncate(document: DocumentSource, tokenizer: Any, budget: int) -> Pr
         tail.extend(ids)
     if total <= budget:
         return Prepared(tokenizer.decode(whole), total, total)
-    text = tokenizer.decode(head) + tokenizer.decode(list(tail))
+    text = tokenizer.decode(head + list(tail))  # one decode: correct for word-level tokenizers too
     return Prepared(text, total, len(head) + len(tail), "cut")
 
 

@@ -1,0 +1,211 @@
+"""`memagent demo`: a complete miniature of the paper on 2 CPU cores, through the project's own
+code paths (the workflow `MemoryAgent`, the transformers backend, the SFT and Multi-Conv DAPO
+trainers, `save_pretrained`), only with a tiny model and the toy task family (tasks/toy.py).
+
+Phases:
+1. data: toy documents of `train_chunks` chunks, each chunk `facts` key-value facts;
+2. warm-up (the paper's "workflow without RL" ablation): supervised, NOT question-aware
+   demonstrations: keep the old memory or copy some fact of the chunk; answer with the value the
+   memory holds;
+3. Multi-Conv DAPO on the warmed-up model, reward on the final answer only, the advantage
+   broadcast to every memory update, several optimiser mini-batches per rollout batch;
+4. full-context baseline: the same architecture trained to answer from the whole document in a
+   window of `train_chunks` chunks, cut in the middle beyond it;
+5. evaluation of the three at 1x, 4x, 16x, 64x and 256x the training length, greedy.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_samples, random_chunk
+
+MEMORY_TEMPLATE = "Q {question} M {memory} C {chunk} >"
+FINAL_TEMPLATE = "Q {question} M {memory} >"
+FULL_TEMPLATE = "C {context} Q {question} >"
+EMPTY_MEMORY = "none none"
+METHODS = ("memagent-rl", "memagent-no-rl", "full-context")
+
+
+@dataclass
+class DemoConfig:
+    seed: int = 0
+    quick: bool = False
+    out: str = "runs/demo"
+    spec: ToySpec = field(default_factory=ToySpec)
+    train_chunks: int = 4  # the training length, in chunks
+    multiples: tuple[int, ...] = (1, 4, 16, 64, 256)  # evaluation lengths, times the training length
+    eval_docs: int = 256
+    hidden: int = 64
+    warmup_rows: int = 48_000  # demonstrations (memory updates and answers)
+    warmup_lr: float = 3e-3
+    rl_steps: int = 120
+    rl_batch: int = 16  # questions per rollout batch
+    rl_group: int = 8
+    rl_lr: float = 1e-3
+    rl_mini_batches: int = 4
+    fc_rows: int = 24_000
+    p_keep: float = 0.5
+
+    @classmethod
+    def for_run(cls, quick: bool, seed: int, out: str) -> "DemoConfig":
+        if quick:  # the CI version: fewer lengths, documents and steps
+            return cls(seed=seed, quick=True, out=out, multiples=(1, 4, 16), eval_docs=64,
+                       warmup_rows=24_000, rl_steps=60, fc_rows=8_000)
+        return cls(seed=seed, out=out)
+
+
+def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256) -> Any:
+    from memagent.config import AgentConfig
+
+    return AgentConfig(chunk_tokens=spec.chunk_tokens, memory_tokens=2, answer_tokens=3, query_tokens=4,
+                       memory_template=MEMORY_TEMPLATE, final_template=FINAL_TEMPLATE, empty_memory=EMPTY_MEMORY,
+                       temperature=temperature, max_batch_docs=batch_docs)
+
+
+def boxed(value: str) -> str:
+    return "\\boxed{ " + value + " }"
+
+
+# -- phase 2: the non-question-aware warm-up -------------------------------------------------------
+def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """Demonstrations that teach the format only: keep the memory or copy SOME fact of the chunk
+    (chosen without looking at the question), and answer with the value the memory holds."""
+    from memagent.agent.prompts import render
+    from memagent.rl.sft import encode_conversation
+
+    spec, rows = cfg.spec, []
+    for _ in range(cfg.warmup_rows // 2):
+        q = rng.choice(spec.keys)
+        memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
+        facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
+        new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
+        rows.append(encode_conversation(tokenizer, render(MEMORY_TEMPLATE, question=q, memory=memory,
+                                                          chunk=chunk_text(facts)), new))
+        held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
+        rows.append(encode_conversation(tokenizer, render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held)))
+    return rows
+
+
+def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """Question-aware supervised answers from the whole document (1..train_chunks chunks)."""
+    from memagent.agent.prompts import render
+    from memagent.rl.sft import encode_conversation
+
+    rows = []
+    for i in range(cfg.fc_rows):
+        s = make_samples(cfg.spec, rng.randint(1, cfg.train_chunks), 1, rng.randrange(10**9), prefix="fc")[0]
+        rows.append(encode_conversation(tokenizer, FULL_TEMPLATE.replace("{context}", s["context"]).replace(
+            "{question}", s["question"]), boxed(s["answers"][0])))
+    return rows
+
+
+# -- evaluation ------------------------------------------------------------------------------------
+def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec) -> float:
+    from memagent.agent.workflow import AgentInput, MemoryAgent
+    from memagent.backends.hf import TransformersBackend
+
+    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=len(samples))
+    agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)))
+    results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
+    return sum(r.answer == s["answers"][0] for r, s in zip(results, samples)) / len(samples)
+
+
+def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:
+    from memagent.agent.answer import extract_boxed
+    from memagent.backends.base import SamplingParams
+    from memagent.backends.hf import TransformersBackend
+    from memagent.eval.baselines import middle_truncate
+
+    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=64)
+    prompts = [FULL_TEMPLATE.replace("{context}", middle_truncate(s["context"], tokenizer, window).context)
+               .replace("{question}", s["question"]) for s in samples]
+    gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
+    return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
+
+
+# -- the pipeline ----------------------------------------------------------------------------------
+def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    import torch
+
+    from memagent.demo.model import build_demo_model
+    from memagent.rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig, UpdateConfig
+    from memagent.rl.sft import SFTConfig, train_sft
+    from memagent.rl.trainer import train
+
+    out = Path(cfg.out)
+    if (out / "results.json").exists() or (out / "warmup" / "checkpoints").exists():
+        raise FileExistsError(f"{out} already holds a demo run; choose another --out or delete it")
+    out.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    spec, rng = cfg.spec, random.Random(cfg.seed)
+    tokenizer = build_toy_tokenizer(spec)
+    torch.manual_seed(cfg.seed)
+
+    t = time.perf_counter()
+    warm = warmup_rows(cfg, tokenizer, rng)
+    fc = full_context_rows(cfg, tokenizer, rng)
+    rl_data = make_samples(spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train")
+    evals = {m: make_samples(spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
+             for m in cfg.multiples}
+    seconds["data"] = time.perf_counter() - t
+    log(f"data: {len(warm)} warm-up rows, {len(fc)} full-context rows, {len(rl_data)} RL questions ({seconds['data']:.0f} s)")
+
+    t = time.perf_counter()
+    model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden, seed=cfg.seed)
+    sft = SFTConfig(out_dir=str(out / "warmup"), seed=cfg.seed, batch_size=64, micro_batch_size=64, save=False,
+                    device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0))
+    train_sft(sft, warm, model, tokenizer)
+    no_rl = copy.deepcopy(model)
+    seconds["warmup"] = time.perf_counter() - t
+    log(f"warm-up: {seconds['warmup']:.0f} s")
+
+    t = time.perf_counter()
+    rl_cfg = TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
+                         agent=agent_config(spec, temperature=1.0, batch_docs=cfg.rl_batch * cfg.rl_group),
+                         rollout=RolloutConfig(batch_size=cfg.rl_batch, group_size=cfg.rl_group,
+                                               max_batch_size=cfg.rl_batch * cfg.rl_group),
+                         loss=LossConfig(kl_coef=0.0),
+                         optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0),
+                         update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512))
+    train(rl_cfg, rl_data, model=model, tokenizer=tokenizer)
+    seconds["rl"] = time.perf_counter() - t
+    log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
+
+    t = time.perf_counter()
+    fc_model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden,
+                                seed=cfg.seed + 1)
+    train_sft(SFTConfig(out_dir=str(out / "full-context"), seed=cfg.seed, batch_size=64, micro_batch_size=64, save=False,
+                        device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0)),
+              fc, fc_model, tokenizer)
+    seconds["full_context"] = time.perf_counter() - t
+    log(f"full-context baseline: {seconds['full_context']:.0f} s")
+
+    t = time.perf_counter()
+    window = cfg.train_chunks * spec.chunk_tokens
+    acc: dict[str, dict[str, float]] = {m: {} for m in METHODS}
+    for mult in cfg.multiples:
+        samples = evals[mult]
+        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec)
+        acc["memagent-no-rl"][str(mult)] = eval_memagent(no_rl, tokenizer, samples, spec)
+        acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
+        log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
+    seconds["eval"] = time.perf_counter() - t
+
+    model.save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out / "model")
+    seconds["total"] = sum(seconds.values())
+    results = {"accuracy": acc, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+               "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
+               "task": asdict(spec)}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    from memagent.demo.report import plot_accuracy, print_table
+
+    print_table(results, cfg)
+    plot_accuracy(results, cfg, out / "accuracy.png")
+    return results

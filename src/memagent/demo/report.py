@@ -1,0 +1,43 @@
+"""The demo's table (the layout of the paper's Table 1) and its plot of accuracy against length."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def print_table(results: dict[str, Any], cfg: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    mults = list(next(iter(results["accuracy"].values())).keys())
+    t = Table(title=f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%")
+    t.add_column("method")
+    for m in mults:
+        t.add_column(f"{m}x ({int(m) * cfg.train_chunks} chunks)", justify="right")
+    for method, row in results["accuracy"].items():
+        t.add_row(method, *[f"{100 * row[m]:.1f}" for m in mults])
+    Console().print(t)
+    Console().print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items()))
+
+
+def plot_accuracy(results: dict[str, Any], cfg: Any, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, row in results["accuracy"].items():
+        xs = [int(m) * cfg.train_chunks for m in row]
+        ax.plot(xs, [100 * v for v in row.values()], marker="o", label=method)
+    ax.axhline(100 * results["chance"], color="grey", linestyle=":", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("document length (chunks)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"memagent demo (seed {results['seed']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
