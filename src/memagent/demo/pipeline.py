@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_samples, random_chunk
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_sample, make_samples, random_chunk
 
 MEMORY_TEMPLATE = "Q {question} M {memory} C {chunk} >"
 FINAL_TEMPLATE = "Q {question} M {memory} >"
@@ -68,8 +68,24 @@ def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256)
                        temperature=temperature, max_batch_docs=batch_docs)
 
 
+def full_prompt(question: str, context: str) -> str:
+    return FULL_TEMPLATE.replace("{context}", context).replace("{question}", question)
+
+
 def boxed(value: str) -> str:
     return "\\boxed{ " + value + " }"
+
+
+def encode_rows(tokenizer: Any, prompts: list[str], responses: list[str]) -> list[tuple[list[int], list[int]]]:
+    """`rl.sft.encode_conversation` for many rows at once (one batched tokenizer call each way):
+    the prompt as the backend renders it (no chat template here), the response plus EOS."""
+    from memagent.rl.sft import encode_conversation
+
+    if getattr(tokenizer, "chat_template", None):  # not the toy tokenizer; keep the general path
+        return [encode_conversation(tokenizer, p, r) for p, r in zip(prompts, responses)]
+    p_ids = tokenizer(prompts)["input_ids"]
+    r_ids = tokenizer(responses, add_special_tokens=False)["input_ids"]
+    return [(list(p), list(r) + [tokenizer.eos_token_id]) for p, r in zip(p_ids, r_ids)]
 
 
 # -- phase 2: the non-question-aware warm-up -------------------------------------------------------
@@ -77,32 +93,26 @@ def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tup
     """Demonstrations that teach the format only: keep the memory or copy SOME fact of the chunk
     (chosen without looking at the question), and answer with the value the memory holds."""
     from memagent.agent.prompts import render
-    from memagent.rl.sft import encode_conversation
 
-    spec, rows = cfg.spec, []
+    spec, prompts, responses = cfg.spec, [], []
     for _ in range(cfg.warmup_rows // 2):
         q = rng.choice(spec.keys)
         memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
         facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
-        rows.append(encode_conversation(tokenizer, render(MEMORY_TEMPLATE, question=q, memory=memory,
-                                                          chunk=chunk_text(facts)), new))
+        prompts.append(render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(facts)))
+        responses.append(new)
         held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
-        rows.append(encode_conversation(tokenizer, render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held)))
-    return rows
+        prompts.append(render(FINAL_TEMPLATE, question=q, memory=memory))
+        responses.append(boxed(held))
+    return encode_rows(tokenizer, prompts, responses)
 
 
 def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
     """Question-aware supervised answers from the whole document (1..train_chunks chunks)."""
-    from memagent.agent.prompts import render
-    from memagent.rl.sft import encode_conversation
-
-    rows = []
-    for i in range(cfg.fc_rows):
-        s = make_samples(cfg.spec, rng.randint(1, cfg.train_chunks), 1, rng.randrange(10**9), prefix="fc")[0]
-        rows.append(encode_conversation(tokenizer, FULL_TEMPLATE.replace("{context}", s["context"]).replace(
-            "{question}", s["question"]), boxed(s["answers"][0])))
-    return rows
+    samples = [make_sample(rng, cfg.spec, rng.randint(1, cfg.train_chunks), f"fc-{i}") for i in range(cfg.fc_rows)]
+    return encode_rows(tokenizer, [full_prompt(s["question"], s["context"]) for s in samples],
+                       [boxed(s["answers"][0]) for s in samples])
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -123,8 +133,7 @@ def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]],
     from memagent.eval.baselines import middle_truncate
 
     backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=64)
-    prompts = [FULL_TEMPLATE.replace("{context}", middle_truncate(s["context"], tokenizer, window).context)
-               .replace("{question}", s["question"]) for s in samples]
+    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
     return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterator
 
 
@@ -20,11 +21,11 @@ class ToySpec:
     n_values: int = 50
     facts: int = 4  # facts per chunk
 
-    @property
+    @cached_property
     def keys(self) -> list[str]:
         return [f"k{i}" for i in range(self.n_keys)]
 
-    @property
+    @cached_property
     def values(self) -> list[str]:
         return [f"v{i}" for i in range(self.n_values)]
 

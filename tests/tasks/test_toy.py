@@ -1,0 +1,43 @@
+import math
+
+import pytest
+
+from memagent.agent.chunking import iter_chunks
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer, make_samples
+
+
+@pytest.fixture(scope="module")
+def toy_tok():
+    return build_toy_tokenizer(ToySpec())
+
+
+def test_samples_are_deterministic_and_hold_the_fact_exactly_once(toy_tok):
+    spec = ToySpec(n_keys=20, n_values=30, facts=3)
+    a = make_samples(spec, 5, 50, seed=7)
+    assert a == make_samples(spec, 5, 50, seed=7) and a != make_samples(spec, 5, 50, seed=8)
+    for s in a:
+        words = s["context"].split()
+        assert len(words) == 5 * 2 * 3
+        keys = words[0::2]
+        assert keys.count(s["question"]) == 1  # the asked key appears in exactly one fact
+        i = keys.index(s["question"])
+        assert words[2 * i + 1] == s["answers"][0] and i // 3 == s["gold_chunk"]
+
+
+def test_the_workflow_chunker_cuts_at_fact_boundaries(toy_tok):
+    spec = ToySpec()
+    [s] = make_samples(spec, 6, 1, seed=0)
+    chunks = list(iter_chunks(s["context"], toy_tok, spec.chunk_tokens))
+    assert len(chunks) == 6 and all(len(c.token_ids) == spec.chunk_tokens for c in chunks)
+    assert " ".join(c.text for c in chunks) == s["context"]  # every toy word is one token
+
+
+def test_toy_tokenizer_round_trips_answers(toy_tok, tmp_path):
+    from transformers import AutoTokenizer
+
+    from memagent.agent.answer import extract_boxed
+
+    ids = toy_tok("Q k3 M k3 v7 > \\boxed{ v7 }")["input_ids"]
+    assert len(ids) == 9 and extract_boxed(toy_tok.decode(ids)) == "v7"
+    toy_tok.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)("k1 v2 \\boxed{ v3 }")["input_ids"] == toy_tok("k1 v2 \\boxed{ v3 }")["input_ids"]
