@@ -89,3 +89,27 @@ def test_unknown_model_is_a_clear_error(run_cli, tmp_path):
     code, _, err = run_cli("ask", "--model", tmp_path / "no-such-model", "--document", tmp_path / "doc.txt",
                            "--question", "q", "--no-progress")
     assert code == 2 and "cannot load model" in err
+
+
+def test_model_directory_settings_are_defaults_and_flags_override_them(run_cli, tmp_path, tiny_model_dir):
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "memagent.json").write_text(json.dumps({"chunk_tokens": 50, "memory_tokens": 5, "answer_tokens": 4,
+                                                     "memory_template": "Q {question} M {memory} C {chunk} >",
+                                                     "final_template": "Q {question} M {memory} >"}))
+    doc = tmp_path / "doc.txt"
+    doc.write_text("city river " * 100)
+    trace = tmp_path / "t.jsonl"
+    code, _, err = run_cli("ask", "--model", model, "--document", doc, "--question", "q", "--trace", trace, "--no-progress")
+    assert code == 0, err
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert all(r["chunk_tokens"] <= 50 and r["memory_tokens"] <= 5 for r in records[:-1]) and len(records) > 2
+    code, _, err = run_cli("ask", "--model", model, "--document", doc, "--question", "q", "--trace", trace,
+                           "--chunk-tokens", 100, "--no-progress")
+    assert code == 0, err
+    assert max(json.loads(line)["chunk_tokens"] for line in trace.read_text().splitlines()[:-1]) == 100
+    (model / "memagent.json").write_text('{"chunk_size": 3}')
+    code, _, err = run_cli("ask", "--model", model, "--document", doc, "--question", "q", "--no-progress")
+    assert code == 2 and "unknown setting" in err

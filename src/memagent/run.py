@@ -22,10 +22,10 @@ class AskOptions:
     input: Optional[Path] = None
     output: Optional[Path] = None
     backend: str = "transformers"
-    chunk_tokens: int = 5000
-    memory_tokens: int = 1024
-    answer_tokens: int = 1024
-    query_tokens: int = 1024
+    chunk_tokens: Optional[int] = None  # None: the model's memagent.json, else AgentConfig's default
+    memory_tokens: Optional[int] = None
+    answer_tokens: Optional[int] = None
+    query_tokens: Optional[int] = None
     trace: Optional[Path] = None
     errors: str = "strict"
     temperature: float = 0.0
@@ -64,6 +64,26 @@ def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
             yield AgentInput(rec["question"], doc, str(rec.get("id", n)))
 
 
+AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
+_SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
+                 "final_template", "empty_memory")
+
+
+def model_agent_settings(model: str) -> dict[str, Any]:
+    """The AgentConfig fields saved beside a model (`memagent.json`), e.g. by `memagent demo`; {} if none."""
+    path = Path(model) / AGENT_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path} is not valid JSON ({e.msg})") from None
+    unknown = sorted(set(data) - set(_SETTING_KEYS))
+    if unknown:
+        raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(_SETTING_KEYS)}")
+    return dict(data)
+
+
 def backend_kwargs(o: AskOptions) -> dict[str, Any]:
     """The options of the chosen backend; an option of another backend is an error, not ignored."""
     if o.backend != "openai" and o.base_url is not None:
@@ -88,9 +108,11 @@ def run_ask(o: AskOptions) -> None:
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
         raise InputError("--input runs many questions; do not combine it with --question/--document")
-    config = AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
-                         answer_tokens=o.answer_tokens, query_tokens=o.query_tokens,
-                         temperature=o.temperature, max_batch_docs=o.batch_docs)
+    settings = model_agent_settings(o.model)
+    for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"):
+        if getattr(o, name) is not None:
+            settings[name] = getattr(o, name)
+    config = AgentConfig(**settings, temperature=o.temperature, max_batch_docs=o.batch_docs)
     if o.input is not None:
         items = list(read_jsonl_inputs(o.input))
         if not items:

@@ -49,6 +49,8 @@ class DemoConfig:
     rl_group: int = 8
     rl_lr: float = 1e-3
     rl_mini_batches: int = 4
+    rl_min_chunks: int = 1  # RL documents have rl_min_chunks..train_chunks chunks (shorter ones give more signal)
+    dynamic_sampling: bool = True  # drop groups whose rewards are all equal (DAPO), sample more
     fc_rows: int = 24_000
     p_keep: float = 0.5
 
@@ -159,7 +161,8 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     t = time.perf_counter()
     warm = warmup_rows(cfg, tokenizer, rng)
     fc = full_context_rows(cfg, tokenizer, rng)
-    rl_data = make_samples(spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train")
+    rl_data = [make_sample(rng, spec, rng.randint(cfg.rl_min_chunks, cfg.train_chunks), f"train-{i}")
+               for i in range(cfg.rl_steps * cfg.rl_batch * (3 if cfg.dynamic_sampling else 1))]
     evals = {m: make_samples(spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
              for m in cfg.multiples}
     seconds["data"] = time.perf_counter() - t
@@ -178,6 +181,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     rl_cfg = TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
                          agent=agent_config(spec, temperature=1.0, batch_docs=cfg.rl_batch * cfg.rl_group),
                          rollout=RolloutConfig(batch_size=cfg.rl_batch, group_size=cfg.rl_group,
+                                               dynamic_sampling=cfg.dynamic_sampling, max_sampling_rounds=3,
                                                max_batch_size=cfg.rl_batch * cfg.rl_group),
                          loss=LossConfig(kl_coef=0.0),
                          optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0),
@@ -208,6 +212,10 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
+    ac = agent_config(spec)  # so that `memagent ask --model OUT/model` uses the demo's prompts and budgets
+    (out / "model" / "memagent.json").write_text(json.dumps({k: getattr(ac, k) for k in (
+        "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template", "final_template",
+        "empty_memory")}, indent=2) + "\n")
     seconds["total"] = sum(seconds.values())
     results = {"accuracy": acc, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},

@@ -1,0 +1,51 @@
+"""`memagent demo --quick` end to end through the real CLI (slow: a few minutes on 2 cores)."""
+import json
+import sys
+
+import pytest
+
+from memagent.cli import main
+
+SEED = 1234  # the CI seed; the seeds reported for the full demo are different
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    argv = sys.argv
+    sys.argv = ["memagent", "demo", "--quick", "--seed", str(SEED), "--out", str(out)]
+    try:
+        with pytest.raises(SystemExit) as e:
+            main()
+        assert e.value.code in (0, None)
+    finally:
+        sys.argv = argv
+    return out
+
+
+@pytest.mark.slow
+def test_quick_demo_writes_results_plot_and_a_loadable_model(quick_demo, capsys, monkeypatch):
+    results = json.loads((quick_demo / "results.json").read_text())
+    assert set(results["accuracy"]) == {"memagent-rl", "memagent-no-rl", "full-context"}
+    for row in results["accuracy"].values():
+        assert list(row) == ["1", "4", "16"] and all(0.0 <= v <= 1.0 for v in row.values())
+    assert results["seed"] == SEED
+    assert {"data", "warmup", "rl", "full_context", "eval"} <= set(results["seconds"])
+    assert (quick_demo / "accuracy.png").stat().st_size > 1000
+    # the trained model answers through the normal `memagent ask` path
+    doc = quick_demo / "doc.txt"
+    doc.write_text("k1 v2 k3 v4 k5 v6 k7 v8 k9 v10 k11 v12 k13 v14 k15 v16")  # 2 chunks
+    monkeypatch.setattr(sys, "argv", ["memagent", "ask", "--model", str(quick_demo / "model"), "--document", str(doc),
+                                      "--question", "k5", "--no-progress"])  # budgets and prompts: model/memagent.json
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code in (0, None)
+    out = capsys.readouterr().out.strip()
+    assert out  # an answer (a toy value) or the explicit no-answer line
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 5 open: no recipe yet makes RL beat the warm-up by 15 points in the quick demo")
+def test_quick_demo_rl_beats_the_warmup_ablation(quick_demo):
+    acc = json.loads((quick_demo / "results.json").read_text())["accuracy"]
+    assert acc["memagent-rl"]["1"] - acc["memagent-no-rl"]["1"] >= 0.15
