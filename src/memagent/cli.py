@@ -130,6 +130,25 @@ def data_ruler(
     typer.echo(f"wrote {n} samples to {out}", err=True)
 
 
+@data_app.command("toy")
+def data_toy(
+    chunks: str = typer.Option(..., "--chunks", help="Document lengths in chunks, e.g. 4,16,64."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    samples: int = typer.Option(100, "--samples", help="Samples per length."),
+    seed: int = typer.Option(0, "--seed"),
+    facts: int = typer.Option(1, "--facts", help="Key-value facts per chunk."),
+    filler: int = typer.Option(2, "--filler", help="Filler word pairs per chunk."),
+    keys: int = typer.Option(50, "--keys", help="Number of keys (and of values: chance is 1/keys)."),
+) -> None:
+    """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
+    from memagent.tasks.schema import write_samples
+    from memagent.tasks.toy import ToySpec, iter_samples
+
+    spec = ToySpec(n_keys=keys, n_values=keys, facts=facts, filler=filler)
+    n = write_samples(iter_samples(spec, _int_list(chunks, "--chunks"), samples, seed), out)
+    typer.echo(f"wrote {n} samples to {out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
+
+
 @app.command()
 def flops(
     model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),

@@ -41,3 +41,24 @@ def test_toy_tokenizer_round_trips_answers(toy_tok, tmp_path):
     assert len(ids) == 9 and extract_boxed(toy_tok.decode(ids)) == "v7"
     toy_tok.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path)("k1 v2 \\boxed{ v3 }")["input_ids"] == toy_tok("k1 v2 \\boxed{ v3 }")["input_ids"]
+
+
+def test_data_toy_cli_writes_deterministic_jsonl(tmp_path, capsys, monkeypatch):
+    import json
+    import sys
+
+    from memagent.cli import main
+
+    def run(path):
+        monkeypatch.setattr(sys, "argv", ["memagent", "data", "toy", "--chunks", "2,5", "--samples", "3",
+                                          "--seed", "4", "--out", str(path)])
+        with pytest.raises(SystemExit) as e:
+            main()
+        assert e.value.code in (0, None)
+
+    run(tmp_path / "a.jsonl")
+    run(tmp_path / "b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    rows = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [r["num_chunks"] for r in rows] == [2, 2, 2, 5, 5, 5]
+    assert all(len(r["context"].split()) == r["num_chunks"] * ToySpec(facts=1, filler=2).chunk_tokens for r in rows)

@@ -37,7 +37,7 @@ class DemoConfig:
     seed: int = 0
     quick: bool = False
     out: str = "runs/demo"
-    spec: ToySpec = field(default_factory=ToySpec)
+    spec: ToySpec = field(default_factory=lambda: ToySpec(facts=1, filler=2))  # 6-token chunks
     train_chunks: int = 4  # the training length, in chunks
     multiples: tuple[int, ...] = (1, 4, 16, 64, 256)  # evaluation lengths, times the training length
     eval_docs: int = 256
@@ -47,7 +47,7 @@ class DemoConfig:
     rl_steps: int = 120
     rl_batch: int = 16  # questions per rollout batch
     rl_group: int = 8
-    rl_lr: float = 1e-3
+    rl_lr: float = 5e-4
     rl_mini_batches: int = 4
     rl_min_chunks: int = 1  # RL documents have rl_min_chunks..train_chunks chunks (shorter ones give more signal)
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal (DAPO), sample more
@@ -102,7 +102,7 @@ def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tup
         memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
         facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
-        prompts.append(render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(facts)))
+        prompts.append(render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(facts, rng, spec)))
         responses.append(new)
         held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
         prompts.append(render(FINAL_TEMPLATE, question=q, memory=memory))

@@ -1,10 +1,12 @@
 """A toy long-context QA family for CPU-scale models (the demo's task; PAPER.md's RULER-HotpotQA in
 miniature).
 
-A document is K chunks; each chunk holds `facts` key-value facts written "key value" (two words).
+A document is K chunks; each chunk holds `facts` key-value facts written "key value" (two words)
+and `filler` pairs of filler words ("f3 f17"), in random order.
 The question names a key; its fact appears in exactly one chunk; every other fact is a distractor
 with another key. With the toy tokenizer every word is one token, so a chunk of `facts` facts is
-exactly `2 * facts` tokens and `chunk_tokens = 2 * facts` cuts the document at fact boundaries.
+exactly `2 * (facts + filler)` tokens, and `chunk_tokens` of that size cuts the document at chunk
+boundaries.
 Chance accuracy is 1 / n_values. Deterministic for a seed.
 """
 from __future__ import annotations
@@ -20,6 +22,8 @@ class ToySpec:
     n_keys: int = 50
     n_values: int = 50
     facts: int = 4  # facts per chunk
+    filler: int = 0  # filler word pairs per chunk
+    n_filler: int = 20  # filler vocabulary
 
     @cached_property
     def keys(self) -> list[str]:
@@ -29,9 +33,13 @@ class ToySpec:
     def values(self) -> list[str]:
         return [f"v{i}" for i in range(self.n_values)]
 
+    @cached_property
+    def filler_words(self) -> list[str]:
+        return [f"f{i}" for i in range(self.n_filler)]
+
     @property
     def chunk_tokens(self) -> int:
-        return 2 * self.facts
+        return 2 * (self.facts + self.filler)
 
 
 def random_chunk(rng: random.Random, spec: ToySpec, avoid: str, fact: tuple[str, str] | None = None) -> list[tuple[str, str]]:
@@ -43,8 +51,13 @@ def random_chunk(rng: random.Random, spec: ToySpec, avoid: str, fact: tuple[str,
     return facts
 
 
-def chunk_text(facts: list[tuple[str, str]]) -> str:
-    return " ".join(f"{k} {v}" for k, v in facts)
+def chunk_text(facts: list[tuple[str, str]], rng: random.Random | None = None, spec: ToySpec | None = None) -> str:
+    """The facts as text; with `rng` and `spec`, `spec.filler` filler pairs at random places among them."""
+    pairs = [f"{k} {v}" for k, v in facts]
+    if rng is not None and spec is not None and spec.filler:
+        for _ in range(spec.filler):
+            pairs.insert(rng.randrange(len(pairs) + 1), f"{rng.choice(spec.filler_words)} {rng.choice(spec.filler_words)}")
+    return " ".join(pairs)
 
 
 def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str) -> dict[str, Any]:
@@ -53,7 +66,8 @@ def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str
         raise ValueError(f"a toy document needs at least one chunk, got {n_chunks}")
     key, value = rng.choice(spec.keys), rng.choice(spec.values)
     gold = rng.randrange(n_chunks)
-    chunks = [chunk_text(random_chunk(rng, spec, key, (key, value) if i == gold else None)) for i in range(n_chunks)]
+    chunks = [chunk_text(random_chunk(rng, spec, key, (key, value) if i == gold else None), rng, spec)
+              for i in range(n_chunks)]
     return dict(id=sample_id, task="toy", question=key, answers=[value], context=" ".join(chunks),
                 num_chunks=n_chunks, gold_chunk=gold, metric="exact_match")
 
@@ -75,7 +89,7 @@ def build_toy_tokenizer(spec: ToySpec, extra_words: tuple[str, ...] = ()) -> Any
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<unk>"]
-    words = ["Q", "M", "C", ">", "none", *extra_words, *spec.keys, *spec.values]
+    words = ["Q", "M", "C", ">", "none", *extra_words, *spec.keys, *spec.values, *spec.filler_words]
     vocab = {w: i for i, w in enumerate(specials + words)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
