@@ -17,6 +17,6 @@ class InputError(ValueError):
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    DocumentError, TemplateError, BudgetError, BackendError, ConfigError, InputError, FileNotFoundError,
+    DocumentError, TemplateError, BudgetError, BackendError, ConfigError, InputError, FileNotFoundError, FileExistsError,
     DataError, MetricError, FlopsError, EvalError,
 )
