@@ -34,7 +34,7 @@ def test_quick_demo_writes_results_plot_and_a_loadable_model(quick_demo, capsys,
     assert (quick_demo / "accuracy.png").stat().st_size > 1000
     # the trained model answers through the normal `memagent ask` path
     doc = quick_demo / "doc.txt"
-    doc.write_text("k1 v2 k3 v4 k5 v6 k7 v8 k9 v10 k11 v12 k13 v14 k15 v16")  # 2 chunks
+    doc.write_text("the a of fact k5 v6 in on it and to the fact k7 v8 was for")  # 2 chunks
     monkeypatch.setattr(sys, "argv", ["memagent", "ask", "--model", str(quick_demo / "model"), "--document", str(doc),
                                       "--question", "k5", "--no-progress"])  # budgets and prompts: model/memagent.json
     with pytest.raises(SystemExit) as e:

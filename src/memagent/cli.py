@@ -136,15 +136,18 @@ def data_toy(
     out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
     samples: int = typer.Option(100, "--samples", help="Samples per length."),
     seed: int = typer.Option(0, "--seed"),
-    facts: int = typer.Option(1, "--facts", help="Key-value facts per chunk."),
-    filler: int = typer.Option(2, "--filler", help="Filler word pairs per chunk."),
+    facts: int = typer.Option(1, "--facts", help="Facts ('fact KEY VALUE') per chunk."),
+    slots: int = typer.Option(3, "--slots", help="Three-word slots per chunk (facts + filler)."),
     keys: int = typer.Option(50, "--keys", help="Number of keys (and of values: chance is 1/keys)."),
 ) -> None:
     """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
     from memagent.tasks.schema import write_samples
     from memagent.tasks.toy import ToySpec, iter_samples
 
-    spec = ToySpec(n_keys=keys, n_values=keys, facts=facts, filler=filler)
+    try:
+        spec = ToySpec(n_keys=keys, n_values=keys, facts=facts, slots=slots)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     n = write_samples(iter_samples(spec, _int_list(chunks, "--chunks"), samples, seed), out)
     typer.echo(f"wrote {n} samples to {out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
 

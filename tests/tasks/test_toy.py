@@ -1,9 +1,7 @@
-import math
-
 import pytest
 
 from memagent.agent.chunking import iter_chunks
-from memagent.tasks.toy import ToySpec, build_toy_tokenizer, make_samples
+from memagent.tasks.toy import MARKER, ToySpec, build_toy_tokenizer, make_samples
 
 
 @pytest.fixture(scope="module")
@@ -12,24 +10,32 @@ def toy_tok():
 
 
 def test_samples_are_deterministic_and_hold_the_fact_exactly_once(toy_tok):
-    spec = ToySpec(n_keys=20, n_values=30, facts=3)
+    spec = ToySpec(n_keys=20, n_values=30, facts=2, slots=4)
     a = make_samples(spec, 5, 50, seed=7)
     assert a == make_samples(spec, 5, 50, seed=7) and a != make_samples(spec, 5, 50, seed=8)
     for s in a:
         words = s["context"].split()
-        assert len(words) == 5 * 2 * 3
-        keys = words[0::2]
-        assert keys.count(s["question"]) == 1  # the asked key appears in exactly one fact
-        i = keys.index(s["question"])
-        assert words[2 * i + 1] == s["answers"][0] and i // 3 == s["gold_chunk"]
+        assert len(words) == 5 * spec.chunk_tokens == 5 * 3 * 4
+        facts = [(i, words[i + 1], words[i + 2]) for i in range(0, len(words), 3) if words[i] == MARKER]
+        assert len(facts) == 5 * 2  # `facts` marked facts per chunk
+        asked = [f for f in facts if f[1] == s["question"]]
+        assert len(asked) == 1  # the asked key appears in exactly one fact
+        i, _, value = asked[0]
+        assert value == s["answers"][0] and i // spec.chunk_tokens == s["gold_chunk"]
 
 
-def test_the_workflow_chunker_cuts_at_fact_boundaries(toy_tok):
+def test_the_workflow_chunker_cuts_at_chunk_boundaries(toy_tok):
     spec = ToySpec()
     [s] = make_samples(spec, 6, 1, seed=0)
     chunks = list(iter_chunks(s["context"], toy_tok, spec.chunk_tokens))
     assert len(chunks) == 6 and all(len(c.token_ids) == spec.chunk_tokens for c in chunks)
     assert " ".join(c.text for c in chunks) == s["context"]  # every toy word is one token
+    assert all(c.text.split().count(MARKER) == spec.facts for c in chunks)
+
+
+def test_bad_spec_is_rejected():
+    with pytest.raises(ValueError, match="facts"):
+        ToySpec(facts=4, slots=3)
 
 
 def test_toy_tokenizer_round_trips_answers(toy_tok, tmp_path):
@@ -37,13 +43,13 @@ def test_toy_tokenizer_round_trips_answers(toy_tok, tmp_path):
 
     from memagent.agent.answer import extract_boxed
 
-    ids = toy_tok("Q k3 M k3 v7 > \\boxed{ v7 }")["input_ids"]
+    ids = toy_tok("M k3 v7 Q k3 > \\boxed{ v7 }")["input_ids"]
     assert len(ids) == 9 and extract_boxed(toy_tok.decode(ids)) == "v7"
     toy_tok.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path)("k1 v2 \\boxed{ v3 }")["input_ids"] == toy_tok("k1 v2 \\boxed{ v3 }")["input_ids"]
 
 
-def test_data_toy_cli_writes_deterministic_jsonl(tmp_path, capsys, monkeypatch):
+def test_data_toy_cli_writes_deterministic_jsonl(tmp_path, monkeypatch):
     import json
     import sys
 
@@ -61,4 +67,4 @@ def test_data_toy_cli_writes_deterministic_jsonl(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     rows = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [r["num_chunks"] for r in rows] == [2, 2, 2, 5, 5, 5]
-    assert all(len(r["context"].split()) == r["num_chunks"] * ToySpec(facts=1, filler=2).chunk_tokens for r in rows)
+    assert all(len(r["context"].split()) == r["num_chunks"] * ToySpec().chunk_tokens for r in rows)

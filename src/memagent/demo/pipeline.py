@@ -23,10 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_sample, make_samples, random_chunk
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_samples, random_chunk
 
-MEMORY_TEMPLATE = "Q {question} M {memory} C {chunk} >"
-FINAL_TEMPLATE = "Q {question} M {memory} >"
+# The question comes last, next to where the model starts writing: the short convolutions then hand
+# the asked key to the last position directly (with the paper's question-first order the tiny model
+# learned the lookup far more slowly).
+MEMORY_TEMPLATE = "M {memory} C {chunk} Q {question} >"
+FINAL_TEMPLATE = "M {memory} Q {question} >"
 FULL_TEMPLATE = "C {context} Q {question} >"
 EMPTY_MEMORY = "none none"
 METHODS = ("memagent-rl", "memagent-no-rl", "full-context")
@@ -37,28 +40,28 @@ class DemoConfig:
     seed: int = 0
     quick: bool = False
     out: str = "runs/demo"
-    spec: ToySpec = field(default_factory=lambda: ToySpec(facts=1, filler=2))  # 6-token chunks
+    spec: ToySpec = field(default_factory=ToySpec)
     train_chunks: int = 4  # the training length, in chunks
     multiples: tuple[int, ...] = (1, 4, 16, 64, 256)  # evaluation lengths, times the training length
     eval_docs: int = 256
     hidden: int = 64
     warmup_rows: int = 48_000  # demonstrations (memory updates and answers)
     warmup_lr: float = 3e-3
-    rl_steps: int = 120
+    rl_steps: int = 200
     rl_batch: int = 16  # questions per rollout batch
     rl_group: int = 8
     rl_lr: float = 5e-4
     rl_mini_batches: int = 4
-    rl_min_chunks: int = 1  # RL documents have rl_min_chunks..train_chunks chunks (shorter ones give more signal)
-    dynamic_sampling: bool = True  # drop groups whose rewards are all equal (DAPO), sample more
     fc_rows: int = 24_000
     p_keep: float = 0.5
+    final_share: float = 0.2  # share of answer demonstrations among the warm-up rows
+    warmup_batch: int = 32  # rows per warm-up step: more, smaller steps learned the copy faster
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str) -> "DemoConfig":
         if quick:  # the CI version: fewer lengths, documents and steps
             return cls(seed=seed, quick=True, out=out, multiples=(1, 4, 16), eval_docs=64,
-                       warmup_rows=24_000, rl_steps=60, fc_rows=8_000)
+                       warmup_rows=24_000, rl_steps=100, fc_rows=8_000)
         return cls(seed=seed, out=out)
 
 
@@ -78,15 +81,15 @@ def boxed(value: str) -> str:
     return "\\boxed{ " + value + " }"
 
 
-def encode_rows(tokenizer: Any, prompts: list[str], responses: list[str]) -> list[tuple[list[int], list[int]]]:
-    """`rl.sft.encode_conversation` for many rows at once (one batched tokenizer call each way):
-    the prompt as the backend renders it (no chat template here), the response plus EOS."""
+def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """`rl.sft.encode_conversation` for many (prompt, response) pairs at once (one batched tokenizer
+    call each way): the prompt as the backend renders it (no chat template here), the response + EOS."""
     from memagent.rl.sft import encode_conversation
 
-    if getattr(tokenizer, "chat_template", None):  # not the toy tokenizer; keep the general path
-        return [encode_conversation(tokenizer, p, r) for p, r in zip(prompts, responses)]
-    p_ids = tokenizer(prompts)["input_ids"]
-    r_ids = tokenizer(responses, add_special_tokens=False)["input_ids"]
+    if getattr(tokenizer, "chat_template", None):  # not the toy tokenizer: keep the general path
+        return [encode_conversation(tokenizer, p, r) for p, r in pairs]
+    p_ids = tokenizer([p for p, _ in pairs])["input_ids"]
+    r_ids = tokenizer([r for _, r in pairs], add_special_tokens=False)["input_ids"]
     return [(list(p), list(r) + [tokenizer.eos_token_id]) for p, r in zip(p_ids, r_ids)]
 
 
@@ -96,25 +99,27 @@ def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tup
     (chosen without looking at the question), and answer with the value the memory holds."""
     from memagent.agent.prompts import render
 
-    spec, prompts, responses = cfg.spec, [], []
-    for _ in range(cfg.warmup_rows // 2):
+    spec, pairs = cfg.spec, []
+    for _ in range(cfg.warmup_rows):
         q = rng.choice(spec.keys)
         memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
+        if rng.random() < cfg.final_share:  # answering is one copy; memory updates need most rows
+            held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
+            pairs.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held)))
+            continue
         facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
-        prompts.append(render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(facts, rng, spec)))
-        responses.append(new)
-        held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
-        prompts.append(render(FINAL_TEMPLATE, question=q, memory=memory))
-        responses.append(boxed(held))
-    return encode_rows(tokenizer, prompts, responses)
+        pairs.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new))
+    return encode_rows(tokenizer, pairs)
 
 
 def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
     """Question-aware supervised answers from the whole document (1..train_chunks chunks)."""
-    samples = [make_sample(rng, cfg.spec, rng.randint(1, cfg.train_chunks), f"fc-{i}") for i in range(cfg.fc_rows)]
-    return encode_rows(tokenizer, [full_prompt(s["question"], s["context"]) for s in samples],
-                       [boxed(s["answers"][0]) for s in samples])
+    pairs = []
+    for _ in range(cfg.fc_rows):
+        s = make_samples(cfg.spec, rng.randint(1, cfg.train_chunks), 1, rng.randrange(10**9), prefix="fc")[0]
+        pairs.append((full_prompt(s["question"], s["context"]), boxed(s["answers"][0])))
+    return encode_rows(tokenizer, pairs)
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -135,7 +140,8 @@ def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]],
     from memagent.eval.baselines import middle_truncate
 
     backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=64)
-    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
+    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context)
+               .replace("{question}", s["question"]) for s in samples]
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
     return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
 
@@ -161,8 +167,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     t = time.perf_counter()
     warm = warmup_rows(cfg, tokenizer, rng)
     fc = full_context_rows(cfg, tokenizer, rng)
-    rl_data = [make_sample(rng, spec, rng.randint(cfg.rl_min_chunks, cfg.train_chunks), f"train-{i}")
-               for i in range(cfg.rl_steps * cfg.rl_batch * (3 if cfg.dynamic_sampling else 1))]
+    rl_data = make_samples(spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train")
     evals = {m: make_samples(spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
              for m in cfg.multiples}
     seconds["data"] = time.perf_counter() - t
@@ -170,7 +175,8 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     t = time.perf_counter()
     model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden, seed=cfg.seed)
-    sft = SFTConfig(out_dir=str(out / "warmup"), seed=cfg.seed, batch_size=64, micro_batch_size=64, save=False,
+    sft = SFTConfig(out_dir=str(out / "warmup"), seed=cfg.seed, batch_size=cfg.warmup_batch,
+                    micro_batch_size=cfg.warmup_batch, save=False,
                     device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0))
     train_sft(sft, warm, model, tokenizer)
     no_rl = copy.deepcopy(model)
@@ -181,7 +187,6 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     rl_cfg = TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
                          agent=agent_config(spec, temperature=1.0, batch_docs=cfg.rl_batch * cfg.rl_group),
                          rollout=RolloutConfig(batch_size=cfg.rl_batch, group_size=cfg.rl_group,
-                                               dynamic_sampling=cfg.dynamic_sampling, max_sampling_rounds=3,
                                                max_batch_size=cfg.rl_batch * cfg.rl_group),
                          loss=LossConfig(kl_coef=0.0),
                          optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0),

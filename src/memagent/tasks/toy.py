@@ -1,13 +1,18 @@
 """A toy long-context QA family for CPU-scale models (the demo's task; PAPER.md's RULER-HotpotQA in
 miniature).
 
-A document is K chunks; each chunk holds `facts` key-value facts written "key value" (two words)
-and `filler` pairs of filler words ("f3 f17"), in random order.
-The question names a key; its fact appears in exactly one chunk; every other fact is a distractor
-with another key. With the toy tokenizer every word is one token, so a chunk of `facts` facts is
-exactly `2 * (facts + filler)` tokens, and `chunk_tokens` of that size cuts the document at chunk
-boundaries.
-Chance accuracy is 1 / n_values. Deterministic for a seed.
+A document is K chunks. A chunk is `slots` slots of three words; `facts` slots hold a fact written
+"fact KEY VALUE" (the marker word first), the others hold filler words. The question names a key;
+its fact appears in exactly one chunk; every other fact is a distractor with another key. With the
+toy tokenizer every word is one token, so a chunk is exactly `3 * slots` tokens and
+`chunk_tokens = 3 * slots` cuts the document at chunk boundaries. Chance accuracy is 1 / n_values.
+Deterministic for a seed.
+
+Why this shape (measured on the demo's tiny LFM2, see demo/pipeline.py): the marker before the key
+lets a model find "the fact of this chunk" by looking for one fixed word, and a single fact per
+chunk makes "copy the fact of the chunk" one well-defined target. With four bare "key value"
+facts a chunk, the non-question-aware warm-up ("copy SOME fact of the chunk") did not learn to
+pick one of the chunk's keys within minutes, so RL had nothing to explore with.
 """
 from __future__ import annotations
 
@@ -16,14 +21,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterator
 
+MARKER = "fact"
+FILLER = ("the", "a", "of", "and", "to", "in", "on", "it", "was", "for",
+          "with", "as", "at", "by", "from", "or", "an", "be", "this", "that")
+
 
 @dataclass(frozen=True)
 class ToySpec:
     n_keys: int = 50
     n_values: int = 50
-    facts: int = 4  # facts per chunk
-    filler: int = 0  # filler word pairs per chunk
-    n_filler: int = 20  # filler vocabulary
+    facts: int = 1  # facts per chunk
+    slots: int = 3  # three-word slots per chunk (facts + filler)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.facts <= self.slots:
+            raise ValueError(f"a chunk holds 1..slots facts; got facts={self.facts}, slots={self.slots}")
+        if self.n_keys <= self.facts or self.n_values < 1:
+            raise ValueError(f"need more keys than facts per chunk and at least one value; got {self}")
 
     @cached_property
     def keys(self) -> list[str]:
@@ -33,17 +47,18 @@ class ToySpec:
     def values(self) -> list[str]:
         return [f"v{i}" for i in range(self.n_values)]
 
-    @cached_property
-    def filler_words(self) -> list[str]:
-        return [f"f{i}" for i in range(self.n_filler)]
+    @property
+    def words(self) -> list[str]:
+        """Every word a toy document can hold."""
+        return [MARKER, *FILLER, *self.keys, *self.values]
 
     @property
     def chunk_tokens(self) -> int:
-        return 2 * (self.facts + self.filler)
+        return 3 * self.slots
 
 
 def random_chunk(rng: random.Random, spec: ToySpec, avoid: str, fact: tuple[str, str] | None = None) -> list[tuple[str, str]]:
-    """`spec.facts` facts with distinct keys other than `avoid`; `fact`, if given, in a random slot."""
+    """`spec.facts` facts with distinct keys other than `avoid`; `fact`, if given, in a random position."""
     keys = rng.sample([k for k in spec.keys if k != avoid], spec.facts)
     facts = [(k, rng.choice(spec.values)) for k in keys]
     if fact is not None:
@@ -51,22 +66,26 @@ def random_chunk(rng: random.Random, spec: ToySpec, avoid: str, fact: tuple[str,
     return facts
 
 
-def chunk_text(facts: list[tuple[str, str]], rng: random.Random | None = None, spec: ToySpec | None = None) -> str:
-    """The facts as text; with `rng` and `spec`, `spec.filler` filler pairs at random places among them."""
-    pairs = [f"{k} {v}" for k, v in facts]
-    if rng is not None and spec is not None and spec.filler:
-        for _ in range(spec.filler):
-            pairs.insert(rng.randrange(len(pairs) + 1), f"{rng.choice(spec.filler_words)} {rng.choice(spec.filler_words)}")
-    return " ".join(pairs)
+def chunk_text(rng: random.Random, spec: ToySpec, facts: list[tuple[str, str]]) -> str:
+    """The chunk's words: the facts in random slots, in order, filler words elsewhere."""
+    where = set(rng.sample(range(spec.slots), len(facts)))
+    it, words = iter(facts), []
+    for slot in range(spec.slots):
+        if slot in where:
+            k, v = next(it)
+            words += [MARKER, k, v]
+        else:
+            words += [rng.choice(FILLER) for _ in range(3)]
+    return " ".join(words)
 
 
 def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str) -> dict[str, Any]:
-    """One sample: {id, task, question, answers, context, num_chunks, gold_chunk}."""
+    """One sample: {id, task, question, answers, context, num_chunks, gold_chunk, metric}."""
     if n_chunks < 1:
         raise ValueError(f"a toy document needs at least one chunk, got {n_chunks}")
     key, value = rng.choice(spec.keys), rng.choice(spec.values)
     gold = rng.randrange(n_chunks)
-    chunks = [chunk_text(random_chunk(rng, spec, key, (key, value) if i == gold else None), rng, spec)
+    chunks = [chunk_text(rng, spec, random_chunk(rng, spec, key, (key, value) if i == gold else None))
               for i in range(n_chunks)]
     return dict(id=sample_id, task="toy", question=key, answers=[value], context=" ".join(chunks),
                 num_chunks=n_chunks, gold_chunk=gold, metric="exact_match")
@@ -89,8 +108,8 @@ def build_toy_tokenizer(spec: ToySpec, extra_words: tuple[str, ...] = ()) -> Any
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<unk>"]
-    words = ["Q", "M", "C", ">", "none", *extra_words, *spec.keys, *spec.values, *spec.filler_words]
-    vocab = {w: i for i, w in enumerate(specials + words)}
+    words = ["Q", "M", "C", ">", "none", *extra_words, *spec.words]
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(specials + words))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
