@@ -12,6 +12,7 @@ from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends import load_backend
 from memagent.config import AgentConfig
 from memagent.errors import InputError
+from memagent.jsonl import iter_jsonl
 
 
 @dataclass
@@ -45,23 +46,16 @@ def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
     """Lines of {id?, question, context | document (a path, relative to the JSONL file)}."""
     if not path.exists():
         raise InputError(f"input file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or "question" not in rec:
-                raise InputError(f"{path}:{n}: each line needs a 'question' field")
-            if "context" in rec:
-                doc: Any = rec["context"]
-            elif "document" in rec:
-                doc = Path(rec["document"]) if Path(rec["document"]).is_absolute() else path.parent / rec["document"]
-            else:
-                raise InputError(f"{path}:{n}: each line needs 'context' (text) or 'document' (a file path)")
-            yield AgentInput(rec["question"], doc, str(rec.get("id", n)))
+    for n, rec in iter_jsonl(path, InputError):
+        if not isinstance(rec, dict) or "question" not in rec:
+            raise InputError(f"{path}:{n}: each line needs a 'question' field")
+        if "context" in rec:
+            doc: Any = rec["context"]
+        elif "document" in rec:
+            doc = Path(rec["document"]) if Path(rec["document"]).is_absolute() else path.parent / rec["document"]
+        else:
+            raise InputError(f"{path}:{n}: each line needs 'context' (text) or 'document' (a file path)")
+        yield AgentInput(rec["question"], doc, str(rec.get("id", n)))
 
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with

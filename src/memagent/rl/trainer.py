@@ -20,7 +20,6 @@ parameters (as verl's actor does); `sample-mean` aggregation is an option of our
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import random
 import time
@@ -33,6 +32,7 @@ import torch
 from torch import nn
 
 from memagent.config import ConfigError
+from memagent.jsonl import iter_jsonl
 from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
 from memagent.rl.config import TrainConfig, config_to_dict, save_config
 from memagent.rl.distributed import (
@@ -312,15 +312,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"data file {p} does not exist; give a JSONL of {{id, question, answers, context}}")
-    out = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{p}:{n}: not valid JSON ({e.msg})") from None
-    return out
+    return [record for _, record in iter_jsonl(p, ConfigError)]
 
 
 __all__ = ["TrainResult", "Trainer", "assign_rank", "load_policy", "read_jsonl", "train"]

@@ -28,6 +28,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from memagent.jsonl import iter_jsonl
+
 __all__ = [
     "DataError",
     "LAZY_DOC_THRESHOLD",
@@ -117,14 +119,7 @@ def read_samples(path: str | Path) -> Iterator[dict]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc})") from exc
+    for lineno, sample in iter_jsonl(path, DataError):
             missing = [k for k in _REQUIRED if k not in sample]
             if missing:
                 raise DataError(f"{path}:{lineno}: sample lacks {', '.join(missing)}")
