@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from memagent.agent.workflow import AgentInput, BudgetError, MemoryAgent, cap_tokens
+from memagent.agent.workflow import AgentInput, BudgetError, MemoryAgent, cap_tokens, cap_tokens_many
 from memagent.backends.base import SamplingParams
 from memagent.config import AgentConfig
 
@@ -77,6 +77,14 @@ def test_cap_tokens_never_exceeds_the_limit(tiny_tokenizer):
         cut, n, truncated = cap_tokens(text, tiny_tokenizer, limit)
         assert truncated and n <= limit
         assert len(tiny_tokenizer(cut, add_special_tokens=False)["input_ids"]) <= limit
+
+
+def test_cap_tokens_many_equals_one_by_one(tiny_tokenizer):
+    texts = ["", "short", "東京 música " * 50, "a b c d e f g h", "東京"]
+    for limit in (1, 3, 7):
+        many = cap_tokens_many(texts, tiny_tokenizer, limit)
+        assert many == [cap_tokens(t, tiny_tokenizer, limit) for t in texts]
+        assert [t for t, _, cut in many if cut] and [t for t, _, cut in many if not cut]  # both paths taken
 
 
 def test_no_boxed_answer_is_an_explicit_none(tiny_tokenizer):

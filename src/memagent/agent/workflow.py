@@ -74,6 +74,7 @@ class _Doc:
     memory: str
     step: int = 0
     conversations: list[Conversation] = field(default_factory=list)
+    memory_tokens: int | None = None  # of `memory`, once a memory step has counted them
 
 
 def cap_tokens(text: str, tokenizer: Any, limit: int) -> tuple[str, int, bool]:
@@ -93,6 +94,14 @@ def cap_tokens(text: str, tokenizer: Any, limit: int) -> tuple[str, int, bool]:
             return cut, n, True
         keep -= max(1, n - limit)
     return "", 0, True
+
+
+def cap_tokens_many(texts: Sequence[str], tokenizer: Any, limit: int) -> list[tuple[str, int, bool]]:
+    """`cap_tokens` for many texts: one tokenizer call for all, the cut only for those over `limit`."""
+    if not texts:
+        return []
+    counts = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    return [(t, n, False) if n <= limit else cap_tokens(t, tokenizer, limit) for t, n in zip(texts, counts)]
 
 
 class MemoryAgent:
@@ -204,9 +213,9 @@ class MemoryAgent:
         t0 = time.perf_counter()
         gens = self.backend.generate(prompts, self._params(cfg.memory_tokens))
         seconds = time.perf_counter() - t0
-        for d, prompt, gen in zip(docs, prompts, gens):
+        capped = cap_tokens_many([g.text.strip() for g in gens], tok, cfg.memory_tokens)
+        for d, prompt, gen, (memory, n_mem, truncated) in zip(docs, prompts, gens, capped):
             chunk = d.next_chunk
-            memory, n_mem, truncated = cap_tokens(gen.text.strip(), tok, cfg.memory_tokens)
             if truncated:
                 log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
@@ -218,7 +227,7 @@ class MemoryAgent:
             if self.keep_conversations:
                 d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                     gen.token_ids, gen.logprobs, memory, truncated))
-            d.memory = memory
+            d.memory, d.memory_tokens = memory, n_mem
             d.step += 1
             d.next_chunk = next(d.chunks, None)
 
@@ -234,7 +243,8 @@ class MemoryAgent:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
             if trace:
                 trace.write(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
-                                 memory_tokens=len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
+                                 memory_tokens=d.memory_tokens if d.memory_tokens is not None else
+                                 len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
                                  answer=answer, raw_answer=gen.text, seconds=round(seconds, 6),
                                  batch_size=len(docs)))
             if self.keep_conversations:

@@ -108,7 +108,15 @@ class TransformersBackend:
         )
 
     def encode(self, prompt: str) -> list[int]:
-        return self.tokenizer(self.render(prompt), add_special_tokens=not self.use_chat_template)["input_ids"]
+        return self.encode_many([prompt])[0]
+
+    def encode_many(self, prompts: Sequence[str]) -> list[list[int]]:
+        """`encode` for many prompts in one tokenizer call (per-prompt calls cost more than the
+        tiny demo model's forward pass)."""
+        if not prompts:
+            return []
+        texts = [self.render(p) for p in prompts]
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=not self.use_chat_template)["input_ids"]]
 
     def prompt_length(self, prompt: str) -> int:
         return len(self.encode(prompt))
@@ -116,7 +124,7 @@ class TransformersBackend:
     # -- generation ------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
-        encoded = [self.encode(p) for p in prompts]
+        encoded = self.encode_many(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         out: list[Generation | None] = [None] * len(prompts)
         for b in range(0, len(order), self.max_batch_size):
