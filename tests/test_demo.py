@@ -32,6 +32,8 @@ def test_quick_demo_writes_results_plot_and_a_loadable_model(quick_demo, capsys,
     assert results["seed"] == SEED
     assert {"data", "warmup", "rl", "full_context", "eval"} <= set(results["seconds"])
     assert (quick_demo / "accuracy.png").stat().st_size > 1000
+    table = (quick_demo / "results.md").read_text()
+    assert "| memagent-rl | " in table and "16x (64 chunks)" in table
     # the trained model answers through the normal `memagent ask` path
     doc = quick_demo / "doc.txt"
     doc.write_text("the a of fact k5 v6 in on it and to the fact k7 v8 was for")  # 2 chunks

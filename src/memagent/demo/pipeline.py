@@ -234,8 +234,9 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    from memagent.demo.report import plot_accuracy, print_table
+    from memagent.demo.report import markdown_table, plot_accuracy, print_table
 
+    (out / "results.md").write_text(markdown_table(results, cfg))
     print_table(results, cfg)
     plot_accuracy(results, cfg, out / "accuracy.png")
     return results

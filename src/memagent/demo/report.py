@@ -11,13 +11,25 @@ def print_table(results: dict[str, Any], cfg: Any) -> None:
 
     mults = list(next(iter(results["accuracy"].values())).keys())
     t = Table(title=f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%")
-    t.add_column("method")
+    t.add_column("method", no_wrap=True)
     for m in mults:
-        t.add_column(f"{m}x ({int(m) * cfg.train_chunks} chunks)", justify="right")
+        t.add_column(f"{m}x\n{int(m) * cfg.train_chunks} chunks", justify="right", no_wrap=True)
     for method, row in results["accuracy"].items():
         t.add_row(method, *[f"{100 * row[m]:.1f}" for m in mults])
     Console().print(t)
     Console().print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items()))
+
+
+def markdown_table(results: dict[str, Any], cfg: Any) -> str:
+    """The same table as GitHub markdown (written to results.md next to results.json)."""
+    mults = list(next(iter(results["accuracy"].values())).keys())
+    lines = [f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%", "",
+             "| method | " + " | ".join(f"{m}x ({int(m) * cfg.train_chunks} chunks)" for m in mults) + " |",
+             "|---|" + "---:|" * len(mults)]
+    for method, row in results["accuracy"].items():
+        lines.append(f"| {method} | " + " | ".join(f"{100 * row[m]:.1f}" for m in mults) + " |")
+    lines += ["", "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())]
+    return "\n".join(lines) + "\n"
 
 
 def plot_accuracy(results: dict[str, Any], cfg: Any, path: Path) -> Path:
