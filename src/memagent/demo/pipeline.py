@@ -78,7 +78,9 @@ def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256)
 
 
 def full_prompt(question: str, context: str) -> str:
-    return FULL_TEMPLATE.replace("{context}", context).replace("{question}", question)
+    from memagent.eval.baselines import render_baseline
+
+    return render_baseline(question, context, FULL_TEMPLATE)
 
 
 def boxed(value: str) -> str:
@@ -144,8 +146,7 @@ def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]],
     from memagent.eval.baselines import middle_truncate
 
     backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=64)
-    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context)
-               .replace("{question}", s["question"]) for s in samples]
+    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
     return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
 
