@@ -113,3 +113,15 @@ def test_model_directory_settings_are_defaults_and_flags_override_them(run_cli, 
     (model / "memagent.json").write_text('{"chunk_size": 3}')
     code, _, err = run_cli("ask", "--model", model, "--document", doc, "--question", "q", "--no-progress")
     assert code == 2 and "unknown setting" in err
+
+
+def test_saved_agent_settings_read_back_as_the_same_config(tmp_path):
+    from memagent.config import AgentConfig
+    from memagent.run import model_agent_settings, save_agent_settings
+
+    config = AgentConfig(chunk_tokens=9, memory_tokens=2, answer_tokens=3, query_tokens=4,
+                         memory_template="M {memory} C {chunk} Q {question} >",
+                         final_template="M {memory} Q {question} >", empty_memory="none none")
+    save_agent_settings(tmp_path, config)
+    assert AgentConfig(**model_agent_settings(str(tmp_path))) == config
+    assert model_agent_settings(str(tmp_path / "elsewhere")) == {}

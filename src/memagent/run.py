@@ -78,6 +78,13 @@ def model_agent_settings(model: str) -> dict[str, Any]:
     return dict(data)
 
 
+def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
+    """Write `config`'s prompt settings beside a saved model, where `model_agent_settings` reads them."""
+    path = Path(model_dir) / AGENT_SETTINGS_FILE
+    path.write_text(json.dumps({k: getattr(config, k) for k in _SETTING_KEYS}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 def backend_kwargs(o: AskOptions) -> dict[str, Any]:
     """The options of the chosen backend; an option of another backend is an error, not ignored."""
     if o.backend != "openai" and o.base_url is not None:

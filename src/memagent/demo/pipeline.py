@@ -226,10 +226,9 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
-    ac = agent_config(spec)  # so that `memagent ask --model OUT/model` uses the demo's prompts and budgets
-    (out / "model" / "memagent.json").write_text(json.dumps({k: getattr(ac, k) for k in (
-        "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template", "final_template",
-        "empty_memory")}, indent=2) + "\n")
+    from memagent.run import save_agent_settings
+
+    save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
     results = {"accuracy": acc, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
