@@ -120,14 +120,14 @@ def read_samples(path: str | Path) -> Iterator[dict]:
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
     for lineno, sample in iter_jsonl(path, DataError):
-            missing = [k for k in _REQUIRED if k not in sample]
-            if missing:
-                raise DataError(f"{path}:{lineno}: sample lacks {', '.join(missing)}")
-            if "context" not in sample and "lazy" not in sample:
-                raise DataError(f"{path}:{lineno}: sample {sample['id']!r} has neither 'context' nor 'lazy'")
-            if not isinstance(sample["answers"], list) or not sample["answers"]:
-                raise DataError(f"{path}:{lineno}: sample {sample['id']!r}: 'answers' must be a non-empty list")
-            yield sample
+        missing = [k for k in _REQUIRED if k not in sample]
+        if missing:
+            raise DataError(f"{path}:{lineno}: sample lacks {', '.join(missing)}")
+        if "context" not in sample and "lazy" not in sample:
+            raise DataError(f"{path}:{lineno}: sample {sample['id']!r} has neither 'context' nor 'lazy'")
+        if not isinstance(sample["answers"], list) or not sample["answers"]:
+            raise DataError(f"{path}:{lineno}: sample {sample['id']!r}: 'answers' must be a non-empty list")
+        yield sample
 
 
 def sample_document(
