@@ -7,9 +7,9 @@ Run: .venv/bin/python bench/batching.py
 from __future__ import annotations
 
 import argparse
-import time
+from typing import Callable
 
-from common import filler_text, table, tiny_model, write_result
+from common import best_times, filler_text, table, tiny_model, write_result
 
 
 def main() -> None:
@@ -27,17 +27,13 @@ def main() -> None:
     backend = TransformersBackend.from_pretrained(tiny_model(), device="cpu", dtype="float32")
     docs = [filler_text(backend.tokenizer, args.tokens, seed=i) for i in range(args.docs)]
     items = [AgentInput(f"What is kept in document {i}?", d, str(i)) for i, d in enumerate(docs)]
-    best = {1: float("inf"), args.docs: float("inf")}
-    runs = []
-    for _ in range(args.repeats):
-        for in_flight in best:
-            cfg = AgentConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens, answer_tokens=16,
-                              max_batch_docs=in_flight)
-            t0 = time.perf_counter()
-            MemoryAgent(backend, cfg).run(items)
-            dt = time.perf_counter() - t0
-            runs.append(dict(in_flight=in_flight, seconds=dt))
-            best[in_flight] = min(best[in_flight], dt)
+    def run(in_flight: int) -> Callable[[], object]:
+        cfg = AgentConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens, answer_tokens=16,
+                          max_batch_docs=in_flight)
+        return lambda: MemoryAgent(backend, cfg).run(items)
+
+    best, _, timings = best_times({k: run(k) for k in (1, args.docs)}, args.repeats)
+    runs = [dict(in_flight=t["run"], seconds=t["seconds"]) for t in timings]
     rates = {k: args.docs / v for k, v in best.items()}
     rows = [[k, best[k], rates[k]] for k in best]
     speedup = rates[args.docs] / rates[1]

@@ -6,9 +6,8 @@ Run: .venv/bin/python bench/chunker.py
 from __future__ import annotations
 
 import argparse
-import time
 
-from common import WORK, filler_text, table, tiny_model, write_result
+from common import WORK, best_times, filler_text, table, tiny_model, write_result
 
 
 def main() -> None:
@@ -28,14 +27,9 @@ def main() -> None:
         for _ in range(args.tokens // 65536):
             f.write(block)
     text = path.read_text()
-    best = {"stream": float("inf"), "batch": float("inf")}
-    for _ in range(args.repeats):  # alternate the two, keep each one's best (the machine is noisy)
-        t0 = time.perf_counter()
-        n_stream = sum(len(c.token_ids) for c in iter_chunks(path, tok, args.chunk_tokens))
-        best["stream"] = min(best["stream"], time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        n_batch = len(tok(text, add_special_tokens=False)["input_ids"])
-        best["batch"] = min(best["batch"], time.perf_counter() - t0)
+    best, n, _ = best_times({"stream": lambda: sum(len(c.token_ids) for c in iter_chunks(path, tok, args.chunk_tokens)),
+                             "batch": lambda: len(tok(text, add_special_tokens=False)["input_ids"])}, args.repeats)
+    n_stream, n_batch = n["stream"], n["batch"]
     assert n_stream == n_batch, (n_stream, n_batch)
     rate = {k: n_batch / v for k, v in best.items()}
     ratio = rate["stream"] / rate["batch"]

@@ -7,7 +7,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -68,6 +68,24 @@ def filler_text(tokenizer: Any, n_tokens: int, seed: int = 0) -> str:
     from memagent.eval.timing import filler_document
 
     return filler_document(tokenizer, n_tokens)
+
+
+def best_times(runs: dict[Any, Callable[[], Any]], repeats: int) -> tuple[dict[Any, float], dict[Any, Any], list[dict[str, Any]]]:
+    """Run every callable of `runs` once a round, `repeats` rounds, alternating (a change of the
+    machine's load hits them all); returns each one's best seconds, its last return value and
+    every timing as {"run": key, "seconds": s}. The best time is the one least disturbed by other
+    processes on a shared machine."""
+    best = {k: float("inf") for k in runs}
+    value: dict[Any, Any] = {}
+    timings = []
+    for _ in range(repeats):
+        for key, fn in runs.items():
+            t0 = time.perf_counter()
+            value[key] = fn()
+            dt = time.perf_counter() - t0
+            timings.append({"run": key, "seconds": dt})
+            best[key] = min(best[key], dt)
+    return best, value, timings
 
 
 def table(rows: list[list[Any]], header: list[str]) -> None:

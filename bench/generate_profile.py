@@ -12,9 +12,8 @@ Run: .venv/bin/python bench/generate_profile.py
 from __future__ import annotations
 
 import argparse
-import time
 
-from common import table, tiny_model, write_result
+from common import best_times, table, tiny_model, write_result
 
 
 def main() -> None:
@@ -44,12 +43,7 @@ def main() -> None:
 
     def seconds(batch: dict[str, torch.Tensor], new: int) -> float:
         generate(batch, new)  # warm-up
-        best = float("inf")
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            generate(batch, new)
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return best_times({new: lambda: generate(batch, new)}, args.repeats)[0][new]
 
     rows, res = [], {}
     for b in (1, args.rows):
