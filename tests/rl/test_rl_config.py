@@ -2,7 +2,7 @@
 import pytest
 
 from memagent.config import ConfigError
-from memagent.rl.config import TrainConfig, load_config, parse_overrides
+from memagent.rl.config import OptimConfig, TrainConfig, load_config, parse_overrides
 
 
 def test_paper_defaults():
@@ -56,3 +56,40 @@ def test_validation_messages(overrides, message):
 def test_missing_file_is_clear(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_lr_factor_constant_and_cosine_by_hand():
+    from memagent.rl.loop import lr_factor
+
+    # warm-up 4: 1/4, 2/4, 3/4, 4/4; constant afterwards
+    assert [lr_factor(s, 4) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    # cosine, warm-up 2, total 6: the decay spans steps 2..6, p = 0, 1/4, 2/4, 3/4, then clamped at 1
+    f = [lr_factor(s, 2, 6, "cosine") for s in range(8)]
+    assert f[:2] == [0.5, 1.0]
+    assert f[2:] == pytest.approx([1.0, (1 + 2 ** -0.5) / 2, 0.5, (1 - 2 ** -0.5) / 2, 0.0, 0.0])
+    # min_ratio 0.1: 0.1 + 0.9 * the plain factor
+    assert lr_factor(4, 2, 6, "cosine", 0.1) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_factor(50, 0, 6, "cosine", 0.1) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="total_steps"):
+        lr_factor(3, 0, None, "cosine")
+
+
+def test_cosine_schedule_drives_the_optimiser_and_bad_settings_fail():
+    import torch
+
+    from memagent.rl.loop import make_optimizer
+
+    model = torch.nn.Linear(2, 1)
+    opt, sched = make_optimizer(model, OptimConfig(lr=0.1, warmup_steps=0, schedule="cosine"), total_steps=4)
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.1, 0.1 * (1 + 2 ** -0.5) / 2, 0.05, 0.1 * (1 - 2 ** -0.5) / 2])
+    with pytest.raises(ValueError, match="total optimiser steps"):
+        make_optimizer(model, OptimConfig(lr=0.1, schedule="cosine"))
+    with pytest.raises(ConfigError, match="schedule"):
+        OptimConfig(schedule="linear")
+    with pytest.raises(ConfigError, match="min_lr_ratio"):
+        OptimConfig(schedule="cosine", min_lr_ratio=1.5)

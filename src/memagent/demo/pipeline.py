@@ -47,11 +47,13 @@ class DemoConfig:
     hidden: int = 64
     warmup_rows: int = 48_000  # demonstrations (memory updates and answers)
     warmup_lr: float = 3e-3
+    warmup_schedule: str = "constant"  # optim.schedule of the warm-up: constant or cosine (to 0)
     rl_steps: int = 300
     rl_batch: int = 16  # questions per rollout batch
     rl_group: int = 8
     rl_lr: float = 1e-3  # seed 1 at 16x: 73% (5e-4 for 200 steps: 45%); 2e-3 collapsed
     rl_mini_batches: int = 4
+    rl_schedule: str = "constant"  # optim.schedule of Multi-Conv DAPO: constant or cosine (to 0)
     rl_kl_coef: float = 0.0  # beta of the k3 KL to the warm-up model (0: none, as in DAPO)
     rl_dynamic_sampling: bool = False  # DAPO: train only on groups whose rewards differ
     rl_sampling_rounds: int = 1  # rounds of rl_batch questions sampled to fill the batch
@@ -182,7 +184,8 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden, seed=cfg.seed)
     sft = SFTConfig(out_dir=str(out / "warmup"), seed=cfg.seed, batch_size=cfg.warmup_batch,
                     micro_batch_size=cfg.warmup_batch, save=False,
-                    device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0))
+                    device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0,
+                                                    schedule=cfg.warmup_schedule))
     train_sft(sft, warm, model, tokenizer)
     no_rl = copy.deepcopy(model)
     seconds["warmup"] = time.perf_counter() - t
@@ -196,7 +199,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
                                                dynamic_sampling=cfg.rl_dynamic_sampling,
                                                max_sampling_rounds=cfg.rl_sampling_rounds),
                          loss=LossConfig(kl_coef=cfg.rl_kl_coef),
-                         optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0),
+                         optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0, schedule=cfg.rl_schedule),
                          update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512,
                                                   old_logprobs="rollout"))
     train(rl_cfg, rl_data, model=model, tokenizer=tokenizer)

@@ -71,12 +71,17 @@ class LossConfig:
             raise ConfigError(f"loss.horizon must be positive, got {self.horizon}")
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up then a constant learning rate (paper's setting)."""
+    """AdamW with linear warm-up, then a constant learning rate (paper's setting) or a cosine decay."""
 
     lr: float = 1e-6  # peak (constant) learning rate
     warmup_steps: int = 20  # optimiser steps of linear warm-up from lr / warmup_steps to lr
+    schedule: str = "constant"  # after the warm-up: "constant" or "cosine" (to min_lr_ratio * lr at the end)
+    min_lr_ratio: float = 0.0  # cosine only: the final learning rate as a fraction of lr
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     beta1: float = 0.9
@@ -88,6 +93,10 @@ class OptimConfig:
             raise ConfigError(f"optim.lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise ConfigError("optim.warmup_steps, optim.weight_decay and optim.grad_clip must be >= 0")
+        if self.schedule not in LR_SCHEDULES:
+            raise ConfigError(f"optim.schedule {self.schedule!r} is unknown; choose one of: {', '.join(LR_SCHEDULES)}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ConfigError(f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
 

@@ -3,6 +3,7 @@ data order, optimiser + schedule, seeds, metrics files, progress bar."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +50,36 @@ def step_seed(seed: int, step: int, round_: int, rank: int) -> int:
     return (seed * 1_000_000_007 + step * 100_003 + round_ * 1_009 + rank) % (2**31 - 1)
 
 
-def make_optimizer(model: nn.Module, cfg: OptimConfig) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW over the trainable parameters and a linear warm-up, then constant, schedule.
+def lr_factor(step: int, warmup_steps: int, total_steps: int | None = None, schedule: str = "constant",
+              min_ratio: float = 0.0) -> float:
+    """The learning rate of optimiser step `step` (0-based) as a fraction of the peak.
 
-    The learning rate of optimiser step s (0-based) is lr * min(1, (s + 1) / warmup_steps).
+    Linear warm-up: (step + 1) / warmup_steps for the first warmup_steps steps. Then "constant": 1;
+    "cosine": min_ratio + (1 - min_ratio) * (1 + cos(pi * p)) / 2 with p = (step - warmup_steps) /
+    (total_steps - warmup_steps), p clamped to [0, 1], so the last step (total_steps - 1) is just
+    above min_ratio and any step past the end stays at min_ratio.
     """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if total_steps is None:
+        raise ValueError("a cosine schedule needs total_steps")
+    span = max(1, total_steps - warmup_steps)
+    p = min(1.0, max(0.0, (step - warmup_steps) / span))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int | None = None) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and the `lr_factor` schedule (total_steps: the run's
+    optimiser steps, needed by the cosine schedule)."""
+    if cfg.schedule != "constant" and not total_steps:
+        raise ValueError(f"optim.schedule {cfg.schedule!r} needs the run's total optimiser steps")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                             weight_decay=cfg.weight_decay)
-    warm = cfg.warmup_steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, cfg.warmup_steps, total_steps, cfg.schedule, cfg.min_lr_ratio))
     return opt, sched
 
 

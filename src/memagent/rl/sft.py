@@ -139,7 +139,8 @@ def train_sft(
     if resume_from is not None:
         load_model_weights(model, resume_from / "model")
     wrapped = wrap_model(model.to(info.device), config.strategy, info)
-    optimizer, scheduler = make_optimizer(wrapped, config.optim)
+    total_steps = max(1, int(np.ceil(config.epochs * len(data) / config.batch_size)))
+    optimizer, scheduler = make_optimizer(wrapped, config.optim, total_steps)
     step, position = 0, 0
     if resume_from is not None:
         state = load_checkpoint(resume_from, info, model=wrapped, optimizer=optimizer, scheduler=scheduler)
@@ -149,7 +150,6 @@ def train_sft(
         random.seed(config.seed + info.rank)
         np.random.seed(config.seed + info.rank)
     stream = DataStream(len(data), config.seed, position)
-    total_steps = max(1, int(np.ceil(config.epochs * len(data) / config.batch_size)))
     metrics = MetricsLog(out, info, resume_step=step)
     progress = Progress(total_steps, step, enabled=config.progress and info.is_main, what="sft")
     result = TrainResult(out, resume_from, model=unwrap(wrapped))

@@ -112,7 +112,8 @@ class Trainer:
         self.model = wrap_model(plain, config.strategy, self.info)
         if self.ref is not None and config.strategy == "fsdp" and self.info.enabled:
             self.ref = wrap_model(self.ref, "fsdp", self.info)
-        self.optimizer, self.scheduler = make_optimizer(self.model, config.optim)
+        self.optimizer, self.scheduler = make_optimizer(  # nominal optimiser steps: dynamic sampling may take fewer
+            self.model, config.optim, config.total_steps * config.num_mini_batches * config.update.epochs)
         self.step, position = 0, 0
         if resume_from is not None:
             state = load_checkpoint(resume_from, self.info, model=self.model, optimizer=self.optimizer,
