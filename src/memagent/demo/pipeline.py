@@ -153,6 +153,14 @@ def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]],
     return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
 
 
+def update_step_errors(model: Any, tokenizer: Any, spec: ToySpec, n: int, seed: int) -> dict[str, dict[str, float]]:
+    from memagent.backends.hf import TransformersBackend
+    from memagent.demo.diagnose import update_errors
+
+    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=256)
+    return update_errors(backend, spec, MEMORY_TEMPLATE, EMPTY_MEMORY, memory_tokens=2, n=n, seed=seed + 20_000)
+
+
 # -- the pipeline ----------------------------------------------------------------------------------
 def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     import torch
@@ -225,6 +233,11 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
         acc["memagent-no-rl"][str(mult)] = eval_memagent(no_rl, tokenizer, samples, spec)
         acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
         log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
+    # per-step error rates (demo/diagnose.py): why accuracy falls with length, one memory update at a time
+    errors = {name: update_step_errors(m, tokenizer, spec, 256 if cfg.quick else 1000, cfg.seed)
+              for name, m in (("memagent-rl", model), ("memagent-no-rl", no_rl))}
+    for name, e in errors.items():
+        log(f"{name} per-step errors: " + ", ".join(f"{c} {k} {100 * v:.1f}%" for c, d in e.items() for k, v in d.items()))
     seconds["eval"] = time.perf_counter() - t
 
     model.save_pretrained(out / "model", safe_serialization=True)
@@ -233,7 +246,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
-    results = {"accuracy": acc, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+    results = {"accuracy": acc, "update_errors": errors, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

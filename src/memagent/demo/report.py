@@ -28,6 +28,14 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
              "|---|" + "---:|" * len(mults)]
     for method, row in results["accuracy"].items():
         lines.append(f"| {method} | " + " | ".join(f"{100 * row[m]:.1f}" for m in mults) + " |")
+    if results.get("update_errors"):  # demo/diagnose.py: one memory update at a time, greedy
+        lines += ["", "per-step errors (%): keep = the memory holds the answer, write = the chunk does", "",
+                  "| method | keep: value lost | keep: took the chunk's value | write into empty: missed "
+                  "| write over another fact: missed |", "|---|---:|---:|---:|---:|"]
+        for method, e in results["update_errors"].items():
+            cells = (e["keep"]["value_lost"], e["keep"]["took_chunk_value"], e["write_empty"]["missed"],
+                     e["write_over"]["missed"])
+            lines.append(f"| {method} | " + " | ".join(f"{100 * c:.1f}" for c in cells) + " |")
     lines += ["", "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,63 @@
+"""demo.diagnose: per-step error rates of memory updates, checked with scripted policies."""
+import re
+
+import pytest
+
+from memagent.demo.diagnose import CASES, update_errors, update_states
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer
+from tests.fakes import ScriptedBackend
+
+TEMPLATE = "M {memory} C {chunk} Q {question} >"
+SPEC = ToySpec()
+PROMPT = re.compile(r"M (\S+ \S+) C (.*) Q (\S+) >")
+
+
+def parts(prompt):
+    memory, chunk, q = PROMPT.fullmatch(prompt).groups()
+    fact = re.search(r"fact (\S+) (\S+)", chunk).groups()
+    return memory, fact, q
+
+
+def run(policy, n=200):
+    backend = ScriptedBackend(build_toy_tokenizer(SPEC), lambda p, _: policy(*parts(p)))
+    return update_errors(backend, SPEC, TEMPLATE, "none none", n=n, seed=1), backend
+
+
+def test_the_right_rule_makes_no_errors_and_greedy_two_token_replies_are_asked_for():
+    errs, backend = run(lambda memory, fact, q: " ".join(fact) if fact[0] == q else memory)
+    assert errs == {"keep": {"value_lost": 0.0, "took_chunk_value": 0.0},
+                    "write_empty": {"missed": 0.0}, "write_over": {"missed": 0.0}}
+    assert [len(b) for b in backend.batches] == [200, 200, 200]
+    assert all(p.greedy and p.max_new_tokens == 3 for p in backend.params)
+
+
+def test_always_keeping_misses_every_write_and_always_copying_loses_every_held_value():
+    keep, _ = run(lambda memory, fact, q: memory)
+    assert keep == {"keep": {"value_lost": 0.0, "took_chunk_value": 0.0},
+                    "write_empty": {"missed": 1.0}, "write_over": {"missed": 1.0}}
+    # the slip: keep the key, take the chunk's value (the distractor's value never equals the asked one)
+    slip, _ = run(lambda memory, fact, q: f"{memory.split()[0]} {fact[1]}")
+    assert slip["keep"] == {"value_lost": 1.0, "took_chunk_value": 1.0}
+    assert slip["write_empty"]["missed"] == 0.0 and slip["write_over"]["missed"] == 0.0
+
+
+def test_replies_are_capped_like_the_workflow_and_empty_replies_count_as_lost():
+    long, _ = run(lambda memory, fact, q: (" ".join(fact) if fact[0] == q else memory) + " v1 v2")
+    assert long["keep"]["value_lost"] == 0.0 and long["write_over"]["missed"] == 0.0  # "k v v1 v2" -> "k v"
+    empty, _ = run(lambda memory, fact, q: "")
+    assert empty["keep"]["value_lost"] == 1.0 and empty["write_empty"]["missed"] == 1.0
+
+
+def test_states_are_deterministic_and_well_formed():
+    a = update_states(SPEC, "write_over", 50, 3, "none none")
+    assert a == update_states(SPEC, "write_over", 50, 3, "none none")
+    for s in a:
+        assert f"fact {s['question']} {s['value']}" in s["chunk"]
+        assert s["memory"].split()[0] != s["question"] and s["memory"].split()[1] == s["other"] != s["value"]
+    for s in update_states(SPEC, "keep", 50, 3, "none none"):
+        assert s["memory"] == f"{s['question']} {s['value']}" and s["other"] != s["value"]
+        assert f" {s['other']}" in s["chunk"] and f"fact {s['question']} " not in s["chunk"]
+    assert all(s["memory"] == "none none" for s in update_states(SPEC, "write_empty", 20, 3, "none none"))
+    with pytest.raises(ValueError, match="unknown case"):
+        update_states(SPEC, "forget", 1, 0, "none none")
+    assert CASES == ("keep", "write_empty", "write_over")
