@@ -63,8 +63,9 @@ def tiny_model(name: str = "tiny", **overrides: Any) -> Path:
     return path
 
 
-def filler_text(tokenizer: Any, n_tokens: int, seed: int = 0) -> str:
-    """Filler text of `n_tokens` tokens of `tokenizer` (the evaluation harness's own filler)."""
+def filler_text(tokenizer: Any, n_tokens: int) -> str:
+    """Filler text of `n_tokens` tokens of `tokenizer` (the evaluation harness's own filler; the same
+    text every call: the benchmarks time the work per token, which does not depend on the words)."""
     from memagent.eval.timing import filler_document
 
     return filler_document(tokenizer, n_tokens)

@@ -40,7 +40,7 @@ def main() -> None:
     from memagent.config import AgentConfig
 
     backend = TimedBackend(TransformersBackend.from_pretrained(tiny_model(), device="cpu", dtype="float32"))
-    docs = [filler_text(backend.tokenizer, args.tokens, seed=i) for i in range(args.docs)]
+    docs = [filler_text(backend.tokenizer, args.tokens)] * args.docs  # same text; the questions differ
     items = [AgentInput(f"What is kept in document {i}?", d, str(i)) for i, d in enumerate(docs)]
     cfg = AgentConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens, answer_tokens=16,
                       max_batch_docs=args.docs)
