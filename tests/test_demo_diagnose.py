@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from memagent.config import AgentConfig
 from memagent.demo.diagnose import CASES, update_errors, update_states
 from memagent.tasks.toy import ToySpec, build_toy_tokenizer
 from tests.fakes import ScriptedBackend
@@ -20,7 +21,9 @@ def parts(prompt):
 
 def run(policy, n=200):
     backend = ScriptedBackend(build_toy_tokenizer(SPEC), lambda p, _: policy(*parts(p)))
-    return update_errors(backend, SPEC, TEMPLATE, "none none", n=n, seed=1), backend
+    config = AgentConfig(chunk_tokens=9, memory_tokens=2, answer_tokens=3, query_tokens=4, memory_template=TEMPLATE,
+                         final_template="M {memory} Q {question} >", empty_memory="none none")
+    return update_errors(backend, SPEC, config, n=n, seed=1), backend
 
 
 def test_the_right_rule_makes_no_errors_and_greedy_two_token_replies_are_asked_for():

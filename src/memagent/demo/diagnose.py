@@ -19,7 +19,9 @@ import random
 from typing import Any
 
 from memagent.agent.prompts import render
+from memagent.agent.workflow import cap_tokens_many
 from memagent.backends.base import Backend, SamplingParams
+from memagent.config import AgentConfig
 from memagent.tasks.toy import ToySpec, chunk_text, random_chunk
 
 CASES = ("keep", "write_empty", "write_over")
@@ -47,16 +49,18 @@ def update_states(spec: ToySpec, case: str, n: int, seed: int, empty_memory: str
     return states
 
 
-def update_errors(backend: Backend, spec: ToySpec, template: str, empty_memory: str, memory_tokens: int = 2,
-                  n: int = 1000, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Greedy error rates of one memory update per case (see the module doc), each over n states."""
+def update_errors(backend: Backend, spec: ToySpec, config: AgentConfig, n: int = 1000,
+                  seed: int = 0) -> dict[str, dict[str, float]]:
+    """Greedy error rates of one memory update per case (see the module doc), each over n states, with
+    the agent's memory template, empty memory and memory budget (`config`)."""
     out: dict[str, dict[str, float]] = {}
     for case in CASES:
-        states = update_states(spec, case, n, seed, empty_memory)
-        prompts = [render(template, question=s["question"], memory=s["memory"], chunk=s["chunk"]) for s in states]
-        gens = backend.generate(prompts, SamplingParams(max_new_tokens=memory_tokens + 1))
-        kept = [g.text.split()[:memory_tokens] for g in gens]  # the workflow caps a memory at memory_tokens
-        values = [words[-1] if words else "" for words in kept]
+        states = update_states(spec, case, n, seed, config.empty_memory)
+        prompts = [render(config.memory_template, question=s["question"], memory=s["memory"], chunk=s["chunk"])
+                   for s in states]
+        gens = backend.generate(prompts, SamplingParams(max_new_tokens=config.memory_tokens + 1))
+        capped = cap_tokens_many([g.text.strip() for g in gens], backend.tokenizer, config.memory_tokens)  # as the workflow
+        values = [(text.split() or [""])[-1] for text, _, _ in capped]
         lost = sum(v != s["value"] for v, s in zip(values, states)) / n
         if case == "keep":
             took = sum(v == s["other"] for v, s in zip(values, states)) / n

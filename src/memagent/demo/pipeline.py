@@ -132,11 +132,17 @@ def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> li
 
 
 # -- evaluation ------------------------------------------------------------------------------------
-def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec) -> float:
-    from memagent.agent.workflow import AgentInput, MemoryAgent
+def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
+    """The transformers backend over a demo model: plain prompts (the toy tokenizer has no chat template)."""
     from memagent.backends.hf import TransformersBackend
 
-    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=len(samples))
+    return TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=max_batch_size)
+
+
+def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec) -> float:
+    from memagent.agent.workflow import AgentInput, MemoryAgent
+
+    backend = toy_backend(model, tokenizer, len(samples))
     agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True)
     results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
     return sum(r.answer == s["answers"][0] for r, s in zip(results, samples)) / len(samples)
@@ -145,21 +151,18 @@ def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spe
 def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:
     from memagent.agent.answer import extract_boxed
     from memagent.backends.base import SamplingParams
-    from memagent.backends.hf import TransformersBackend
     from memagent.eval.baselines import middle_truncate
 
-    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=64)
+    backend = toy_backend(model, tokenizer, 64)
     prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
     return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
 
 
 def update_step_errors(model: Any, tokenizer: Any, spec: ToySpec, n: int, seed: int) -> dict[str, dict[str, float]]:
-    from memagent.backends.hf import TransformersBackend
     from memagent.demo.diagnose import update_errors
 
-    backend = TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=256)
-    return update_errors(backend, spec, MEMORY_TEMPLATE, EMPTY_MEMORY, memory_tokens=2, n=n, seed=seed + 20_000)
+    return update_errors(toy_backend(model, tokenizer, 256), spec, agent_config(spec), n=n, seed=seed + 20_000)
 
 
 # -- the pipeline ----------------------------------------------------------------------------------
