@@ -65,3 +65,16 @@ class _Tok:
 
     def save_pretrained(self, path):
         pass
+
+
+def test_sft_gradient_scales_and_loss_is_reported_unscaled():
+    model = tiny_model()
+    rows = [([5, 6, 7], [8, 9]), ([3], [4, 4, 4])]
+    out = []
+    for scale in (1.0, 0.25):
+        model.zero_grad(set_to_none=True)
+        m = sft_step_grads(model, rows, micro_batch_size=2, pad_id=0, info=DistInfo(), scale=scale)
+        out.append((m["loss"], {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert out[0][0] == out[1][0]
+    for n, g in out[0][1].items():
+        assert torch.allclose(out[1][1][n], 0.25 * g, rtol=0, atol=1e-12), n

@@ -185,3 +185,41 @@ def test_samples_from_records_and_clear_errors():
         load_samples([{"question": "q", "context": "c", "answers": []}])
     with pytest.raises(InputError, match="empty"):
         load_samples([])
+
+
+def test_auxiliary_sft_loss_is_mixed_into_each_optimiser_step(tok, tmp_path):
+    """loss.sft_coef (not in the paper, PPO-ptx style): with a constant reward every advantage is 0, so the
+    policy-gradient term is zero and only the auxiliary loss moves the weights: it must teach its rows,
+    and without it the weights must not move at all."""
+    from memagent.config import ConfigError
+
+    prompt, target = tok("the key 3 has")["input_ids"], tok(" the value", add_special_tokens=False)["input_ids"]
+    rows = [(prompt, target)] * 4
+    extra = ["total_steps=6", "rollout.batch_size=2", "rollout.group_size=2", "update.mini_batch_size=1",
+             "loss.kl_coef=0", "optim.lr=1e-2"]
+    model = fresh_model(tok)
+    res = train(small_config(tmp_path / "a", *extra, "loss.sft_coef=1.0", "loss.sft_batch_size=3"), samples(),
+                lambda pred, golds: 0.0, model=model, tokenizer=tok, sft_data=rows)
+    losses = [r["sft_loss"] for r in res.metrics]
+    print("sft loss", [round(x, 3) for x in losses])
+    assert all(r["pg_loss"] == 0 for r in res.metrics)
+    assert losses[-1] < 0.2 * losses[0] and res.metrics[-1]["sft_token_accuracy"] == 1.0
+    with torch.no_grad():  # the taught reply is now the greedy one
+        out = model.eval().generate(torch.tensor([prompt]), max_new_tokens=len(target), do_sample=False)
+    assert out[0, len(prompt):].tolist() == target
+
+    still = fresh_model(tok)
+    before = {n: p.detach().clone() for n, p in still.named_parameters()}
+    res = train(small_config(tmp_path / "b", *extra, "total_steps=2"), samples(), lambda pred, golds: 0.0, model=still,
+                tokenizer=tok)
+    assert "sft_loss" not in res.metrics[-1]
+    assert all(torch.equal(p, before[n]) for n, p in still.named_parameters())
+
+    with pytest.raises(ConfigError, match="no rows were given"):
+        train(small_config(tmp_path / "c", *extra, "loss.sft_coef=0.5"), samples(), symbol_reward,
+              model=fresh_model(tok), tokenizer=tok)
+    with pytest.raises(ConfigError, match="loss.sft_coef is 0"):
+        train(small_config(tmp_path / "d", *extra), samples(), symbol_reward, model=fresh_model(tok), tokenizer=tok,
+              sft_data=rows)
+    with pytest.raises(ConfigError, match="sft_coef must be >= 0"):
+        small_config(tmp_path / "e", "loss.sft_coef=-1")

@@ -34,7 +34,6 @@ FULL_TEMPLATE = "C {context} Q {question} >"
 EMPTY_MEMORY = "none none"
 METHODS = ("memagent-rl", "memagent-no-rl", "full-context")
 
-
 @dataclass
 class DemoConfig:
     seed: int = 0
@@ -63,6 +62,8 @@ class DemoConfig:
     p_keep: float = 0.5
     final_share: float = 0.2  # share of answer demonstrations among the warm-up rows
     warmup_batch: int = 32  # rows per warm-up step: more, smaller steps learned the copy faster
+    rl_copy_coef: float = 0.0  # NOT in the paper: weight of the value-copy loss mixed into RL (loss.sft_coef)
+    rl_copy_rows: int = 16_000  # its non-question-aware demonstrations (value token only)
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str) -> "DemoConfig":
@@ -103,23 +104,40 @@ def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list
 
 
 # -- phase 2: the non-question-aware warm-up -------------------------------------------------------
-def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
-    """Demonstrations that teach the format only: keep the memory or copy SOME fact of the chunk
-    (chosen without looking at the question), and answer with the value the memory holds."""
+def demonstrations(cfg: DemoConfig, rng: random.Random, n: int) -> list[tuple[str, str, bool]]:
+    """n (prompt, response, copied) demonstrations that teach the format only: keep the memory or copy
+    SOME fact of the chunk (chosen without looking at the question), and answer with the value the
+    memory holds. `copied` is False where the value does not follow from the key written: an answer from an
+    empty memory (its value is drawn at random), or a chunk holding the memory's key with another value."""
     from memagent.agent.prompts import render
 
-    spec, pairs = cfg.spec, []
-    for _ in range(cfg.warmup_rows):
+    spec, out = cfg.spec, []
+    for _ in range(n):
         q = rng.choice(spec.keys)
         memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
         if rng.random() < cfg.final_share:  # answering is one copy; memory updates need most rows
             held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
-            pairs.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held)))
+            out.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held), memory != EMPTY_MEMORY))
             continue
         facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
-        pairs.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new))
-    return encode_rows(tokenizer, pairs)
+        clash = any(k == memory.split()[0] and v != memory.split()[1] for k, v in facts)  # one key, two values
+        out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new,
+                    not clash))
+    return out
+
+
+def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """The warm-up's rows: `cfg.warmup_rows` demonstrations, encoded."""
+    return encode_rows(tokenizer, [(p, r) for p, r, _ in demonstrations(cfg, rng, cfg.warmup_rows)])
+
+
+def value_copy_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """The auxiliary loss's rows (`rl_copy_coef`): demonstrations cut to their value token, i.e. the prompt plus
+    the first response token (the key a memory writes, or `\\boxed{`) -> the value that follows it. Not
+    question-aware: it trains the copy, never the choice of what to keep."""
+    pairs = [(p, r) for p, r, copied in demonstrations(cfg, rng, cfg.rl_copy_rows) if copied]
+    return [(p + r[:1], r[1:2]) for p, r in encode_rows(tokenizer, pairs)]
 
 
 def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
@@ -189,6 +207,9 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     rl_data = make_samples(spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train")
     evals = {m: make_samples(spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
              for m in cfg.multiples}
+    copy_rows = None
+    if cfg.rl_copy_coef > 0:
+        copy_rows = value_copy_rows(cfg, tokenizer, rng)
     seconds["data"] = time.perf_counter() - t
     log(f"data: {len(warm)} warm-up rows, {len(fc)} full-context rows, {len(rl_data)} RL questions ({seconds['data']:.0f} s)")
 
@@ -211,11 +232,11 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
                                                max_batch_size=cfg.rl_batch * cfg.rl_group,
                                                dynamic_sampling=cfg.rl_dynamic_sampling,
                                                max_sampling_rounds=cfg.rl_sampling_rounds),
-                         loss=LossConfig(kl_coef=cfg.rl_kl_coef),
+                         loss=LossConfig(kl_coef=cfg.rl_kl_coef, sft_coef=cfg.rl_copy_coef),
                          optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0, schedule=cfg.rl_schedule),
                          update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512,
                                                   old_logprobs="rollout"))
-    train(rl_cfg, rl_data, model=model, tokenizer=tokenizer)
+    train(rl_cfg, rl_data, model=model, tokenizer=tokenizer, sft_data=copy_rows)
     seconds["rl"] = time.perf_counter() - t
     log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
 

@@ -52,8 +52,15 @@ class LossConfig:
     kl_coef: float = 1e-3  # beta of the KL-to-reference term; 0 skips it and loads no reference
     kl_kind: str = "k3"  # KL estimator (paper: k3, low variance)
     norm_by_std: bool = False  # divide advantages by the group std (GRPO); paper: no (Dr. GRPO)
+    # NOT in the paper: an auxiliary supervised loss (InstructGPT's "PPO-ptx" mix) on rows passed as
+    # train(..., sft_data=rows), added to each optimiser step's gradient; 0 = pure Multi-Conv DAPO
+    sft_coef: float = 0.0
+    sft_batch_size: int = 64  # rows of sft_data per optimiser step
 
     def __post_init__(self) -> None:
+        if self.sft_coef < 0 or self.sft_batch_size < 1:
+            raise ConfigError(f"loss.sft_coef must be >= 0 and loss.sft_batch_size >= 1; got {self.sft_coef}, "
+                              f"{self.sft_batch_size}")
         if not 0 <= self.clip_low < 1:
             raise ConfigError(f"loss.clip_low must be in [0, 1), got {self.clip_low}")
         if self.clip_high < self.clip_low:

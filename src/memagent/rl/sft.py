@@ -85,8 +85,10 @@ def _check_rows(rows: Sequence[Any]) -> list[Row]:
     return out
 
 
-def sft_step_grads(model: nn.Module, rows: list[Row], *, micro_batch_size: int, pad_id: int, info: DistInfo) -> dict[str, float]:
-    """Accumulate the gradient of the batch's token-mean response cross-entropy (all ranks)."""
+def sft_step_grads(model: nn.Module, rows: list[Row], *, micro_batch_size: int, pad_id: int, info: DistInfo,
+                   scale: float = 1.0) -> dict[str, float]:
+    """Accumulate the gradient of `scale` x the batch's token-mean response cross-entropy (all ranks).
+    The returned loss is the unscaled cross-entropy."""
     prompts, responses = [r[0] for r in rows], [r[1] for r in rows]
     width = max([1] + [len(r) for r in responses])
     mask_all = torch.zeros(len(rows), width, dtype=torch.float64)
@@ -107,7 +109,7 @@ def sft_step_grads(model: nn.Module, rows: list[Row], *, micro_batch_size: int, 
             logp = token_logprobs(logits, packed.response_ids)  # (B, R)
             mask = packed.response_mask.to(logp.dtype)
             loss = -((logp * mask).sum(-1) * weights[idx].to(info.device, logp.dtype)).sum()
-            (loss * info.grad_scale).backward()
+            (loss * (scale * info.grad_scale)).backward()
             total += loss.detach().double().cpu()
             correct += ((logits.argmax(-1) == packed.response_ids).to(mask.dtype) * mask).sum().double().cpu()
     t = all_reduce(torch.stack([total, correct]), info)

@@ -25,7 +25,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -92,8 +92,10 @@ class Trainer:
     """One training run; `train()` below is the usual entry point."""
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn,
-                 model: Any = None, tokenizer: Any = None, callback: Callback | None = None) -> None:
+                 model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
+                 sft_data: Sequence[Any] | None = None) -> None:
         self.cfg, self.samples, self.reward_fn, self.callback = config, samples, reward_fn, callback
+        self.sft_rows = self._sft_rows(config, sft_data)
         self.info = init_distributed(config.device)
         if config.update.mini_batch_size % self.info.world_size:
             raise ConfigError(f"update.mini_batch_size ({config.update.mini_batch_size}) must be a multiple of "
@@ -132,6 +134,34 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(config, self.out / "config.json")
         self.metrics = MetricsLog(self.out, self.info, config.tensorboard, resume_step=self.step)
+
+    @staticmethod
+    def _sft_rows(config: TrainConfig, sft_data: Sequence[Any] | None) -> list[tuple[list[int], list[int]]] | None:
+        """The auxiliary supervised rows (loss.sft_coef), checked; None when the loss is off."""
+        from memagent.rl.sft import _check_rows  # sft imports this module
+
+        if config.loss.sft_coef == 0:
+            if sft_data:
+                raise ConfigError("sft_data was given but loss.sft_coef is 0: set loss.sft_coef to mix it in")
+            return None
+        if not sft_data:
+            raise ConfigError(f"loss.sft_coef is {config.loss.sft_coef} but no rows were given: pass "
+                              "train(..., sft_data=[(prompt_ids, response_ids), ...])")
+        return _check_rows(sft_data)
+
+    def sft_grads(self, k: int) -> dict[str, float]:
+        """Add loss.sft_coef x the token-mean cross-entropy of loss.sft_batch_size rows (drawn with replacement,
+        seeded by the step and the optimiser step k within it, the same on every rank) to the gradient."""
+        from memagent.rl.sft import sft_step_grads
+
+        rows, cfg, info = self.sft_rows, self.cfg, self.info
+        assert rows is not None
+        g = torch.Generator().manual_seed(step_seed(cfg.seed, self.step, k, 0) + 1)
+        picked = torch.randint(len(rows), (cfg.loss.sft_batch_size,), generator=g).tolist()
+        mine = [rows[i] for i in picked[info.rank :: info.world_size]]
+        out = sft_step_grads(self.model, mine, micro_batch_size=cfg.update.micro_batch_size, pad_id=self.pad_id,
+                             info=info, scale=cfg.loss.sft_coef)
+        return {"sft_loss": out["loss"], "sft_token_accuracy": out["token_accuracy"]}
 
     def _resume_point(self) -> Path | None:
         latest = latest_checkpoint(self.ckpt_root)
@@ -223,6 +253,8 @@ class Trainer:
                                batch.advantages[idx] if rows else torch.zeros(0),
                                batch.sample_index[idx] if rows else torch.zeros(0, dtype=torch.long))
                 rec = accumulate_gradients(self.model, mb, self.loss, micro_batch_size=mu, pad_id=self.pad_id, info=info)
+                if self.sft_rows is not None:
+                    rec.update(self.sft_grads(len(records)))
                 rec["grad_norm"] = float(clip_grad_norm(self.model, cfg.optim.grad_clip))
                 rec["lr"] = self.optimizer.param_groups[0]["lr"]
                 self.optimizer.step()
@@ -283,6 +315,7 @@ def train(
     model: Any = None,
     tokenizer: Any = None,
     callback: Callback | None = None,
+    sft_data: Sequence[Any] | None = None,
 ) -> TrainResult:
     """Train a policy with Multi-Conv DAPO; the Python entry point (the CLI calls it too).
 
@@ -296,6 +329,8 @@ def train(
     callback: called as callback(step, metrics) after every step (on every rank: it must answer
         the same on all); returning False stops the run (a checkpoint is written at that step,
         so `resume=true` continues it).
+    sft_data: rows (prompt_ids, response_ids) of the auxiliary supervised loss, when loss.sft_coef > 0
+        (NOT part of Multi-Conv DAPO; see LossConfig).
     A fresh run seeds the global torch / random / NumPy generators from `config.seed` (+ rank).
     Returns a TrainResult; launch under `torchrun --nproc-per-node N` for data parallelism.
     """
@@ -305,7 +340,7 @@ def train(
         dataset = read_jsonl(config.data)
     samples = load_samples(dataset)
     reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)
-    return Trainer(config, samples, reward, model, tokenizer, callback).run()
+    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -1,0 +1,31 @@
+"""The demo's supervised rows: the warm-up's demonstrations and the value-copy rows of `rl_copy_coef`."""
+import random
+
+from memagent.demo.pipeline import DemoConfig, value_copy_rows
+from memagent.tasks.toy import ToySpec, build_toy_tokenizer
+
+
+def test_value_copy_rows_ask_for_the_value_after_the_written_key():
+    tok = build_toy_tokenizer(ToySpec())
+    cfg = DemoConfig(rl_copy_rows=2000)
+    rows = value_copy_rows(cfg, tok, random.Random(0))
+    # left out: answers from an empty memory (a random value: 0.2 of rows x 0.3 empty memories) and updates
+    # whose chunk holds the memory's key with another value (~0.8 x 0.7 x 1/49)
+    assert 1800 < len(rows) < 1930
+    kinds = {"keep": 0, "copy": 0, "answer": 0}
+    for prompt, response in rows:
+        words = tok.convert_ids_to_tokens(prompt)
+        assert len(response) == 1
+        value, written = tok.convert_ids_to_tokens(response)[0], words[-1]
+        memory = words[1:3]  # "M k v ..." (the toy prompts have no BOS)
+        if written == "\\boxed{":  # answer: the memory's value
+            assert words[0] == "M" and value == memory[1] != "none"
+            kinds["answer"] += 1
+        elif written == memory[0]:  # kept the memory: its value (or "none" after "none")
+            assert value == memory[1]
+            kinds["keep"] += 1
+        else:  # copied the chunk's fact "fact KEY VALUE"
+            at = words.index("fact")
+            assert words[at + 1] == written and value == words[at + 2]
+            kinds["copy"] += 1
+    assert min(kinds.values()) > 200, kinds
