@@ -29,19 +29,25 @@ def run(policy, n=200):
 def test_the_right_rule_makes_no_errors_and_greedy_two_token_replies_are_asked_for():
     errs, backend = run(lambda memory, fact, q: " ".join(fact) if fact[0] == q else memory)
     assert errs == {"keep": {"value_lost": 0.0, "took_chunk_value": 0.0},
-                    "write_empty": {"missed": 0.0}, "write_over": {"missed": 0.0}}
-    assert [len(b) for b in backend.batches] == [200, 200, 200]
+                    "write_empty": {"missed": 0.0}, "write_over": {"missed": 0.0},
+                    "ignore_empty": {"claimed": 0.0}, "ignore_other": {"claimed": 0.0}}
+    assert [len(b) for b in backend.batches] == [200] * 5
     assert all(p.greedy and p.max_new_tokens == 3 for p in backend.params)
 
 
 def test_always_keeping_misses_every_write_and_always_copying_loses_every_held_value():
     keep, _ = run(lambda memory, fact, q: memory)
     assert keep == {"keep": {"value_lost": 0.0, "took_chunk_value": 0.0},
-                    "write_empty": {"missed": 1.0}, "write_over": {"missed": 1.0}}
+                    "write_empty": {"missed": 1.0}, "write_over": {"missed": 1.0},
+                    "ignore_empty": {"claimed": 0.0}, "ignore_other": {"claimed": 0.0}}
     # the slip: keep the key, take the chunk's value (the distractor's value never equals the asked one)
     slip, _ = run(lambda memory, fact, q: f"{memory.split()[0]} {fact[1]}")
     assert slip["keep"] == {"value_lost": 1.0, "took_chunk_value": 1.0}
     assert slip["write_empty"]["missed"] == 0.0 and slip["write_over"]["missed"] == 0.0
+    # the false claim: write the asked key with the chunk's value, whatever the chunk holds
+    claim, _ = run(lambda memory, fact, q: f"{q} {fact[1]}")
+    assert claim["ignore_empty"] == {"claimed": 1.0} and claim["ignore_other"] == {"claimed": 1.0}
+    assert claim["write_empty"]["missed"] == 0.0 and claim["keep"]["took_chunk_value"] == 1.0
 
 
 def test_replies_are_capped_like_the_workflow_and_empty_replies_count_as_lost():
@@ -63,4 +69,8 @@ def test_states_are_deterministic_and_well_formed():
     assert all(s["memory"] == "none none" for s in update_states(SPEC, "write_empty", 20, 3, "none none"))
     with pytest.raises(ValueError, match="unknown case"):
         update_states(SPEC, "forget", 1, 0, "none none")
-    assert CASES == ("keep", "write_empty", "write_over")
+    for case in ("ignore_empty", "ignore_other"):
+        for s in update_states(SPEC, case, 50, 3, "none none"):
+            assert s["question"] not in s["memory"].split() and f"fact {s['question']} " not in s["chunk"]
+            assert (s["memory"] == "none none") == (case == "ignore_empty")
+    assert CASES == ("keep", "write_empty", "write_over", "ignore_empty", "ignore_other")

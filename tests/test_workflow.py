@@ -149,3 +149,23 @@ def test_the_random_tiny_model_writes_varied_text(tiny_backend):
     # guards the batching test above against a degenerate model that always writes the same token
     gens = tiny_backend.generate(["city river", "memory key value"], SamplingParams(max_new_tokens=8))
     assert all(len(set(g.token_ids)) >= 3 for g in gens)
+
+
+def test_a_starting_memory_replaces_the_empty_one_and_must_fit_its_budget(tiny_tokenizer):
+    def reply(prompt, call):  # count the chunks read so far: "EMPTY" -> memo1 -> memo2 ...
+        if "|C:" not in prompt:
+            return "\\boxed{" + re.search(r"M:(\w+)", prompt).group(1) + "}"
+        m = re.search(r"M:(\w+)", prompt).group(1)
+        return f"memo{1 if m == 'EMPTY' else int(m[4:]) + 1}"
+
+    backend = ScriptedBackend(tiny_tokenizer, reply)
+    agent = MemoryAgent(backend, _config())
+    [first] = agent.run([AgentInput("q", _doc(30), "a")])
+    [later] = agent.run([AgentInput("q", _doc(30), "b", memory=first.memory)])  # go on reading
+    assert first.num_chunks == later.num_chunks > 1 and first.memory == f"memo{first.num_chunks}"
+    assert later.memory == f"memo{2 * first.num_chunks}" and later.answer == later.memory
+    assert backend.batches[-1 - later.num_chunks][0].startswith(f"Q:q|M:{first.memory}|C:")
+    calls = len(backend.batches)
+    with pytest.raises(BudgetError, match="starting memory of document big has .* over the memory budget of 8"):
+        agent.run([AgentInput("q", _doc(10), "big", memory=_doc(40))])
+    assert len(backend.batches) == calls  # refused before any call

@@ -43,7 +43,8 @@ class AskOptions:
 
 
 def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
-    """Lines of {id?, question, context | document (a path, relative to the JSONL file)}."""
+    """Lines of {id?, question, context | document (a path, relative to the JSONL file), memory? (to start
+    from, e.g. the final memory of an earlier run over the text before)}."""
     if not path.exists():
         raise InputError(f"input file not found: {path}")
     for n, rec in iter_jsonl(path, InputError):
@@ -55,7 +56,10 @@ def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
             doc = Path(rec["document"]) if Path(rec["document"]).is_absolute() else path.parent / rec["document"]
         else:
             raise InputError(f"{path}:{n}: each line needs 'context' (text) or 'document' (a file path)")
-        yield AgentInput(rec["question"], doc, str(rec.get("id", n)))
+        memory = rec.get("memory")
+        if memory is not None and not isinstance(memory, str):
+            raise InputError(f"{path}:{n}: 'memory' (the memory to start from) must be a string")
+        yield AgentInput(rec["question"], doc, str(rec.get("id", n)), memory)
 
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with

@@ -223,3 +223,32 @@ def test_auxiliary_sft_loss_is_mixed_into_each_optimiser_step(tok, tmp_path):
               sft_data=rows)
     with pytest.raises(ConfigError, match="sft_coef must be >= 0"):
         small_config(tmp_path / "e", "loss.sft_coef=-1")
+
+
+def test_a_sample_may_start_its_rollouts_from_a_given_memory(tok):
+    from memagent.backends.base import Generation
+    from memagent.config import AgentConfig
+    from memagent.errors import InputError
+    from memagent.rl.rollout import load_samples
+
+    [s] = load_samples([{"question": "q?", "context": "alpha beta", "answers": ["a"], "memory": "old note"}])
+    assert s.memory == "old note" and load_samples([{"question": "q", "context": "c", "answers": "a"}])[0].memory is None
+    with pytest.raises(InputError, match="'memory' .* must be a string"):
+        load_samples([{"question": "q", "context": "c", "answers": "a", "memory": 3}])
+
+    class Echo:  # replies with the prompt's memory field; records the prompts
+        tokenizer, max_window, prompts = tok, None, []
+
+        def generate(self, prompts, params):
+            self.prompts += prompts
+            return [Generation(p.split("M:")[1].split("|")[0], tok(p)["input_ids"], tok("x")["input_ids"], [-0.1])
+                    for p in prompts]
+
+        def prompt_length(self, prompt):
+            return len(tok(prompt)["input_ids"])
+
+    backend = Echo()
+    cfg = AgentConfig(chunk_tokens=64, memory_tokens=8, answer_tokens=4, query_tokens=8, temperature=1.0,
+                      memory_template="M:{memory}|C:{chunk}|Q:{question}", final_template="M:{memory}|Q:{question}")
+    generate_rollouts(backend, cfg, [s], [0], 2, lambda pred, golds: 0.0, seed=0)
+    assert backend.prompts[0].startswith("M:old note|C:alpha beta") and len(backend.prompts) == 4

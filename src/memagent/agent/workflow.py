@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -38,6 +38,7 @@ class AgentInput:
     question: str
     document: DocumentSource  # text, a path, an open file, or an iterable of text blocks
     doc_id: str = ""
+    memory: str | None = None  # the memory to start from (e.g. one saved to go on reading); None: empty_memory
 
 
 @dataclass
@@ -142,6 +143,11 @@ class MemoryAgent:
                 )
             if not it.question.strip():
                 raise BudgetError(f"question of document {it.doc_id or '#?'} is empty")
+            if it.memory is not None:
+                n = len(tok(it.memory, add_special_tokens=False)["input_ids"])
+                if n > cfg.memory_tokens:
+                    raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
+                                      f"memory budget of {cfg.memory_tokens}; shorten it or raise --memory-tokens")
         window = self.backend.max_window
         if window is None:
             return
@@ -160,7 +166,7 @@ class MemoryAgent:
     # -- the loop ---------------------------------------------------------------------------
     def run(self, items: Sequence[AgentInput]) -> list[AgentResult]:
         """Run every (question, document) pair; results come back in input order."""
-        items = [AgentInput(it.question, it.document, it.doc_id or str(i)) for i, it in enumerate(items)]
+        items = [replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items)]
         self.check_budget(items)
         trace = TraceWriter(self.trace_path) if self.trace_path else None
         results: list[AgentResult | None] = [None] * len(items)
@@ -196,7 +202,7 @@ class MemoryAgent:
         first = next(chunks, None)
         if first is None:
             log.warning("document %s is empty: answering from an empty memory", item.doc_id)
-        return _Doc(pos, item, chunks, first, self.config.empty_memory)
+        return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory)
 
     def _params(self, max_new_tokens: int) -> SamplingParams:
         cfg = self.config

@@ -1,17 +1,19 @@
 """Per-step error rates of a toy memory agent: one memory update at a time, greedy.
 
-Accuracy at N chunks is roughly (1 - e_keep) ** (chunks after the answer's chunk) times the chance of
-writing the answer when its chunk comes, so these rates explain a length curve: a keep error of 3%
-a step leaves ~38% after 32 more chunks, while it costs only ~5 points at the training length of 4
-chunks. Three cases, each from `n` random (memory, chunk, question) states of the toy task:
+A long document multiplies every per-step error by the number of chunks it applies to, so these
+rates explain a length curve where accuracy at the training length (4 chunks) cannot: a 3% error
+per step costs ~5 points there and leaves ~38% after 32 more chunks. Five cases, each from `n`
+random (memory, chunk, question) states of the toy task:
 
 - keep: the memory holds the asked fact, the chunk another one; the right update keeps the value.
   `value_lost`: the new memory's value is not the held one; `took_chunk_value`: it is the chunk's
   (the typical slip: "k32 v27" + "fact k23 v22" -> "k32 v22").
 - write_empty: the memory is empty, the chunk holds the asked fact; `missed`: its value not written.
 - write_over: the memory holds another fact, the chunk the asked one; `missed` likewise.
-
-Only values count: the key a memory holds is the agent's own note, which the reward never checks.
+- ignore_empty / ignore_other: neither the memory (empty / another fact) nor the chunk holds the asked
+  key; `claimed`: the new memory names the asked key anyway ("k23 v22" + Q k5 -> "k5 v22"). A
+  policy that keeps whatever memory already names the asked key then skips the real fact when its
+  chunk comes: before the answer's chunk a long document has many such steps, a short one few.
 """
 from __future__ import annotations
 
@@ -24,12 +26,13 @@ from memagent.backends.base import Backend, SamplingParams
 from memagent.config import AgentConfig
 from memagent.tasks.toy import ToySpec, chunk_text, random_chunk
 
-CASES = ("keep", "write_empty", "write_over")
+CASES = ("keep", "write_empty", "write_over", "ignore_empty", "ignore_other")
 
 
 def update_states(spec: ToySpec, case: str, n: int, seed: int, empty_memory: str) -> list[dict[str, str]]:
     """n states of one case: {question, memory, chunk, value (the asked one), other (the distractor value: the
-    chunk's when keeping, the memory's when writing over; always differs from value)}."""
+    chunk's when keeping, the memory's when writing over; always differs from value)}. In the ignore cases
+    neither the memory nor the chunk holds the asked key."""
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}; choose one of {', '.join(CASES)}")
     rng = random.Random(f"{seed}-{case}")
@@ -41,6 +44,9 @@ def update_states(spec: ToySpec, case: str, n: int, seed: int, empty_memory: str
         if case == "keep":
             facts = random_chunk(rng, spec, q, (k2, other))
             memory = f"{q} {v}"
+        elif case.startswith("ignore"):  # no asked fact anywhere: `value` and `other` are unused
+            facts = random_chunk(rng, spec, q)
+            memory = empty_memory if case == "ignore_empty" else f"{k2} {other}"
         else:
             facts = random_chunk(rng, spec, q, (q, v))
             memory = empty_memory if case == "write_empty" else f"{k2} {other}"
@@ -65,6 +71,9 @@ def update_errors(backend: Backend, spec: ToySpec, config: AgentConfig, n: int =
         if case == "keep":
             took = sum(v == s["other"] for v, s in zip(values, states)) / n
             out[case] = {"value_lost": lost, "took_chunk_value": took}
+        elif case.startswith("ignore"):
+            keys = [(text.split() or [""])[0] for text, _, _ in capped]
+            out[case] = {"claimed": sum(k == s["question"] for k, s in zip(keys, states)) / n}
         else:
             out[case] = {"missed": lost}
     return out

@@ -29,12 +29,14 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
     for method, row in results["accuracy"].items():
         lines.append(f"| {method} | " + " | ".join(f"{100 * row[m]:.1f}" for m in mults) + " |")
     if results.get("update_errors"):  # demo/diagnose.py: one memory update at a time, greedy
-        lines += ["", "per-step errors (%): keep = the memory holds the answer, write = the chunk does", "",
+        lines += ["", "per-step errors (%): keep = the memory holds the answer, write = the chunk does, ignore = "
+                  "neither (claimed: the new memory names the asked key anyway)", "",
                   "| method | keep: value lost | keep: took the chunk's value | write into empty: missed "
-                  "| write over another fact: missed |", "|---|---:|---:|---:|---:|"]
+                  "| write over another fact: missed | ignore, empty memory: claimed | ignore, other fact: claimed |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for method, e in results["update_errors"].items():
             cells = (e["keep"]["value_lost"], e["keep"]["took_chunk_value"], e["write_empty"]["missed"],
-                     e["write_over"]["missed"])
+                     e["write_over"]["missed"], e["ignore_empty"]["claimed"], e["ignore_other"]["claimed"])
             lines.append(f"| {method} | " + " | ".join(f"{100 * c:.1f}" for c in cells) + " |")
     lines += ["", "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())]
     return "\n".join(lines) + "\n"

@@ -48,10 +48,12 @@ class QASample:
     question: str
     document: str | tuple[str, ...]
     answers: tuple[str, ...]
+    memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
 
     @classmethod
     def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":
-        """From {id, question, answers, document | context}; a clear InputError when a field is wrong."""
+        """From {id, question, answers, document | context, optional memory}; a clear InputError when a field
+        is wrong."""
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
         has_doc = any(k in rec for k in ("document", "context", "lazy"))
@@ -71,7 +73,10 @@ class QASample:
         answers = (answers,) if isinstance(answers, str) else tuple(str(a) for a in answers)
         if not answers:
             raise InputError(f"{where}: 'answers' is empty; give at least one gold answer")
-        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers)
+        memory = rec.get("memory")
+        if memory is not None and not isinstance(memory, str):
+            raise InputError(f"{where}: 'memory' (the starting memory) must be a string, got {type(memory).__name__}")
+        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers, memory)
 
 
 # -- the batch ------------------------------------------------------------------------------------
@@ -188,7 +193,7 @@ def generate_rollouts(
     if len(questions) != len(group_ids):
         raise ValueError("give one group id per question")
     items = [AgentInput(q.question, list(q.document) if isinstance(q.document, tuple) else q.document,
-                        f"{q.id}#{g}") for q in questions for g in range(group_size)]
+                        f"{q.id}#{g}", q.memory) for q in questions for g in range(group_size)]
     # every rollout in flight at once: each workflow step is one backend batch (memory is bounded by
     # the backend's own max_batch_size)
     agent = MemoryAgent(backend, replace(agent_config, seed=seed, max_batch_docs=max(1, len(items))),
