@@ -62,7 +62,7 @@ class DemoConfig:
     p_keep: float = 0.5
     final_share: float = 0.2  # share of answer demonstrations among the warm-up rows
     warmup_batch: int = 32  # rows per warm-up step: more, smaller steps learned the copy faster
-    rl_copy_coef: float = 0.0  # NOT in the paper: weight of the value-copy loss mixed into RL (loss.sft_coef)
+    rl_copy_coef: float = 3.0  # NOT in the paper: weight of the value-copy loss mixed into RL (loss.sft_coef); 0 = pure
     rl_copy_rows: int = 16_000  # its non-question-aware demonstrations (value token only)
 
     @classmethod
