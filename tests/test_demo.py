@@ -40,6 +40,10 @@ def test_quick_demo_writes_results_plot_and_a_loadable_model(quick_demo, capsys,
         rates = [e["keep"]["value_lost"], e["keep"]["took_chunk_value"], e["write_empty"]["missed"],
                  e["write_over"]["missed"]]
         assert all(0.0 <= r <= 1.0 for r in rates) and e["keep"]["took_chunk_value"] <= e["keep"]["value_lost"]
+    kinds = results["failures"]["16"]  # every 16x document of the RL model, ok or where it broke
+    assert sum(v for k, v in kinds.items() if not k.startswith("claim_from")) == 64
+    assert kinds.get("ok", 0) == round(64 * results["accuracy"]["memagent-rl"]["16"])
+    assert "memagent-rl documents at 16x" in table
     # the warm-up alone writes a chunk's fact at random (about half the time); RL learned to write the asked one
     assert errors["memagent-rl"]["write_empty"]["missed"] < errors["memagent-no-rl"]["write_empty"]["missed"]
     # the trained model answers through the normal `memagent ask` path

@@ -74,3 +74,45 @@ def test_states_are_deterministic_and_well_formed():
             assert s["question"] not in s["memory"].split() and f"fact {s['question']} " not in s["chunk"]
             assert (s["memory"] == "none none") == (case == "ignore_empty")
     assert CASES == ("keep", "write_empty", "write_over", "ignore_empty", "ignore_other")
+
+
+def follow(policy, chunks=8, n=60):
+    """Run scripted memory policies over toy documents through the real workflow; failure kinds."""
+    from memagent.agent.workflow import AgentInput, MemoryAgent
+    from memagent.demo.failures import failure_kinds
+    from memagent.demo.pipeline import agent_config
+    from memagent.tasks.toy import make_samples
+
+    def reply(prompt, _):
+        if " C " not in prompt:  # the answer: the memory's value
+            return "\\boxed{ " + prompt.split()[2] + " }"
+        return policy(*parts(prompt))
+
+    samples = make_samples(SPEC, chunks, n, 5, prefix="t")
+    agent = MemoryAgent(ScriptedBackend(build_toy_tokenizer(SPEC), reply), agent_config(SPEC), keep_conversations=True)
+    results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
+    return failure_kinds(results, samples, "none none")
+
+
+def test_failure_kinds_name_where_each_document_broke():
+    right = lambda memory, fact, q: " ".join(fact) if fact[0] == q else memory  # noqa: E731
+    assert follow(right) == {"ok": 60}
+    assert follow(lambda memory, fact, q: memory) == {"missed_write": 60}  # never writes
+    # writes every distractor, and over another fact claims the asked key with the chunk's value; keeps
+    # any memory that names the asked key: every document whose answer is not in its first two chunks
+    # is blocked by a claim written over another fact
+    def claimer(memory, fact, q):
+        if memory.split()[0] == q:
+            return memory
+        if fact[0] == q or memory == "none none":
+            return " ".join(fact)
+        return f"{q} {fact[1]}"
+
+    kinds = follow(claimer)
+    assert set(kinds) == {"ok", "blocked_by_claim", "claim_from_other"} and kinds["ok"] > 0
+    assert kinds["blocked_by_claim"] == kinds["claim_from_other"] == 60 - kinds["ok"]
+    # the keep slip after a right write: keep the key, take the chunk's value
+    slip = lambda memory, fact, q: " ".join(fact) if fact[0] == q else f"{memory.split()[0]} {fact[1]}" \
+        if memory.split()[0] == q else memory  # noqa: E731
+    kinds = follow(slip)
+    assert set(kinds) <= {"ok", "mixed"} and kinds["mixed"] > 40  # ok only when the answer's chunk is last

@@ -157,12 +157,19 @@ def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
     return TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=max_batch_size)
 
 
-def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec) -> float:
+def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
+                  failures: dict[str, int] | None = None) -> float:
+    """Greedy accuracy; with a `failures` dict, also fills it with demo/failures.py's counts."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
 
     backend = toy_backend(model, tokenizer, len(samples))
-    agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True)
+    agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True,
+                        keep_conversations=failures is not None)
     results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
+    if failures is not None:
+        from memagent.demo.failures import failure_kinds
+
+        failures.update(failure_kinds(results, samples, EMPTY_MEMORY))
     return sum(r.answer == s["answers"][0] for r, s in zip(results, samples)) / len(samples)
 
 
@@ -253,9 +260,12 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     t = time.perf_counter()
     window = cfg.train_chunks * spec.chunk_tokens
     acc: dict[str, dict[str, float]] = {m: {} for m in METHODS}
+    failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
     for mult in cfg.multiples:
         samples = evals[mult]
-        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec)
+        if mult == 16:
+            failures["16"] = {}
+        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec, failures.get(str(mult)))
         acc["memagent-no-rl"][str(mult)] = eval_memagent(no_rl, tokenizer, samples, spec)
         acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
         log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
@@ -272,7 +282,9 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
-    results = {"accuracy": acc, "update_errors": errors, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+    if failures:
+        log("memagent-rl failures at 16x: " + ", ".join(f"{k} {v}" for k, v in failures["16"].items()))
+    results = {"accuracy": acc, "update_errors": errors, "failures": failures, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -38,6 +38,9 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
             cells = (e["keep"]["value_lost"], e["keep"]["took_chunk_value"], e["write_empty"]["missed"],
                      e["write_over"]["missed"], e["ignore_empty"]["claimed"], e["ignore_other"]["claimed"])
             lines.append(f"| {method} | " + " | ".join(f"{100 * c:.1f}" for c in cells) + " |")
+    for mult, kinds in (results.get("failures") or {}).items():  # demo/failures.py
+        lines += ["", f"memagent-rl documents at {mult}x, by where they broke: "
+                  + ", ".join(f"{k} {v}" for k, v in kinds.items())]
     lines += ["", "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())]
     return "\n".join(lines) + "\n"
 
