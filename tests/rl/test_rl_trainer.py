@@ -78,14 +78,16 @@ def test_end_to_end_reward_rises_and_every_parameter_changes(tok, tmp_path):
 
 def test_resume_matches_uninterrupted_run_step_by_step(tok, tmp_path):
     extra = ["total_steps=4", "save_every=2", "rollout.batch_size=2", "rollout.group_size=2",
-             "update.mini_batch_size=1", "loss.kl_coef=0.01"]
-    full = train(small_config(tmp_path / "a", *extra), samples(), symbol_reward, model=fresh_model(tok), tokenizer=tok)
+             "update.mini_batch_size=1", "loss.kl_coef=0.01", "loss.sft_coef=0.5", "loss.sft_batch_size=2"]
+    aux = [(tok(f"row {i}")["input_ids"], tok(f" reply {i}", add_special_tokens=False)["input_ids"]) for i in range(5)]
+    full = train(small_config(tmp_path / "a", *extra), samples(), symbol_reward, model=fresh_model(tok), tokenizer=tok,
+                 sft_data=aux)
     stopped = train(small_config(tmp_path / "b", *extra), samples(), symbol_reward, model=fresh_model(tok),
-                    tokenizer=tok, callback=lambda step, m: step < 2)
+                    tokenizer=tok, callback=lambda step, m: step < 2, sft_data=aux)
     assert [r["step"] for r in stopped.metrics] == [1, 2]
     assert (tmp_path / "b" / "checkpoints" / "step_000002").is_dir()
     resumed = train(small_config(tmp_path / "b", *extra, "resume=true"), samples(), symbol_reward,
-                    model=fresh_model(tok), tokenizer=tok)
+                    model=fresh_model(tok), tokenizer=tok, sft_data=aux)  # the auxiliary rows draw the same too
     assert [r["step"] for r in resumed.metrics] == [3, 4]
     for a, b in zip(full.metrics[2:], resumed.metrics):
         a = {k: v for k, v in a.items() if k not in TIMING_KEYS}

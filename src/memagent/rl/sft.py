@@ -72,7 +72,8 @@ def encode_conversation(tokenizer: Any, prompt: str, response: str) -> tuple[lis
     return list(prompt_ids), list(response_ids)
 
 
-def _check_rows(rows: Sequence[Any]) -> list[Row]:
+def check_rows(rows: Sequence[Any]) -> list[Row]:
+    """Rows as (prompt_ids, response_ids) lists (or dicts of those keys); a ConfigError names a bad one."""
     out = []
     for i, r in enumerate(rows):
         if isinstance(r, dict):
@@ -129,7 +130,7 @@ def train_sft(
     each rank takes every W-th row of the step's batch. callback(step, metrics) returning False
     stops the run. Returns a TrainResult (last checkpoint, metrics, model).
     """
-    data = _check_rows(rows)
+    data = check_rows(rows)
     info = init_distributed(config.device)
     out = Path(config.out_dir)
     ckpt_root = out / "checkpoints"

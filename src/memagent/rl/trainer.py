@@ -138,7 +138,7 @@ class Trainer:
     @staticmethod
     def _sft_rows(config: TrainConfig, sft_data: Sequence[Any] | None) -> list[tuple[list[int], list[int]]] | None:
         """The auxiliary supervised rows (loss.sft_coef), checked; None when the loss is off."""
-        from memagent.rl.sft import _check_rows  # sft imports this module
+        from memagent.rl.sft import check_rows  # a local import: sft imports this module
 
         if config.loss.sft_coef == 0:
             if sft_data:
@@ -147,7 +147,7 @@ class Trainer:
         if not sft_data:
             raise ConfigError(f"loss.sft_coef is {config.loss.sft_coef} but no rows were given: pass "
                               "train(..., sft_data=[(prompt_ids, response_ids), ...])")
-        return _check_rows(sft_data)
+        return check_rows(sft_data)
 
     def sft_grads(self, k: int) -> dict[str, float]:
         """Add loss.sft_coef x the token-mean cross-entropy of loss.sft_batch_size rows (drawn with replacement,
