@@ -19,9 +19,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-KINDS = ("blocked_by_claim", "missed_write", "mixed", "overwrite", "key_changed", "other", "answer_step")
-
-
 def failure_kinds(results: Sequence[Any], samples: Sequence[dict[str, Any]], empty_memory: str) -> dict[str, int]:
     """Counts of `ok` and of each failure kind (module doc) over AgentResults kept with their conversations
     and their toy samples ({question, context, answers}), in the same order."""

@@ -34,6 +34,7 @@ FULL_TEMPLATE = "C {context} Q {question} >"
 EMPTY_MEMORY = "none none"
 METHODS = ("memagent-rl", "memagent-no-rl", "full-context")
 
+
 @dataclass
 class DemoConfig:
     seed: int = 0
@@ -263,9 +264,10 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
     for mult in cfg.multiples:
         samples = evals[mult]
-        if mult == 16:
-            failures["16"] = {}
-        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec, failures.get(str(mult)))
+        kinds: dict[str, int] | None = {} if mult == 16 else None
+        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec, kinds)
+        if kinds is not None:
+            failures[str(mult)] = kinds
         acc["memagent-no-rl"][str(mult)] = eval_memagent(no_rl, tokenizer, samples, spec)
         acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
         log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
@@ -282,8 +284,8 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
-    if failures:
-        log("memagent-rl failures at 16x: " + ", ".join(f"{k} {v}" for k, v in failures["16"].items()))
+    for mult, kinds in failures.items():
+        log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     results = {"accuracy": acc, "update_errors": errors, "failures": failures, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
