@@ -2,6 +2,9 @@
 
 Each rank trains on its half of the samples (samples whole, as the trainer shards); rank 0 writes
 the full gradients to <out>/grads_<agg>_<strategy>.safetensors for the test to compare with one process.
+Then the trainer's auxiliary supervised loss on top of a token-mean policy gradient (two synced backward
+passes in one optimiser step, each rank taking every second row, as `Trainer.sft_grads` does):
+<out>/grads_aux_<strategy>.safetensors.
 """
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rl_helpers import subset, synthetic_minibatch, tiny_model  # noqa: E402
 
 from memagent.rl.distributed import init_distributed, shutdown, wrap_model  # noqa: E402
+from memagent.rl.sft import sft_step_grads  # noqa: E402
 from memagent.rl.update import LossSettings, accumulate_gradients  # noqa: E402
 
 
@@ -21,10 +25,15 @@ def main(out: Path, aggs: list[str]) -> None:
     mb = synthetic_minibatch(seed=1, n_samples=4)
     # rank 0 gets samples {0, 1}, rank 1 {2, 3}: different row and token counts per rank
     mine = subset(mb, [2 * info.rank, 2 * info.rank + 1])
-    for agg, strategy in [(a, s) for a in aggs for s in ("ddp", "fsdp")]:
-        settings = LossSettings(agg=agg, kl_coef=0.1, horizon=8)
+    rows = aux_rows(mb)
+    for agg, strategy in [(a, s) for a in [*aggs, "aux"] for s in ("ddp", "fsdp")]:
+        settings = LossSettings(agg="token-mean" if agg == "aux" else agg, kl_coef=0.1, horizon=8)
         model = wrap_model(tiny_model(), strategy, info)
         metrics = accumulate_gradients(model, mine, settings, micro_batch_size=2, pad_id=0, info=info)
+        if agg == "aux":
+            aux = sft_step_grads(model, rows[info.rank :: info.world_size], micro_batch_size=2, pad_id=0, info=info,
+                                 scale=3.0)
+            metrics["loss"] = aux["loss"]
         grads = {}
         for name, p in model.named_parameters():
             g = p.grad
@@ -34,6 +43,11 @@ def main(out: Path, aggs: list[str]) -> None:
             grads["__loss__"] = torch.tensor(metrics["loss"], dtype=torch.float64)
             save_file(grads, str(out / f"grads_{agg}_{strategy}.safetensors"))
     shutdown(info)
+
+
+def aux_rows(mb):
+    """The auxiliary loss's rows: the mini-batch's conversations as supervised (prompt, response) pairs."""
+    return list(zip(mb.prompt_ids, mb.response_ids))
 
 
 if __name__ == "__main__":

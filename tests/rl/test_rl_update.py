@@ -94,6 +94,21 @@ def test_two_process_gradient_equals_one_process(tmp_path):
             diff = max((got[k] - want[k]).abs().max().item() for k in want)
             print(f"1 vs 2 processes, {agg}, {strategy}: max abs grad diff {diff:.2e}")
             assert diff < 1e-12, (agg, strategy, diff)
+    # the auxiliary supervised loss (loss.sft_coef) added to a token-mean policy gradient: one process, all rows
+    from dist_grad_script import aux_rows
+
+    from memagent.rl.sft import sft_step_grads
+
+    model.zero_grad(set_to_none=True)
+    accumulate_gradients(model, mb, LossSettings(agg="token-mean", kl_coef=0.1, horizon=8), micro_batch_size=3,
+                         pad_id=0, info=INFO)
+    aux = sft_step_grads(model, aux_rows(mb), micro_batch_size=3, pad_id=0, info=INFO, scale=3.0)
+    for strategy in ("ddp", "fsdp"):
+        got = load_file(tmp_path / f"grads_aux_{strategy}.safetensors")
+        assert got.pop("__loss__").item() == pytest.approx(aux["loss"], abs=1e-12)
+        diff = max((got[k] - p.grad).abs().max().item() for k, p in model.named_parameters())
+        print(f"1 vs 2 processes, policy gradient + auxiliary loss, {strategy}: max abs grad diff {diff:.2e}")
+        assert diff < 1e-12, (strategy, diff)
 
 
 def test_response_logits_for_a_model_without_optional_arguments():
