@@ -138,14 +138,15 @@ def data_toy(
     seed: int = typer.Option(0, "--seed"),
     facts: int = typer.Option(1, "--facts", help="Facts ('fact KEY VALUE') per chunk."),
     slots: int = typer.Option(3, "--slots", help="Three-word slots per chunk (facts + filler)."),
-    keys: int = typer.Option(50, "--keys", help="Number of keys (and of values: chance is 1/keys)."),
+    keys: int = typer.Option(10, "--keys", help="Number of keys (the demo's task has 10)."),
+    values: int = typer.Option(50, "--values", help="Number of values: chance is 1/values."),
 ) -> None:
     """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
     from memagent.tasks.schema import write_samples
     from memagent.tasks.toy import ToySpec, iter_samples
 
     try:
-        spec = ToySpec(n_keys=keys, n_values=keys, facts=facts, slots=slots)
+        spec = ToySpec(n_keys=keys, n_values=values, facts=facts, slots=slots)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     n = write_samples(iter_samples(spec, _int_list(chunks, "--chunks"), samples, seed), out)

@@ -7,11 +7,11 @@ random (memory, chunk, question) states of the toy task:
 
 - keep: the memory holds the asked fact, the chunk another one; the right update keeps the value.
   `value_lost`: the new memory's value is not the held one; `took_chunk_value`: it is the chunk's
-  (the typical slip: "k32 v27" + "fact k23 v22" -> "k32 v22").
+  (the typical slip: "k3 v27" + "fact k2 v22" -> "k3 v22").
 - write_empty: the memory is empty, the chunk holds the asked fact; `missed`: its value not written.
 - write_over: the memory holds another fact, the chunk the asked one; `missed` likewise.
 - ignore_empty / ignore_other: neither the memory (empty / another fact) nor the chunk holds the asked
-  key; `claimed`: the new memory names the asked key anyway ("k23 v22" + Q k5 -> "k5 v22"). A
+  key; `claimed`: the new memory names the asked key anyway ("k2 v22" + Q k5 -> "k5 v22"). A
   policy that keeps whatever memory already names the asked key then skips the real fact when its
   chunk comes: before the answer's chunk a long document has many such steps, a short one few.
 """

@@ -5,29 +5,36 @@ from pathlib import Path
 from typing import Any
 
 
+def accuracy_rows(results: dict[str, Any], cfg: Any) -> tuple[str, list[str], list[list[str]]]:
+    """(title, column headers, rows of cells) of the accuracy table, shared by the terminal and markdown forms."""
+    mults = list(next(iter(results["accuracy"].values())).keys())
+    title = f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%"
+    headers = ["method", *[f"{m}x ({int(m) * cfg.train_chunks} chunks)" for m in mults]]
+    rows = [[method, *[f"{100 * row[m]:.1f}" for m in mults]] for method, row in results["accuracy"].items()]
+    return title, headers, rows
+
+
 def print_table(results: dict[str, Any], cfg: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    mults = list(next(iter(results["accuracy"].values())).keys())
-    t = Table(title=f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%")
-    t.add_column("method", no_wrap=True)
-    for m in mults:
-        t.add_column(f"{m}x\n{int(m) * cfg.train_chunks} chunks", justify="right", no_wrap=True)
-    for method, row in results["accuracy"].items():
-        t.add_row(method, *[f"{100 * row[m]:.1f}" for m in mults])
+    title, headers, rows = accuracy_rows(results, cfg)
+    t = Table(title=title)
+    t.add_column(headers[0], no_wrap=True, min_width=14)
+    for h in headers[1:]:  # "16x (64 chunks)" on two lines: "16x" over "64 chunks"
+        mult, _, length = h.partition(" (")
+        t.add_column(f"{mult}\n{length.rstrip(')')}", justify="right", no_wrap=True)
+    for row in rows:
+        t.add_row(*row)
     Console().print(t)
     Console().print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items()))
 
 
 def markdown_table(results: dict[str, Any], cfg: Any) -> str:
     """The same table as GitHub markdown (written to results.md next to results.json)."""
-    mults = list(next(iter(results["accuracy"].values())).keys())
-    lines = [f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%", "",
-             "| method | " + " | ".join(f"{m}x ({int(m) * cfg.train_chunks} chunks)" for m in mults) + " |",
-             "|---|" + "---:|" * len(mults)]
-    for method, row in results["accuracy"].items():
-        lines.append(f"| {method} | " + " | ".join(f"{100 * row[m]:.1f}" for m in mults) + " |")
+    title, headers, rows = accuracy_rows(results, cfg)
+    lines = [title, "", "| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     if results.get("update_errors"):  # demo/diagnose.py: one memory update at a time, greedy
         lines += ["", "per-step errors (%): keep = the memory holds the answer, write = the chunk does, ignore = "
                   "neither (claimed: the new memory names the asked key anyway)", "",
