@@ -44,6 +44,11 @@ def test_quick_demo_writes_results_plot_and_a_loadable_model(quick_demo, capsys,
     assert sum(v for k, v in kinds.items() if not k.startswith("claim_from")) == 64
     assert kinds.get("ok", 0) == round(64 * results["accuracy"]["memagent-rl"]["16"])
     assert "memagent-rl documents at 16x" in table
+    by_key = results["by_key"]  # the RL model's accuracy by asked key, every length
+    assert list(by_key) == ["1", "4", "16"] and "by asked key" in table
+    for mult, accs in by_key.items():
+        assert set(accs) <= {f"k{i}" for i in range(10)} and len(accs) >= 8
+        assert min(accs.values()) <= results["accuracy"]["memagent-rl"][mult] <= max(accs.values())
     # the warm-up alone writes a chunk's fact at random (about half the time); RL learned to write the asked one
     assert errors["memagent-rl"]["write_empty"]["missed"] < errors["memagent-no-rl"]["write_empty"]["missed"]
     # the trained model answers through the normal `memagent ask` path (budgets and prompts: model/memagent.json)

@@ -76,10 +76,9 @@ def test_states_are_deterministic_and_well_formed():
     assert CASES == ("keep", "write_empty", "write_over", "ignore_empty", "ignore_other")
 
 
-def follow(policy, chunks=8, n=60):
-    """Run scripted memory policies over toy documents through the real workflow; failure kinds."""
+def run_policy(policy, chunks=8, n=60):
+    """Run a scripted memory policy over toy documents through the real workflow: (results, samples)."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
-    from memagent.demo.failures import failure_kinds
     from memagent.demo.pipeline import agent_config
     from memagent.tasks.toy import make_samples
 
@@ -90,8 +89,14 @@ def follow(policy, chunks=8, n=60):
 
     samples = make_samples(SPEC, chunks, n, 5, prefix="t")
     agent = MemoryAgent(ScriptedBackend(build_toy_tokenizer(SPEC), reply), agent_config(SPEC), keep_conversations=True)
-    results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
-    return failure_kinds(results, samples, "none none")
+    return agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples]), samples
+
+
+def follow(policy, chunks=8, n=60):
+    """Failure kinds of a scripted memory policy (run_policy)."""
+    from memagent.demo.failures import failure_kinds
+
+    return failure_kinds(*run_policy(policy, chunks, n), "none none")
 
 
 def test_failure_kinds_name_where_each_document_broke():
@@ -116,3 +121,24 @@ def test_failure_kinds_name_where_each_document_broke():
         if memory.split()[0] == q else memory  # noqa: E731
     kinds = follow(slip)
     assert set(kinds) <= {"ok", "mixed"} and kinds["mixed"] > 40  # ok only when the answer's chunk is last
+
+
+def test_accuracy_by_key_singles_out_a_confused_key():
+    """A policy that is right for every key but takes k1 for k3 (it tracks k3's facts when asked for k1, as
+    the demo's seed-4 model did) fails exactly the k1 documents whose last k3 value is not k1's."""
+    from memagent.demo.failures import accuracy, accuracy_by_key
+
+    def confused(memory, fact, q):
+        return " ".join(fact) if fact[0] == ("k3" if q == "k1" else q) else memory
+
+    results, samples = run_policy(confused, chunks=8, n=200)
+    by_key = accuracy_by_key(results, samples)
+    asked = {k: sum(s["question"] == k for s in samples) for k in by_key}
+    assert list(by_key) == [f"k{i}" for i in range(10)] and sum(asked.values()) == 200
+    want_k1 = sum(s["context"].split("fact k3 ")[-1].split()[0] == s["answers"][0]  # the last k3 value, or none
+                  for s in samples if s["question"] == "k1" and "fact k3 " in s["context"]) / asked["k1"]
+    assert by_key["k1"] == want_k1 < 0.1
+    assert all(v == 1.0 for k, v in by_key.items() if k != "k1")
+    assert accuracy(results, samples) == sum(by_key[k] * asked[k] for k in by_key) / 200
+    with pytest.raises(ValueError, match="as many results as samples"):
+        accuracy(results[:3], samples)

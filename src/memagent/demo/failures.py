@@ -13,11 +13,33 @@ the first update that broke it:
   `mixed` (kept the key, took another value), `overwrite` (wrote the chunk's whole fact),
   `key_changed` (kept the value under another key), `other`;
 - answer_step: the memory held the fact to the end but the answer was wrong.
+
+`accuracy_by_key` splits accuracy by the asked key: a model that takes one key for another (seed 4 of
+the demo tracked k3's facts whenever asked for k1) shows one key far below the rest.
 """
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any, Sequence
+
+
+def accuracy(results: Sequence[Any], samples: Sequence[dict[str, Any]]) -> float:
+    """The share of results whose answer is the sample's (first) gold answer; results and samples in order."""
+    if len(results) != len(samples) or not samples:
+        raise ValueError(f"need as many results as samples, at least one; got {len(results)} and {len(samples)}")
+    return sum(r.answer == s["answers"][0] for r, s in zip(results, samples)) / len(samples)
+
+
+def accuracy_by_key(results: Sequence[Any], samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """{asked key: accuracy over the samples that ask it}, keys in the toy order (k0, k1, ..., k10)."""
+    right: Counter[str] = Counter()
+    asked: Counter[str] = Counter()
+    for r, s in zip(results, samples, strict=True):
+        asked[s["question"]] += 1
+        right[s["question"]] += r.answer == s["answers"][0]
+    order = sorted(asked, key=lambda k: (len(k), k))
+    return {k: right[k] / asked[k] for k in order}
+
 
 def failure_kinds(results: Sequence[Any], samples: Sequence[dict[str, Any]], empty_memory: str) -> dict[str, int]:
     """Counts of `ok` and of each failure kind (module doc) over AgentResults kept with their conversations

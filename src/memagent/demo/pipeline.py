@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from memagent.demo.failures import accuracy, accuracy_by_key, failure_kinds
 from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_samples, random_chunk
 
 # The question comes last, next to where the model starts writing: the short convolutions then hand
@@ -158,20 +159,16 @@ def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
     return TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=max_batch_size)
 
 
-def eval_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
-                  failures: dict[str, int] | None = None) -> float:
-    """Greedy accuracy; with a `failures` dict, also fills it with demo/failures.py's counts."""
+def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
+                 keep_conversations: bool = False) -> list[Any]:
+    """The greedy workflow over toy samples: one AgentResult each, in order (with every model call kept when
+    `keep_conversations`, for demo/failures.py)."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
 
     backend = toy_backend(model, tokenizer, len(samples))
     agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True,
-                        keep_conversations=failures is not None)
-    results = agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
-    if failures is not None:
-        from memagent.demo.failures import failure_kinds
-
-        failures.update(failure_kinds(results, samples, EMPTY_MEMORY))
-    return sum(r.answer == s["answers"][0] for r, s in zip(results, samples)) / len(samples)
+                        keep_conversations=keep_conversations)
+    return agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
 
 
 def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:
@@ -261,14 +258,17 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     t = time.perf_counter()
     window = cfg.train_chunks * spec.chunk_tokens
     acc: dict[str, dict[str, float]] = {m: {} for m in METHODS}
+    by_key: dict[str, dict[str, float]] = {}  # the RL model's accuracy by asked key: a key it confuses stands out
     failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
     for mult in cfg.multiples:
         samples = evals[mult]
-        kinds: dict[str, int] | None = {} if mult == 16 else None
-        acc["memagent-rl"][str(mult)] = eval_memagent(model, tokenizer, samples, spec, kinds)
-        if kinds is not None:
-            failures[str(mult)] = kinds
-        acc["memagent-no-rl"][str(mult)] = eval_memagent(no_rl, tokenizer, samples, spec)
+        results = run_memagent(model, tokenizer, samples, spec, keep_conversations=mult == 16)
+        acc["memagent-rl"][str(mult)] = accuracy(results, samples)
+        by_key[str(mult)] = accuracy_by_key(results, samples)
+        if mult == 16:
+            failures[str(mult)] = failure_kinds(results, samples, EMPTY_MEMORY)
+        del results
+        acc["memagent-no-rl"][str(mult)] = accuracy(run_memagent(no_rl, tokenizer, samples, spec), samples)
         acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
         log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
     # per-step error rates (demo/diagnose.py): why accuracy falls with length, one memory update at a time
@@ -286,7 +286,9 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     seconds["total"] = sum(seconds.values())
     for mult, kinds in failures.items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
-    results = {"accuracy": acc, "update_errors": errors, "failures": failures, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+    log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
+        f"{k} {100 * v:.0f}%" for k, v in by_key[str(cfg.multiples[-1])].items()))
+    results = {"accuracy": acc, "update_errors": errors, "failures": failures, "by_key": by_key, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -48,6 +48,12 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
     for mult, kinds in (results.get("failures") or {}).items():  # demo/failures.py
         lines += ["", f"memagent-rl documents at {mult}x, by where they broke: "
                   + ", ".join(f"{k} {v}" for k, v in kinds.items())]
+    if results.get("by_key"):  # demo/failures.py: a key the model takes for another stands out
+        keys = sorted({k for accs in results["by_key"].values() for k in accs}, key=lambda k: (len(k), k))
+        lines += ["", "memagent-rl accuracy (%) by asked key", "", "| length | " + " | ".join(keys) + " |",
+                  "|---|" + "---:|" * len(keys)]
+        for mult, accs in results["by_key"].items():
+            lines.append(f"| {mult}x | " + " | ".join(f"{100 * accs[k]:.0f}" if k in accs else "-" for k in keys) + " |")
     lines += ["", "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())]
     return "\n".join(lines) + "\n"
 
