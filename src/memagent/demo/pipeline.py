@@ -262,12 +262,12 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
     for mult in cfg.multiples:
         samples = evals[mult]
-        results = run_memagent(model, tokenizer, samples, spec, keep_conversations=mult == 16)
-        acc["memagent-rl"][str(mult)] = accuracy(results, samples)
-        by_key[str(mult)] = accuracy_by_key(results, samples)
+        answered = run_memagent(model, tokenizer, samples, spec, keep_conversations=mult == 16)
+        acc["memagent-rl"][str(mult)] = accuracy(answered, samples)
+        by_key[str(mult)] = accuracy_by_key(answered, samples)
         if mult == 16:
-            failures[str(mult)] = failure_kinds(results, samples, EMPTY_MEMORY)
-        del results
+            failures[str(mult)] = failure_kinds(answered, samples, EMPTY_MEMORY)
+        del answered  # the 16x conversations are large
         acc["memagent-no-rl"][str(mult)] = accuracy(run_memagent(no_rl, tokenizer, samples, spec), samples)
         acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
         log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
