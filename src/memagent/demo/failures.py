@@ -20,7 +20,12 @@ the demo tracked k3's facts whenever asked for k1) shows one key far below the r
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+
+def toy_key_order(keys: Iterable[str]) -> list[str]:
+    """Toy keys in their numeric order (k2 before k10), as `ToySpec.keys` lists them."""
+    return sorted(keys, key=lambda k: (len(k), k))
 
 
 def accuracy(results: Sequence[Any], samples: Sequence[dict[str, Any]]) -> float:
@@ -37,8 +42,7 @@ def accuracy_by_key(results: Sequence[Any], samples: Sequence[dict[str, Any]]) -
     for r, s in zip(results, samples, strict=True):
         asked[s["question"]] += 1
         right[s["question"]] += r.answer == s["answers"][0]
-    order = sorted(asked, key=lambda k: (len(k), k))
-    return {k: right[k] / asked[k] for k in order}
+    return {k: right[k] / asked[k] for k in toy_key_order(asked)}
 
 
 def failure_kinds(results: Sequence[Any], samples: Sequence[dict[str, Any]], empty_memory: str) -> dict[str, int]:

@@ -262,10 +262,11 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
     for mult in cfg.multiples:
         samples = evals[mult]
-        answered = run_memagent(model, tokenizer, samples, spec, keep_conversations=mult == 16)
+        traced = mult == 16  # keep the 16x conversations for the failure kinds
+        answered = run_memagent(model, tokenizer, samples, spec, keep_conversations=traced)
         acc["memagent-rl"][str(mult)] = accuracy(answered, samples)
         by_key[str(mult)] = accuracy_by_key(answered, samples)
-        if mult == 16:
+        if traced:
             failures[str(mult)] = failure_kinds(answered, samples, EMPTY_MEMORY)
         del answered  # the 16x conversations are large
         acc["memagent-no-rl"][str(mult)] = accuracy(run_memagent(no_rl, tokenizer, samples, spec), samples)

@@ -4,26 +4,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memagent.demo.failures import toy_key_order
 
-def accuracy_rows(results: dict[str, Any], cfg: Any) -> tuple[str, list[str], list[list[str]]]:
-    """(title, column headers, rows of cells) of the accuracy table, shared by the terminal and markdown forms."""
+
+def accuracy_rows(results: dict[str, Any], cfg: Any) -> tuple[str, list[tuple[str, str]], list[list[str]]]:
+    """(title, (multiple, length) of each length column, rows of cells: method first) of the accuracy table,
+    shared by the terminal and markdown forms."""
     mults = list(next(iter(results["accuracy"].values())).keys())
     title = f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%"
-    headers = ["method", *[f"{m}x ({int(m) * cfg.train_chunks} chunks)" for m in mults]]
+    columns = [(f"{m}x", f"{int(m) * cfg.train_chunks} chunks") for m in mults]
     rows = [[method, *[f"{100 * row[m]:.1f}" for m in mults]] for method, row in results["accuracy"].items()]
-    return title, headers, rows
+    return title, columns, rows
 
 
 def print_table(results: dict[str, Any], cfg: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title, headers, rows = accuracy_rows(results, cfg)
+    title, columns, rows = accuracy_rows(results, cfg)
     t = Table(title=title)
-    t.add_column(headers[0], no_wrap=True, min_width=14)
-    for h in headers[1:]:  # "16x (64 chunks)" on two lines: "16x" over "64 chunks"
-        mult, _, length = h.partition(" (")
-        t.add_column(f"{mult}\n{length.rstrip(')')}", justify="right", no_wrap=True)
+    t.add_column("method", no_wrap=True, min_width=14)
+    for mult, length in columns:  # "16x" over "64 chunks"
+        t.add_column(f"{mult}\n{length}", justify="right", no_wrap=True)
     for row in rows:
         t.add_row(*row)
     Console().print(t)
@@ -32,8 +34,9 @@ def print_table(results: dict[str, Any], cfg: Any) -> None:
 
 def markdown_table(results: dict[str, Any], cfg: Any) -> str:
     """The same table as GitHub markdown (written to results.md next to results.json)."""
-    title, headers, rows = accuracy_rows(results, cfg)
-    lines = [title, "", "| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
+    title, columns, rows = accuracy_rows(results, cfg)
+    lines = [title, "", "| method | " + " | ".join(f"{m} ({n})" for m, n in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if results.get("update_errors"):  # demo/diagnose.py: one memory update at a time, greedy
         lines += ["", "per-step errors (%): keep = the memory holds the answer, write = the chunk does, ignore = "
@@ -49,7 +52,7 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
         lines += ["", f"memagent-rl documents at {mult}x, by where they broke: "
                   + ", ".join(f"{k} {v}" for k, v in kinds.items())]
     if results.get("by_key"):  # demo/failures.py: a key the model takes for another stands out
-        keys = sorted({k for accs in results["by_key"].values() for k in accs}, key=lambda k: (len(k), k))
+        keys = toy_key_order({k for accs in results["by_key"].values() for k in accs})
         lines += ["", "memagent-rl accuracy (%) by asked key", "", "| length | " + " | ".join(keys) + " |",
                   "|---|" + "---:|" * len(keys)]
         for mult, accs in results["by_key"].items():
