@@ -10,9 +10,10 @@ from memagent.agent.prompts import (
     PAPER_MEMORY_TEMPLATE,
     check_template,
 )
+from memagent.errors import MemAgentError
 
 
-class ConfigError(ValueError):
+class ConfigError(MemAgentError, ValueError):
     """A configuration value is invalid; the message says which and what to do."""
 
 

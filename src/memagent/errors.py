@@ -1,22 +1,18 @@
-"""The exceptions that mean "the user must change something"; the CLI prints them as one line."""
+"""The base of every error that means "the user must change something".
+
+A leaf module: it imports nothing from memagent, and each layer subclasses `MemAgentError` for its own
+errors (`DocumentError`, `BudgetError`, `BackendError`, `ConfigError`, `DataError`, `EvalError`, ...).
+The CLI catches the base and prints one `error: ...` line with exit code 2.
+"""
 from __future__ import annotations
 
-from memagent.agent.chunking import DocumentError
-from memagent.agent.prompts import TemplateError
-from memagent.agent.workflow import BudgetError
-from memagent.backends.base import BackendError
-from memagent.config import ConfigError
-from memagent.eval.baselines import EvalError
-from memagent.eval.flops import FlopsError
-from memagent.tasks.metrics import MetricError
-from memagent.tasks.schema import DataError
+
+class MemAgentError(Exception):
+    """A failure the user can fix; the message says what to do."""
 
 
-class InputError(ValueError):
+class InputError(MemAgentError, ValueError):
     """A malformed input file or argument (JSONL line, missing field, ...)."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    DocumentError, TemplateError, BudgetError, BackendError, ConfigError, InputError, FileNotFoundError, FileExistsError,
-    DataError, MetricError, FlopsError, EvalError,
-)
+USER_ERRORS: tuple[type[BaseException], ...] = (MemAgentError, FileNotFoundError, FileExistsError)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, TextIO, Union
 
+from memagent.errors import MemAgentError
+
 DocumentSource = Union[str, os.PathLike, BinaryIO, TextIO, Iterable[str], Iterable[bytes]]
 
 BLOCK_CHARS = 1 << 16  # characters read and tokenised at a time; bounds RAM, not chunk boundaries
@@ -27,7 +29,7 @@ _BOUNDARY_WINDOW = 4096
 _BOUNDARY = re.compile(r"\S(?= \S)")
 
 
-class DocumentError(ValueError):
+class DocumentError(MemAgentError, ValueError):
     """The document cannot be read as text (missing file, invalid UTF-8, binary data)."""
 
 

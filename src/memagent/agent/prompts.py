@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from memagent.errors import MemAgentError
+
 # The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:".
 PAPER_MEMORY_TEMPLATE = """You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one.
 
@@ -45,7 +47,7 @@ FINAL_FIELDS = ("question", "memory")
 _PLACEHOLDER = re.compile(r"\{(question|memory|chunk)\}")
 
 
-class TemplateError(ValueError):
+class TemplateError(MemAgentError, ValueError):
     """A prompt template is missing a placeholder or has one it must not have."""
 
 

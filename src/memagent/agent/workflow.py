@@ -25,11 +25,12 @@ from memagent.agent.prompts import render
 from memagent.agent.trace import TraceWriter
 from memagent.backends.base import Backend, SamplingParams
 from memagent.config import AgentConfig
+from memagent.errors import MemAgentError
 
 log = logging.getLogger(__name__)
 
 
-class BudgetError(ValueError):
+class BudgetError(MemAgentError, ValueError):
     """A question, or the window budget, does not fit; nothing was sent to the model."""
 
 

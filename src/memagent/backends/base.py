@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from memagent.errors import MemAgentError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -68,5 +70,5 @@ class Backend(Protocol):
         ...
 
 
-class BackendError(RuntimeError):
+class BackendError(MemAgentError, RuntimeError):
     """A backend failed in a way the user must act on (server down, model missing, ...)."""

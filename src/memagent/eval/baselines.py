@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memagent.agent.chunking import DocumentSource, iter_chunks
+from memagent.errors import MemAgentError
 
 __all__ = ["BASELINE_TEMPLATE", "EvalError", "Prepared", "bm25_context", "context_budget", "middle_truncate",
            "render_baseline"]
@@ -37,7 +38,7 @@ Answer the question and put the final answer in \\boxed{}."""
 _FIELDS = re.compile(r"\{(question|context)\}")
 
 
-class EvalError(ValueError):
+class EvalError(MemAgentError, ValueError):
     """The evaluation cannot run as asked (window too small, unknown method, bad data)."""
 
 

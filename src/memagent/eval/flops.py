@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from memagent.errors import MemAgentError
+
 __all__ = [
     "PRESETS",
     "CostModel",
@@ -79,7 +81,7 @@ class CostModel:
     final_overhead: int = 100  # template tokens of the final call
 
 
-class FlopsError(ValueError):
+class FlopsError(MemAgentError, ValueError):
     """A model shape or config cannot be used for the cost model."""
 
 

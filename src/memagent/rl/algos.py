@@ -32,6 +32,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from memagent.errors import MemAgentError
+
 AGG_MODES = (
     "token-mean",  # sum of token losses / tokens in the mini-batch (paper's reference code)
     "seq-mean-token-mean",  # mean over rows of each row's token mean
@@ -50,7 +52,7 @@ _AGG_UNIT = {
 }
 
 
-class UnknownNameError(ValueError):
+class UnknownNameError(MemAgentError, ValueError):
     """A mode/kind name is not registered; the message lists the valid names."""
 
 

@@ -30,6 +30,7 @@ from collections import Counter
 from typing import Callable, Sequence
 
 from memagent.agent.answer import extract_boxed
+from memagent.errors import MemAgentError
 
 __all__ = [
     "METRICS",
@@ -53,7 +54,7 @@ _WORD = re.compile(r"\w+")  # Unicode-aware word characters (ROUGE tokeniser)
 _YES_NO = ("yes", "no", "noanswer")
 
 
-class MetricError(ValueError):
+class MetricError(MemAgentError, ValueError):
     """A metric was called with inputs it cannot score (no gold answers, wrong types)."""
 
 

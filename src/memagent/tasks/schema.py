@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from memagent.errors import MemAgentError
 from memagent.jsonl import iter_jsonl
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 LAZY_DOC_THRESHOLD = 10_000  # samples with this many documents or more are stored lazily
 
 
-class DataError(ValueError):
+class DataError(MemAgentError, ValueError):
     """Input data is malformed or cannot make the requested sample; the message names the entry."""
 
 
