@@ -300,12 +300,15 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
+    import resource
+
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     for mult, kinds in failures.items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
         f"{k} {100 * v:.0f}%" for k, v in by_key[str(cfg.multiples[-1])].items()))
     results = {"accuracy": acc, "update_errors": errors, "failures": failures, "by_key": by_key, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
-               "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
+               "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     from memagent.demo.report import markdown_table, plot_accuracy, print_table
