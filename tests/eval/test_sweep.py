@@ -48,7 +48,7 @@ def test_tiny_model_sweep_writes_jsonl_table_and_plot(tiny_backend, data_file, t
     assert table.read_text() == text
     assert "| model | method | 3 docs | 6 docs | 12 docs |" in text
     for method in ("memagent", "full-context", "rag-bm25"):
-        assert re.search(rf"\| tiny \| {method} \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", text)
+        assert re.search(rf"\| tiny \| {method} \|( [\d.]+ ± [\d.]+ \(n=2\) \|){{3}}", text)
     assert plots[0].name == "scores_ruler_hqa.png" and plots[0].read_bytes()[:4] == b"\x89PNG"
 
 
@@ -132,14 +132,16 @@ def test_scores_of_a_reading_model(tokenizer, data_file, tmp_path):
     big = run_sweep(KeyReader(tokenizer), [data_file], tmp_path / "big", SweepConfig("reader", agent=agent, window=5000))
     text, _, _ = write_report(big, tmp_path / "big")
     for method in ("full-context", "rag-bm25"):  # everything fits in the window: all right
-        assert f"| reader | {method} | 100.00 | 100.00 | 100.00 |" in text
+        assert f"| reader | {method} | {' | '.join(['100.00 ± 0.00 (n=2)'] * 3)} |" in text
     # MemAgent gets a sample right exactly when the fact is not cut by a chunk boundary
     expected = []
     samples = list(read_samples(data_file))
     for n in LENGTHS:
         whole = [any(re.search(r"The key of item \d+ is \w+\.", c.text)
                      for c in iter_chunks(sample_document(s), tokenizer, 80)) for s in samples if s["length"] == n]
-        expected.append(f"{100 * sum(whole) / len(whole):.2f}")
+        mean = sum(whole) / len(whole)
+        se = (sum((w - mean) ** 2 for w in whole) / (len(whole) - 1) / len(whole)) ** 0.5
+        expected.append(f"{100 * mean:.2f} ± {100 * se:.2f} (n={len(whole)})")
     assert f"| reader | memagent | {' | '.join(expected)} |" in text
     small = run_sweep(KeyReader(tokenizer), [data_file], tmp_path / "small",
                       SweepConfig("reader", agent=agent, window=230, passage_tokens=24))
@@ -153,7 +155,8 @@ def test_scores_of_a_reading_model(tokenizer, data_file, tmp_path):
         assert r["score"] == float(any(re.search(r"The key of item \d+ is \w+\.", p.text) for p in passages))
     assert sum(r["score"] for r in rag12) >= 1
     text, _, _ = write_report(small, tmp_path / "small")
-    row = re.search(r"\| reader \| full-context \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text)
+    row = re.search(r"\| reader \| full-context \| ([\d.]+) \S+ [\d.]+ \(n=2\) \| ([\d.]+) \S+ [\d.]+ \(n=2\) \| "
+                    r"([\d.]+) ± [\d.]+ \(n=2\) \|", text)
     expected = 100 * sum(r["score"] for r in full12) / 2
     assert float(row.group(3)) == pytest.approx(expected)
 
