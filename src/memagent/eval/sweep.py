@@ -39,7 +39,7 @@ from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
 from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
 
-__all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "plan", "run_eval", "run_sweep"]
+__all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "plan", "run_eval", "run_sweep", "sweep_config"]
 
 log = logging.getLogger(__name__)
 
@@ -338,17 +338,22 @@ class EvalOptions:
     failed: str = "wrong"
 
 
-def run_eval(o: EvalOptions) -> str:
-    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write table.md, plots and
-    summary.json, holding the output folder's lock throughout; returns the table."""
-    from memagent.backends import load_backend
-
-    cfg = SweepConfig(
+def sweep_config(o: EvalOptions) -> SweepConfig:
+    """The sweep settings `memagent eval` runs with (the settings fingerprint is computed from them)."""
+    return SweepConfig(
         model_name=o.model, methods=o.methods, window=o.window, passage_tokens=o.passage_tokens, limit=o.limit,
         agent=AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
                           query_tokens=o.query_tokens, temperature=o.temperature, max_batch_docs=o.batch_docs),
         repeats=o.repeats, scoring=ScoreOptions(golds=o.golds, empty=o.empty_prediction, failed=o.failed),
         backend_settings=dict(backend=o.backend, dtype=o.dtype, tokenizer=o.tokenizer))
+
+
+def run_eval(o: EvalOptions) -> str:
+    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write table.md, plots and
+    summary.json, holding the output folder's lock throughout; returns the table."""
+    from memagent.backends import load_backend
+
+    cfg = sweep_config(o)
     if o.max_failures is not None and o.max_failures < 1:
         raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
     kwargs: dict[str, Any] = {}
