@@ -206,3 +206,23 @@ def test_eval_command_line(tiny_model_dir, data_file, tmp_path):
     assert CliRunner().invoke(app, args).exit_code == 0  # a rerun finds everything done
     assert (tmp_path / "results.jsonl").read_text().splitlines() == lines
     assert (tmp_path / "table.md").exists() and (tmp_path / "scores_ruler_hqa.png").exists()
+    rescored = CliRunner().invoke(app, args + ["--rescore", "--golds", "first", "--empty-prediction", "text"])
+    assert rescored.exit_code == 0, rescored.output  # no model call: scores from the stored replies
+    assert [json.loads(line)["scoring"] for line in (tmp_path / "results.jsonl").read_text().splitlines()] == \
+           [{"golds": "first", "empty": "text", "failed": "wrong"}] * 4
+    assert json.loads((tmp_path / "summary.json").read_text())["records"]["finished"] == 4
+
+
+def test_sampled_repeats_on_the_tiny_model_are_reproducible(tiny_backend, data_file, tmp_path):
+    agent = AgentConfig(chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64, max_batch_docs=2,
+                        temperature=1.0, seed=7)
+    cfg = SweepConfig(model_name="tiny", methods=["memagent"], agent=agent, limit=1, repeats=2)
+    raws = []
+    for run in ("a", "b"):
+        records = [json.loads(line) for line in run_sweep(tiny_backend, [data_file], tmp_path / run, cfg)
+                   .read_text().splitlines()]
+        raws.append([(r["sample_id"], r["repeat"], r["seed"], r["raw"]) for r in records])
+    assert raws[0] == raws[1]  # the same seeds: the same sampled replies
+    assert {seed for _, _, seed, _ in raws[0]} == {7, 8}
+    by_repeat = {r: [raw for _, rep, _, raw in raws[0] if rep == r] for r in (0, 1)}
+    assert by_repeat[0] != by_repeat[1]  # distinct seeds: other samples
