@@ -267,3 +267,20 @@ def test_markdown_and_html_in_names_are_escaped(tokenizer, tmp_path):
     assert "| m\\_&lt;b&gt;\\| | memagent | 100.00 (n=1) |" in text
     assert "<img" not in text and "<b>" not in text and "| model | method | all |" in text
     assert plots == []  # nothing to plot against length
+
+
+def test_a_sample_whose_document_cannot_be_read_is_an_error_record(tokenizer, tmp_path):
+    samples = _samples()
+    del samples[0]["context"]  # s3: a lazy sample whose source file is gone
+    samples[0]["lazy"] = dict(kind="paragraphs", format="hotpotqa", source=str(tmp_path / "gone.json"),
+                              sha256="0" * 64, doc_ids=[0])
+    path = tmp_path / "kv.jsonl"
+    write_samples(samples, path)
+    backend = Scripted(tokenizer)
+    run_sweep(backend, [path], tmp_path / "out", _cfg(methods=["memagent", "full-context"], window=4000))
+    recs = _records(tmp_path / "out")
+    assert [(r["method"], r["sample_id"], r["status"]) for r in recs if r["status"] == "error"] == \
+           [("memagent", "s3", "error"), ("full-context", "s3", "error")]
+    err = recs[0]["error"] if recs[0]["status"] == "error" else next(r["error"] for r in recs if r["status"] == "error")
+    assert err["kind"] == "DataError" and "gone.json is missing" in err["message"] and err["attempts"] == 1
+    assert sum(r["status"] == "ok" and r["score"] == 1.0 for r in recs) == 4
