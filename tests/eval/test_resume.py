@@ -99,6 +99,9 @@ def test_changed_setting_computes_anew_and_an_identical_rerun_makes_no_call(toke
     _, keys = plan(more_memory, [data])  # the table shows this run's records only
     text, _, _ = write_report(tmp_path / "out" / "results.jsonl", tmp_path / "out", keys=keys)
     assert "| scripted | memagent | 100.00 ± 0.00 (n=3) |" in text
+    text, _, _ = write_report(tmp_path / "out" / "results.jsonl", tmp_path / "out")  # all: one row per setting
+    rows = re.findall(r"\| scripted \| memagent @([0-9a-f]{8}) \| 100.00 ± 0.00 \(n=(\d)\) \|", text)
+    assert sorted(n for _, n in rows) == ["3", "6"] and len({fp for fp, _ in rows}) == 2
 
 
 def test_same_name_files_in_two_folders_are_both_evaluated(tokenizer, data, tmp_path):

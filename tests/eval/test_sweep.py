@@ -226,3 +226,20 @@ def test_sampled_repeats_on_the_tiny_model_are_reproducible(tiny_backend, data_f
     assert {seed for _, _, seed, _ in raws[0]} == {7, 8}
     by_repeat = {r: [raw for _, rep, _, raw in raws[0] if rep == r] for r in (0, 1)}
     assert by_repeat[0] != by_repeat[1]  # distinct seeds: other samples
+
+
+def test_a_toy_file_from_the_data_command_evaluates_and_plots(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from memagent.cli import app
+
+    toy = tmp_path / "toy.jsonl"
+    made = CliRunner().invoke(app, ["data", "toy", "--chunks", "1,2", "--samples", "1", "--out", str(toy)])
+    assert made.exit_code == 0, made.output
+    args = ["eval", "--model", str(tiny_model_dir), "--data", str(toy), "--out", str(tmp_path / "out"),
+            "--methods", "memagent,full-context", "--chunk-tokens", "96", "--memory-tokens", "8",
+            "--answer-tokens", "8", "--query-tokens", "64", "--window", "400", "--device", "cpu", "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "### toy (exact\\_match, %)" in result.output and "| model | method | 1 chunks | 2 chunks |" in result.output
+    assert (tmp_path / "out" / "scores_toy.png").read_bytes()[:4] == b"\x89PNG"

@@ -48,16 +48,16 @@ def aggregate(records: Iterable[dict], keys: Collection[str] | None = None) -> d
     failed: dict[tuple, int] = defaultdict(int)
     meta: dict[str, dict[str, Any]] = {}
     wanted = set(keys) if keys is not None else None
-    for r in latest(records).values():
-        if wanted is not None and r["key"] not in wanted:
-            continue
+    chosen = [r for r in latest(records).values() if wanted is None or r["key"] in wanted]
+    labels = _method_labels(chosen)
+    for r in chosen:
         length = r.get("length")
-        cells[(r["task"], r["model"], r["method"], length)].append(r["score"])
+        cells[(r["task"], r["model"], labels[r["key"]], length)].append(r["score"])
         m = meta.setdefault(r["task"], {"metric": r["metric"], "unit": r["length_unit"], "lengths": set(),
                                         "skipped": False})
         m["lengths"].add(length)
         if r.get("status") == "error":
-            failed[(r["task"], r["model"], r["method"])] += 1
+            failed[(r["task"], r["model"], labels[r["key"]])] += 1
             m["skipped"] |= r["score"] is None
     out: dict[str, Any] = {}
     for task in sorted(meta):
@@ -65,12 +65,23 @@ def aggregate(records: Iterable[dict], keys: Collection[str] | None = None) -> d
         for (t, model, method, length), scores in cells.items():
             if t == task:
                 rows.setdefault((model, method), {})[length] = cell_stats(scores)
-        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1], 9), kv[0][1])))
+        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1].split(" @")[0], 9),
+                                                           kv[0][1])))
         out[task] = dict(metric=meta[task]["metric"], unit=meta[task]["unit"],
                          lengths=sorted(meta[task]["lengths"], key=_length_key), rows=ordered,
                          failed={row: failed[(task, *row)] for row in ordered if failed[(task, *row)]},
                          skipped=meta[task]["skipped"])
     return out
+
+
+def _method_labels(records: list[dict]) -> dict[str, str]:
+    """Each record's row label: its method, with its settings fingerprint when one (model, method) holds
+    records of several settings (then they are never averaged together)."""
+    fps: dict[tuple, set] = defaultdict(set)
+    for r in records:
+        fps[(r["model"], r["method"])].add(r.get("fingerprint"))
+    return {r["key"]: r["method"] if len(fps[(r["model"], r["method"])]) == 1 else
+            f"{r['method']} @{str(r.get('fingerprint'))[:8]}" for r in records}
 
 
 def length_label(length: int | None, unit: str) -> str:
