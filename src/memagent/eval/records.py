@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,10 @@ from memagent.errors import MemAgentError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
 from memagent.tasks.schema import file_sha256, read_samples
 
-__all__ = ["NON_RESULT", "DataFile", "data_file", "fingerprint", "latest", "load_records", "record_key",
-           "rescore_file", "rescore_record", "sample_ids"]
+log = logging.getLogger(__name__)
+
+__all__ = ["NON_RESULT", "DataFile", "data_file", "failures_message", "fingerprint", "latest", "load_records",
+           "record_key", "record_length", "rescore_file", "rescore_record", "rescore_stale", "sample_ids"]
 
 # Settings that never change a sample's result: {SweepConfig field: None (drop it) or {subfield: None}}.
 NON_RESULT: dict[str, Any] = {
@@ -165,3 +168,30 @@ def rescore_file(path: str | Path, options: ScoreOptions) -> int:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return sum(a != b for a, b in zip(records, new))
+
+
+def record_length(sample: dict) -> tuple[int | None, str]:
+    """The sample's column in the table: its `length`, else its documents, else its chunks (toy data)."""
+    if sample.get("length") is not None:
+        return sample["length"], sample.get("length_unit", "docs")
+    if sample.get("num_docs") is not None:
+        return sample["num_docs"], "docs"
+    if sample.get("num_chunks") is not None:
+        return sample["num_chunks"], "chunks"
+    return None, sample.get("length_unit", "docs")
+
+
+def rescore_stale(results: Path, records: dict[str, dict], scoring: ScoreOptions) -> None:
+    """Records scored under other ScoreOptions are rescored from their stored replies (no model call)."""
+    want = dataclasses.asdict(scoring)
+    if any(r.get("scoring", want) != want for r in records.values()):
+        log.warning("rescoring %s under the current scoring options", results)
+        rescore_file(results, scoring)
+        records.update(latest(load_records(results)))
+
+
+def failures_message(failed: list[dict], limit: int, results: Path) -> str:
+    last = failed[-1]
+    return (f"stopped after {len(failed)} failed sample(s) (--max-failures {limit}); the last: {last['method']} "
+            f"{last['data']} sample {last['sample_id']!r}: {last['error']['kind']}: {last['error']['message']}. "
+            f"The error records (status \"error\") are in {results}; fix the cause and rerun with --retry-failed")

@@ -33,8 +33,8 @@ from memagent.agent.answer import extract_boxed
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError, bm25_context, context_budget, middle_truncate, render_baseline
-from memagent.eval.records import (DataFile, data_file, fingerprint, latest, load_records, record_key,
-                                   rescore_file, sample_ids)
+from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
+                                   record_key, record_length, rescore_file, rescore_stale, sample_ids)
 from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
 from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
@@ -82,19 +82,8 @@ class _Work:
     attempts: int = 0  # failed runs of this key so far (earlier error records)
 
 
-def _length(sample: dict) -> tuple[int | None, str]:
-    """The sample's column in the table: its `length`, else its documents, else its chunks (toy data)."""
-    if sample.get("length") is not None:
-        return sample["length"], sample.get("length_unit", "docs")
-    if sample.get("num_docs") is not None:
-        return sample["num_docs"], "docs"
-    if sample.get("num_chunks") is not None:
-        return sample["num_chunks"], "chunks"
-    return None, sample.get("length_unit", "docs")
-
-
 def _base(cfg: SweepConfig, method: str, w: _Work, fp: str) -> dict:
-    length, unit = _length(w.sample)
+    length, unit = record_length(w.sample)
     return dict(
         key=w.key, status="ok", model=cfg.model_name, method=method, data=w.data.name, data_path=w.data.path,
         data_sha256=w.data.sha256, fingerprint=fp, repeat=w.repeat, seed=_seed(cfg, w.repeat),
@@ -233,15 +222,6 @@ def _groups(items: Iterator[_Work], size: int) -> Iterator[list[_Work]]:
         yield group
 
 
-def _rescore_stale(results: Path, records: dict[str, dict], scoring: ScoreOptions) -> None:
-    """Records scored under other ScoreOptions are rescored from their stored replies (no model call)."""
-    want = dataclasses.asdict(scoring)
-    if any(r.get("scoring", want) != want for r in records.values()):
-        log.warning("rescoring %s under the current scoring options", results)
-        rescore_file(results, scoring)
-        records.update(latest(load_records(results)))
-
-
 def run_sweep(backend: Any, data_files: Sequence[str | Path], out_dir: str | Path, cfg: SweepConfig,
               on_record: Callable[[dict], None] | None = None, progress: bool = False, *,
               retry_failed: bool = False, max_failures: int | None = None) -> Path:
@@ -257,7 +237,7 @@ def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
            max_failures: int | None) -> Path:
     results = out / "results.jsonl"
     done = latest(load_records(results))
-    _rescore_stale(results, done, cfg.scoring)
+    rescore_stale(results, done, cfg.scoring)
     fp = fingerprint(cfg)
     docs = ParagraphCache()
     bar = _bar(progress)
@@ -279,7 +259,7 @@ def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
                         if rec["status"] == "error":
                             failed.append(rec)
                     if max_failures is not None and len(failed) >= max_failures:
-                        raise EvalError(_failures_message(failed, max_failures, results))
+                        raise EvalError(failures_message(failed, max_failures, results))
     return results
 
 
@@ -288,13 +268,6 @@ def _progress_line(rec: dict) -> str:
     if rec["status"] == "error":
         return f"{head}: FAILED ({rec['error']['kind']})"
     return f"{head}: {rec['score']:.2f}"
-
-
-def _failures_message(failed: list[dict], limit: int, results: Path) -> str:
-    last = failed[-1]
-    return (f"stopped after {len(failed)} failed sample(s) (--max-failures {limit}); the last: {last['method']} "
-            f"{last['data']} sample {last['sample_id']!r}: {last['error']['kind']}: {last['error']['message']}. "
-            f"The error records (status \"error\") are in {results}; fix the cause and rerun with --retry-failed")
 
 
 def _bar(progress: bool) -> Callable[[str], None] | None:
