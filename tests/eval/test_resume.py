@@ -184,7 +184,7 @@ def test_rescore_equals_the_first_scores_without_a_model(tokenizer, tmp_path):
     assert [(r["score"], r["scores"], r["prediction"]) for r in after] == \
            [(r["score"], r["scores"], r["prediction"]) for r in before]
     assert "| scripted | memagent | 100.00 ± 0.00 (n=3) |" in table
-    table = run_eval(dataclasses.replace(o, rescore=True, golds="first"))
+    table = run_eval(dataclasses.replace(o, rescore=True, golds="first", base_url="http://me:secret@h:8000/v1?k=s"))
     assert [r["score"] for r in _records(tmp_path / "out")] == [1.0, 0.0, 1.0]
     assert "| scripted | memagent | 66.67 ± 33.33 (n=3) |" in table
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -192,6 +192,7 @@ def test_rescore_equals_the_first_scores_without_a_model(tokenizer, tmp_path):
     assert summary["records"] == dict(planned=3, finished=3, failed=0, missing=0)
     assert set(summary["versions"]) == {"memagent", "torch", "transformers", "python"}
     assert summary["settings"]["options"]["golds"] == "first" and summary["settings"]["sweep"]["repeats"] == 1
+    assert summary["settings"]["options"]["base_url"] == "http://h:8000/v1" and "secret" not in json.dumps(summary)
     assert summary["git_revision"] is None or re.fullmatch(r"[0-9a-f]{40}", summary["git_revision"])
     assert backend.calls == 6
 
@@ -287,3 +288,22 @@ def test_a_sample_whose_document_cannot_be_read_is_an_error_record(tokenizer, tm
     err = recs[0]["error"] if recs[0]["status"] == "error" else next(r["error"] for r in recs if r["status"] == "error")
     assert err["kind"] == "DataError" and "gone.json is missing" in err["message"] and err["attempts"] == 1
     assert sum(r["status"] == "ok" and r["score"] == 1.0 for r in recs) == 4
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(limit=-5), "limit must be a positive integer, got -5"),
+    (dict(window=0), "window must be a positive integer, got 0"),
+    (dict(passage_tokens=0), "passage_tokens must be a positive integer"),
+    (dict(repeats=0), "repeats must be a positive integer, got 0"),
+    (dict(methods=[]), "unknown method"),
+])
+def test_nonsense_settings_are_refused(change, message):
+    with pytest.raises(EvalError, match=re.escape(message)):
+        _cfg(**change)
+
+
+def test_no_data_file_and_a_missing_data_file_are_refused(tokenizer, tmp_path):
+    with pytest.raises(EvalError, match="no data file given"):
+        run_sweep(Scripted(tokenizer), [], tmp_path / "out", _cfg())
+    with pytest.raises(EvalError, match=r"data file .*nope.jsonl does not exist"):
+        run_sweep(Scripted(tokenizer), [tmp_path / "nope.jsonl"], tmp_path / "out", _cfg())

@@ -64,6 +64,11 @@ def _failures(keys: Sequence[str], records: dict[str, dict]) -> list[dict[str, A
 def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fingerprint: str, datas: Sequence[Any],
                   keys: Sequence[str], records: dict[str, dict]) -> Path:
     """Write `out_dir/summary.json` atomically; returns its path."""
+    options = dict(options)
+    if isinstance(options.get("base_url"), str):
+        from memagent.backends.openai import public_url
+
+        options["base_url"] = public_url(options["base_url"])  # never a user:password@ in the file
     summary = dict(
         model=cfg.model_name,
         settings=dict(options=options, sweep=dataclasses.asdict(cfg), fingerprint=fingerprint),

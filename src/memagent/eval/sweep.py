@@ -64,8 +64,10 @@ class SweepConfig:
             raise EvalError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
-            raise EvalError(f"limit must be a positive integer, got {self.limit!r}")
+        for name in ("limit", "window", "passage_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise EvalError(f"{name} must be a positive integer, got {value!r}")
 
 
 def load_done(path: Path) -> set[str]:
@@ -188,6 +190,8 @@ def _run_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Work], 
 def plan(cfg: SweepConfig, data_files: Sequence[str | Path]) -> tuple[list[DataFile], list[str]]:
     """The data files' identities (each once) and the keys of every record the sweep makes, before any
     model call; a missing file, a duplicate sample id or an unknown metric is an error here."""
+    if not data_files:
+        raise EvalError("no data file given; pass --data FILE[,FILE...] (files from `memagent data ...`)")
     fp = fingerprint(cfg)
     datas = list({d.path: d for d in (data_file(f) for f in data_files)}.values())
     keys = []
