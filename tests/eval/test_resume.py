@@ -307,3 +307,15 @@ def test_no_data_file_and_a_missing_data_file_are_refused(tokenizer, tmp_path):
         run_sweep(Scripted(tokenizer), [], tmp_path / "out", _cfg())
     with pytest.raises(EvalError, match=r"data file .*nope.jsonl does not exist"):
         run_sweep(Scripted(tokenizer), [tmp_path / "nope.jsonl"], tmp_path / "out", _cfg())
+
+
+def test_a_window_no_sample_fits_stops_the_run_before_any_call(tokenizer, data, tmp_path):
+    from memagent.agent.workflow import BudgetError
+
+    backend = Scripted(tokenizer)
+    with pytest.raises(EvalError, match="leaves no room for the document"):
+        run_sweep(backend, [data], tmp_path / "a", _cfg(methods=["full-context"], window=20))
+    backend.max_window = 100  # MemAgent's chunk 80 + memory 2 x 32 + query 64 + template: over 100
+    with pytest.raises(BudgetError, match="the model's window is 100"):
+        run_sweep(backend, [data], tmp_path / "b", _cfg())
+    assert backend.calls == 0 and not (tmp_path / "a" / "results.jsonl").exists()

@@ -239,6 +239,7 @@ def run_sweep(backend: Any, data_files: Sequence[str | Path], out_dir: str | Pat
 def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
            on_record: Callable[[dict], None] | None, progress: bool, retry_failed: bool,
            max_failures: int | None) -> Path:
+    _check_windows(backend, cfg)
     results = out / "results.jsonl"
     done = latest(load_records(results))
     rescore_stale(results, done, cfg.scoring)
@@ -265,6 +266,16 @@ def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
                     if max_failures is not None and len(failed) >= max_failures:
                         raise EvalError(failures_message(failed, max_failures, results))
     return results
+
+
+def _check_windows(backend: Any, cfg: SweepConfig) -> None:
+    """Settings no sample can run under fail the run at once, before any model call (not sample by sample)."""
+    from memagent.agent.workflow import MemoryAgent
+
+    if "memagent" in cfg.methods:
+        MemoryAgent(backend, cfg.agent).check_budget([])  # with no questions: the window check only
+    if any(m != "memagent" for m in cfg.methods):
+        context_budget(backend, "", cfg.agent.answer_tokens, cfg.window)
 
 
 def _progress_line(rec: dict) -> str:
