@@ -319,3 +319,14 @@ def test_a_window_no_sample_fits_stops_the_run_before_any_call(tokenizer, data, 
     with pytest.raises(BudgetError, match="the model's window is 100"):
         run_sweep(backend, [data], tmp_path / "b", _cfg())
     assert backend.calls == 0 and not (tmp_path / "a" / "results.jsonl").exists()
+
+
+def test_a_sample_with_a_text_length_or_an_unknown_metric_is_refused(tokenizer, tmp_path):
+    bad_length, bad_metric = _samples((3,)), _samples((5,))
+    bad_length[0]["length"] = "2"
+    bad_metric[0]["metric"] = "accuracy"
+    for name, samples, message in (("len.jsonl", bad_length, r"len.jsonl: sample 1 \(id 's3'\): its length"),
+                                   ("met.jsonl", bad_metric, r"met.jsonl: sample 1 \(id 's5'\): unknown metric")):
+        write_samples(samples, tmp_path / name)
+        with pytest.raises(EvalError, match=message):
+            run_sweep(Scripted(tokenizer), [tmp_path / name], tmp_path / "out", _cfg())

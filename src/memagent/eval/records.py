@@ -72,6 +72,10 @@ def sample_ids(path: str | Path, limit: int | None = None) -> list[str]:
             canonical_metric(sample.get("metric", "sub_em"))
         except MemAgentError as exc:
             raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): {exc}") from None
+        length = record_length(sample)[0]
+        if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
+            raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): its length (length, num_docs or num_chunks) "
+                            f"must be a non-negative integer, got {length!r}")
         if not isinstance(sid, (str, int)) or isinstance(sid, bool):
             raise EvalError(f"{path}: sample {n + 1} has id {sid!r}; an id must be a string or an integer")
         if sid in seen:
