@@ -321,12 +321,16 @@ def test_a_window_no_sample_fits_stops_the_run_before_any_call(tokenizer, data, 
     assert backend.calls == 0 and not (tmp_path / "a" / "results.jsonl").exists()
 
 
-def test_a_sample_with_a_text_length_or_an_unknown_metric_is_refused(tokenizer, tmp_path):
-    bad_length, bad_metric = _samples((3,)), _samples((5,))
+def test_samples_with_fields_of_the_wrong_type_are_refused_before_any_call(tokenizer, tmp_path):
+    bad_length, bad_metric, bad_question, bad_answers = _samples((3,)), _samples((5,)), _samples((8,)), _samples()
     bad_length[0]["length"] = "2"
     bad_metric[0]["metric"] = "accuracy"
+    bad_question[0]["question"] = 5
+    bad_answers[2]["answers"] = [7]
     for name, samples, message in (("len.jsonl", bad_length, r"len.jsonl: sample 1 \(id 's3'\): its length"),
-                                   ("met.jsonl", bad_metric, r"met.jsonl: sample 1 \(id 's5'\): unknown metric")):
+                                   ("met.jsonl", bad_metric, r"met.jsonl: sample 1 \(id 's5'\): unknown metric"),
+                                   ("q.jsonl", bad_question, r"q.jsonl: sample 1 \(id 's8'\): question must be text"),
+                                   ("a.jsonl", bad_answers, r"a.jsonl: sample 3 \(id 's8'\): answers must be a list")):
         write_samples(samples, tmp_path / name)
         with pytest.raises(EvalError, match=message):
             run_sweep(Scripted(tokenizer), [tmp_path / name], tmp_path / "out", _cfg())

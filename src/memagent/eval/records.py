@@ -72,6 +72,11 @@ def sample_ids(path: str | Path, limit: int | None = None) -> list[str]:
             canonical_metric(sample.get("metric", "sub_em"))
         except MemAgentError as exc:
             raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): {exc}") from None
+        for name in ("task", "question"):
+            if not isinstance(sample[name], str):
+                raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): {name} must be text, got {sample[name]!r}")
+        if not all(isinstance(a, str) for a in sample["answers"]):
+            raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): answers must be a list of texts")
         length = record_length(sample)[0]
         if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
             raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): its length (length, num_docs or num_chunks) "
