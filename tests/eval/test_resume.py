@@ -334,3 +334,20 @@ def test_samples_with_fields_of_the_wrong_type_are_refused_before_any_call(token
         write_samples(samples, tmp_path / name)
         with pytest.raises(EvalError, match=message):
             run_sweep(Scripted(tokenizer), [tmp_path / name], tmp_path / "out", _cfg())
+
+
+def test_a_failed_rewrite_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    from memagent.eval.records import atomic_write_lines
+
+    path = tmp_path / "results.jsonl"
+    path.write_text("old\n")
+
+    def lines():
+        yield "new\n"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_lines(path, lines())
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+    atomic_write_lines(path, ["a\n", "b\n"])
+    assert path.read_text() == "a\nb\n"

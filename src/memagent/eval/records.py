@@ -30,7 +30,7 @@ from memagent.tasks.schema import file_sha256, read_samples
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NON_RESULT", "DataFile", "data_file", "failures_message", "fingerprint", "latest", "load_records",
+__all__ = ["NON_RESULT", "DataFile", "atomic_write_lines", "data_file", "failures_message", "fingerprint", "latest", "load_records",
            "record_key", "record_length", "rescore_file", "rescore_record", "rescore_stale", "sample_ids"]
 
 # Settings that never change a sample's result: {SweepConfig field: None (drop it) or {subfield: None}}.
@@ -160,22 +160,33 @@ def rescore_record(rec: dict, options: ScoreOptions) -> dict:
     return rec
 
 
+def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> Path:
+    """Write `lines` to `path` through `PATH.tmp` and a rename: a reader sees the old file or the new one,
+    never half of one; the temporary file is removed when writing fails (disk full, ...)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def _lines(records: Iterable[dict]) -> Iterator[str]:
     for rec in records:
         yield json.dumps(rec, ensure_ascii=False) + "\n"
 
 
 def rescore_file(path: str | Path, options: ScoreOptions) -> int:
-    """Rescore every record of `path` in place (temp file + rename); returns how many changed."""
-    path = Path(path)
+    """Rescore every record of `path` in place (atomically); returns how many changed."""
     records = load_records(path)
     new = [rescore_record(r, options) for r in records]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.writelines(_lines(new))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write_lines(path, _lines(new))
     return sum(a != b for a, b in zip(records, new))
 
 

@@ -9,13 +9,12 @@ Names from data and options (task, model, method) are escaped: they cannot injec
 from __future__ import annotations
 
 import html
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Collection, Iterable
 
-from memagent.eval.records import latest, load_records
+from memagent.eval.records import atomic_write_lines, latest, load_records
 from memagent.eval.scoring import cell_stats
 
 __all__ = ["aggregate", "length_label", "markdown_tables", "md_escape", "plot_scores", "read_records",
@@ -168,8 +167,5 @@ def write_report(results: str | Path, out_dir: str | Path,
     returns (markdown, table path, plots)."""
     agg = aggregate(load_records(results), keys)
     text = markdown_tables(agg)
-    table = Path(out_dir) / "table.md"
-    tmp = table.with_name("table.md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, table)
+    table = atomic_write_lines(Path(out_dir) / "table.md", [text])
     return text, table, plot_scores(agg, out_dir)

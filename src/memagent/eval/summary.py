@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
+
+from memagent.eval.records import atomic_write_lines
 
 __all__ = ["git_revision", "versions", "write_summary"]
 
@@ -78,8 +79,5 @@ def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fin
         records=_counts(keys, records),
         failures=_failures(keys, records),
     )
-    path = Path(out_dir) / "summary.json"
-    tmp = path.with_name("summary.json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
+    return atomic_write_lines(Path(out_dir) / "summary.json", [text])
