@@ -351,3 +351,12 @@ def test_a_failed_rewrite_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
     atomic_write_lines(path, ["a\n", "b\n"])
     assert path.read_text() == "a\nb\n"
+
+
+def test_a_task_name_matplotlib_would_parse_plots(tmp_path):
+    from memagent.eval.report import plot_scores
+
+    agg = {"$\\frac{a$|<b>": dict(metric="sub_em", unit="docs", lengths=[10, 20], failed={}, skipped=False,
+                                  rows={("m$", "memagent"): {10: (0.5, 0.1, 4), 20: (0.6, None, 1)}})}
+    (png,) = plot_scores(agg, tmp_path)
+    assert png.name == "scores__frac_a___b_.png" and png.read_bytes()[:4] == b"\x89PNG"

@@ -124,7 +124,8 @@ def markdown_tables(agg: dict[str, Any]) -> str:
 
 
 def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """A PNG per task with a length column: score (%) against length, log x, one line per model + method."""
+    """A PNG per task with a length column: score (%) against length, log x, one line per model + method,
+    with a bar of one standard error each way."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,7 +139,9 @@ def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for (model, method), cells in t["rows"].items():
             xs = [n for n in lengths if n in cells and cells[n][0] is not None]
-            ax.plot(xs, [100 * cells[n][0] for n in xs], marker="o", label=_plain(f"{Path(model).name} {method}"))
+            err = [100 * (cells[n][1] or 0.0) for n in xs]  # one standard error each way
+            ax.errorbar(xs, [100 * cells[n][0] for n in xs], yerr=err, marker="o", capsize=3,
+                        label=_plain(f"{Path(model).name} {method}"))
         ax.set_xscale("log")
         ax.set_xticks(lengths, [length_label(n, t["unit"]) for n in lengths], rotation=30)
         ax.minorticks_off()
