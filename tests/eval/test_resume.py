@@ -359,4 +359,4 @@ def test_a_task_name_matplotlib_would_parse_plots(tmp_path):
     agg = {"$\\frac{a$|<b>": dict(metric="sub_em", unit="docs", lengths=[10, 20], failed={}, skipped=False,
                                   rows={("m$", "memagent"): {10: (0.5, 0.1, 4), 20: (0.6, None, 1)}})}
     (png,) = plot_scores(agg, tmp_path)
-    assert png.name == "scores__frac_a___b_.png" and png.read_bytes()[:4] == b"\x89PNG"
+    assert png.name == "scores___frac_a___b_.png" and png.read_bytes()[:4] == b"\x89PNG"
