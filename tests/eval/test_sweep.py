@@ -243,3 +243,25 @@ def test_a_toy_file_from_the_data_command_evaluates_and_plots(tiny_model_dir, tm
     assert result.exit_code == 0, result.output
     assert "### toy (exact\\_match, %)" in result.output and "| model | method | 1 chunks | 2 chunks |" in result.output
     assert (tmp_path / "out" / "scores_toy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_changing_memory_tokens_on_the_command_line_computes_anew(tiny_model_dir, data_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from memagent.cli import app
+
+    def run(memory):
+        args = ["eval", "--model", str(tiny_model_dir), "--data", str(data_file), "--out", str(tmp_path),
+                "--methods", "memagent", "--chunk-tokens", "96", "--memory-tokens", memory, "--answer-tokens", "8",
+                "--query-tokens", "64", "--limit", "2", "--device", "cpu", "--no-progress"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+
+    assert len(run("8")) == 2
+    assert len(run("8")) == 2  # identical: nothing computed
+    records = run("9")
+    assert len(records) == 4 and len({r["fingerprint"] for r in records}) == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["settings"]["sweep"]["agent"]["memory_tokens"] == 9 and summary["records"]["planned"] == 2
+    assert summary["settings"]["fingerprint"] == records[-1]["fingerprint"]
