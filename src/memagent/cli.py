@@ -194,6 +194,13 @@ def eval_(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer (HF id or path)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="One line per finished sample on stderr."),
+    repeats: int = typer.Option(1, "--repeats", help="Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± standard error."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run again the samples recorded as failed."),
+    max_failures: Optional[int] = typer.Option(None, "--max-failures", help="Stop once this many samples have failed in this run."),
+    rescore: bool = typer.Option(False, "--rescore", help="Recompute every score from the stored replies; no model is loaded."),
+    golds: str = typer.Option("all", "--golds", help="Score against all golds (best of) or the first gold only: all | first."),
+    empty_prediction: str = typer.Option("zero", "--empty-prediction", help="A prediction empty once normalised: zero (scores 0) | text (the official raw substring rule)."),
+    failed: str = typer.Option("wrong", "--failed", help="Failed samples in the means: wrong (count 0) | skip (left out)."),
 ) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
     options = dict(locals())

@@ -48,7 +48,7 @@ def test_tiny_model_sweep_writes_jsonl_table_and_plot(tiny_backend, data_file, t
     assert table.read_text() == text
     assert "| model | method | 3 docs | 6 docs | 12 docs |" in text
     for method in ("memagent", "full-context", "rag-bm25"):
-        assert re.search(rf"\| tiny \| {method} \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", text)
+        assert re.search(rf"\| tiny \| {method} \|( [\d.]+ ± [\d.]+ \(n=2\) \|){{3}}", text)
     assert plots[0].name == "scores_ruler_hqa.png" and plots[0].read_bytes()[:4] == b"\x89PNG"
 
 
@@ -132,14 +132,16 @@ def test_scores_of_a_reading_model(tokenizer, data_file, tmp_path):
     big = run_sweep(KeyReader(tokenizer), [data_file], tmp_path / "big", SweepConfig("reader", agent=agent, window=5000))
     text, _, _ = write_report(big, tmp_path / "big")
     for method in ("full-context", "rag-bm25"):  # everything fits in the window: all right
-        assert f"| reader | {method} | 100.00 | 100.00 | 100.00 |" in text
+        assert f"| reader | {method} | {' | '.join(['100.00 ± 0.00 (n=2)'] * 3)} |" in text
     # MemAgent gets a sample right exactly when the fact is not cut by a chunk boundary
     expected = []
     samples = list(read_samples(data_file))
     for n in LENGTHS:
         whole = [any(re.search(r"The key of item \d+ is \w+\.", c.text)
                      for c in iter_chunks(sample_document(s), tokenizer, 80)) for s in samples if s["length"] == n]
-        expected.append(f"{100 * sum(whole) / len(whole):.2f}")
+        mean = sum(whole) / len(whole)
+        se = (sum((w - mean) ** 2 for w in whole) / (len(whole) - 1) / len(whole)) ** 0.5
+        expected.append(f"{100 * mean:.2f} ± {100 * se:.2f} (n={len(whole)})")
     assert f"| reader | memagent | {' | '.join(expected)} |" in text
     small = run_sweep(KeyReader(tokenizer), [data_file], tmp_path / "small",
                       SweepConfig("reader", agent=agent, window=230, passage_tokens=24))
@@ -153,7 +155,8 @@ def test_scores_of_a_reading_model(tokenizer, data_file, tmp_path):
         assert r["score"] == float(any(re.search(r"The key of item \d+ is \w+\.", p.text) for p in passages))
     assert sum(r["score"] for r in rag12) >= 1
     text, _, _ = write_report(small, tmp_path / "small")
-    row = re.search(r"\| reader \| full-context \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text)
+    row = re.search(r"\| reader \| full-context \| ([\d.]+) \S+ [\d.]+ \(n=2\) \| ([\d.]+) \S+ [\d.]+ \(n=2\) \| "
+                    r"([\d.]+) ± [\d.]+ \(n=2\) \|", text)
     expected = 100 * sum(r["score"] for r in full12) / 2
     assert float(row.group(3)) == pytest.approx(expected)
 
@@ -203,3 +206,62 @@ def test_eval_command_line(tiny_model_dir, data_file, tmp_path):
     assert CliRunner().invoke(app, args).exit_code == 0  # a rerun finds everything done
     assert (tmp_path / "results.jsonl").read_text().splitlines() == lines
     assert (tmp_path / "table.md").exists() and (tmp_path / "scores_ruler_hqa.png").exists()
+    rescored = CliRunner().invoke(app, args + ["--rescore", "--golds", "first", "--empty-prediction", "text"])
+    assert rescored.exit_code == 0, rescored.output  # no model call: scores from the stored replies
+    assert [json.loads(line)["scoring"] for line in (tmp_path / "results.jsonl").read_text().splitlines()] == \
+           [{"golds": "first", "empty": "text", "failed": "wrong"}] * 4
+    assert json.loads((tmp_path / "summary.json").read_text())["records"]["finished"] == 4
+
+
+def test_sampled_repeats_on_the_tiny_model_are_reproducible(tiny_backend, data_file, tmp_path):
+    agent = AgentConfig(chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64, max_batch_docs=2,
+                        temperature=1.0, seed=7)
+    cfg = SweepConfig(model_name="tiny", methods=["memagent"], agent=agent, limit=1, repeats=2)
+    raws = []
+    for run in ("a", "b"):
+        records = [json.loads(line) for line in run_sweep(tiny_backend, [data_file], tmp_path / run, cfg)
+                   .read_text().splitlines()]
+        raws.append([(r["sample_id"], r["repeat"], r["seed"], r["raw"]) for r in records])
+    assert raws[0] == raws[1]  # the same seeds: the same sampled replies
+    assert {seed for _, _, seed, _ in raws[0]} == {7, 8}
+    by_repeat = {r: [raw for _, rep, _, raw in raws[0] if rep == r] for r in (0, 1)}
+    assert by_repeat[0] != by_repeat[1]  # distinct seeds: other samples
+
+
+def test_a_toy_file_from_the_data_command_evaluates_and_plots(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from memagent.cli import app
+
+    toy = tmp_path / "toy.jsonl"
+    made = CliRunner().invoke(app, ["data", "toy", "--chunks", "1,2", "--samples", "1", "--out", str(toy)])
+    assert made.exit_code == 0, made.output
+    args = ["eval", "--model", str(tiny_model_dir), "--data", str(toy), "--out", str(tmp_path / "out"),
+            "--methods", "memagent,full-context", "--chunk-tokens", "96", "--memory-tokens", "8",
+            "--answer-tokens", "8", "--query-tokens", "64", "--window", "400", "--device", "cpu", "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "### toy (exact\\_match, %)" in result.output and "| model | method | 1 chunks | 2 chunks |" in result.output
+    assert (tmp_path / "out" / "scores_toy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_changing_memory_tokens_on_the_command_line_computes_anew(tiny_model_dir, data_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from memagent.cli import app
+
+    def run(memory):
+        args = ["eval", "--model", str(tiny_model_dir), "--data", str(data_file), "--out", str(tmp_path),
+                "--methods", "memagent", "--chunk-tokens", "96", "--memory-tokens", memory, "--answer-tokens", "8",
+                "--query-tokens", "64", "--limit", "2", "--device", "cpu", "--no-progress"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+
+    assert len(run("8")) == 2
+    assert len(run("8")) == 2  # identical: nothing computed
+    records = run("9")
+    assert len(records) == 4 and len({r["fingerprint"] for r in records}) == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["settings"]["sweep"]["agent"]["memory_tokens"] == 9 and summary["records"]["planned"] == 2
+    assert summary["settings"]["fingerprint"] == records[-1]["fingerprint"]

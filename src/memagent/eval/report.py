@@ -1,50 +1,105 @@
-"""Results of a sweep as the paper shows them: Table 1 (rows model + method, columns lengths,
-cells mean score in %) and a plot of score against length (log x), one of each per task."""
+"""Results of a sweep as the paper shows them: Table 1 (rows model + method, columns lengths, cells
+mean score in % ± its standard error, with n) and a plot of score against length (log x), one of each per task.
+
+Only the last record of each key counts (a retried failure replaces its error record), and `keys` limits
+the table to one run's records (a results file also holds the records of earlier settings). Failed samples
+count as the score their record holds: 0 ("wrong") or nothing (None, "skip"); each table says how many failed.
+Names from data and options (task, model, method) are escaped: they cannot inject Markdown or HTML.
+"""
 from __future__ import annotations
 
-import json
-import os
+import html
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
-__all__ = ["aggregate", "markdown_tables", "plot_scores", "write_report"]
+from memagent.eval.records import atomic_write_lines, latest, load_records
+from memagent.eval.scoring import cell_stats
+
+__all__ = ["aggregate", "length_label", "markdown_tables", "md_escape", "plot_scores", "read_records",
+           "write_report"]
 
 _METHOD_ORDER = {"memagent": 0, "full-context": 1, "rag-bm25": 2}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]#+!|~])")
+
+
+def md_escape(text: Any) -> str:
+    """`text` safe inside a Markdown table cell or heading: HTML escaped, Markdown punctuation backslashed,
+    line breaks folded to spaces."""
+    flat = " ".join(str(text).split())
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
 
 
 def read_records(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The last record of each key of a results file."""
+    return list(latest(load_records(path)).values())
 
 
-def aggregate(records: Iterable[dict]) -> dict[str, Any]:
-    """{task: {"metric", "unit", "lengths", "rows": {(model, method): {length: (mean, n)}}}}."""
-    sums: dict[tuple, list[float]] = defaultdict(list)
+def _length_key(n: int | None) -> tuple[int, int]:
+    return (1, 0) if n is None else (0, n)
+
+
+def aggregate(records: Iterable[dict], keys: Collection[str] | None = None) -> dict[str, Any]:
+    """{task: {"metric", "unit", "lengths", "rows": {(model, method): {length: (mean, se, n)}},
+    "failed": {(model, method): count}, "skipped": bool}}; mean/se None when nothing counts (n < 2 for se)."""
+    cells: dict[tuple, list[float | None]] = defaultdict(list)
+    failed: dict[tuple, int] = defaultdict(int)
     meta: dict[str, dict[str, Any]] = {}
-    for r in records:
-        sums[(r["task"], r["model"], r["method"], r["length"])].append(float(r["score"]))
-        meta.setdefault(r["task"], {"metric": r["metric"], "unit": r["length_unit"], "lengths": set()})
-        meta[r["task"]]["lengths"].add(r["length"])
+    wanted = set(keys) if keys is not None else None
+    chosen = [r for r in latest(records).values() if wanted is None or r["key"] in wanted]
+    labels = _method_labels(chosen)
+    for r in chosen:
+        length = r.get("length")
+        cells[(r["task"], r["model"], labels[r["key"]], length)].append(r["score"])
+        m = meta.setdefault(r["task"], {"metric": r["metric"], "unit": r["length_unit"], "lengths": set(),
+                                        "skipped": False})
+        m["lengths"].add(length)
+        if r.get("status") == "error":
+            failed[(r["task"], r["model"], labels[r["key"]])] += 1
+            m["skipped"] |= r["score"] is None
     out: dict[str, Any] = {}
     for task in sorted(meta):
-        rows: dict[tuple[str, str], dict[int, tuple[float, int]]] = {}
-        for (t, model, method, length), scores in sums.items():
+        rows: dict[tuple[str, str], dict[int | None, tuple]] = {}
+        for (t, model, method, length), scores in cells.items():
             if t == task:
-                rows.setdefault((model, method), {})[length] = (sum(scores) / len(scores), len(scores))
-        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1], 9), kv[0][1])))
+                rows.setdefault((model, method), {})[length] = cell_stats(scores)
+        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1].split(" @")[0], 9),
+                                                           kv[0][1])))
         out[task] = dict(metric=meta[task]["metric"], unit=meta[task]["unit"],
-                         lengths=sorted(meta[task]["lengths"]), rows=ordered)
+                         lengths=sorted(meta[task]["lengths"], key=_length_key), rows=ordered,
+                         failed={row: failed[(task, *row)] for row in ordered if failed[(task, *row)]},
+                         skipped=meta[task]["skipped"])
     return out
 
 
-def length_label(length: int, unit: str) -> str:
-    if unit == "docs":
-        return f"{length} docs"
+def _method_labels(records: list[dict]) -> dict[str, str]:
+    """Each record's row label: its method, with its settings fingerprint when one (model, method) holds
+    records of several settings (then they are never averaged together)."""
+    fps: dict[tuple, set] = defaultdict(set)
+    for r in records:
+        fps[(r["model"], r["method"])].add(r.get("fingerprint"))
+    return {r["key"]: r["method"] if len(fps[(r["model"], r["method"])]) == 1 else
+            f"{r['method']} @{str(r.get('fingerprint'))[:8]}" for r in records}
+
+
+def length_label(length: int | None, unit: str) -> str:
+    if length is None:
+        return "all"
+    if unit in ("docs", "chunks"):
+        return f"{length} {unit}"
     if length % 1048576 == 0:
         return f"{length // 1048576}M"
     return f"{length // 1024}K" if length % 1024 == 0 else str(length)
+
+
+def _cell(stats: tuple[float | None, float | None, int]) -> str:
+    mean, se, n = stats
+    if mean is None:
+        return f"n/a (n={n})"
+    if se is None:
+        return f"{100 * mean:.2f} (n={n})"
+    return f"{100 * mean:.2f} ± {100 * se:.2f} (n={n})"
 
 
 def markdown_tables(agg: dict[str, Any]) -> str:
@@ -52,27 +107,25 @@ def markdown_tables(agg: dict[str, Any]) -> str:
     parts = []
     for task, t in agg.items():
         cols = [length_label(n, t["unit"]) for n in t["lengths"]]
-        lines = [f"### {task} ({t['metric']}, %)", "",
+        lines = [f"### {md_escape(task)} ({md_escape(t['metric'])}, %)", "",
                  "| model | method | " + " | ".join(cols) + " |",
                  "|---|---|" + "---|" * len(cols)]
-        counts = set()
         for (model, method), cells in t["rows"].items():
-            vals = []
-            for n in t["lengths"]:
-                if n in cells:
-                    vals.append(f"{100 * cells[n][0]:.2f}")
-                    counts.add(cells[n][1])
-                else:
-                    vals.append("n/a")
-            lines.append(f"| {model} | {method} | " + " | ".join(vals) + " |")
-        span = f"{min(counts)}" if len(counts) == 1 else f"{min(counts)}-{max(counts)} (incomplete)"
-        lines += ["", f"samples per cell: {span}", ""]
+            vals = [_cell(cells[n]) if n in cells else "n/a" for n in t["lengths"]]
+            lines.append(f"| {md_escape(model)} | {md_escape(method)} | " + " | ".join(vals) + " |")
+        lines += ["", "cells: mean ± standard error (n records scored)"]
+        if t["failed"]:
+            how = "left out of the means" if t["skipped"] else "counted as wrong"
+            counts = ", ".join(f"{md_escape(method)} {k}" for (_, method), k in t["failed"].items())
+            lines.append(f"failed samples ({how}): {counts}")
+        lines.append("")
         parts.append("\n".join(lines))
     return "\n".join(parts)
 
 
 def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """A PNG per task: score (%) against length, log x, one line per model + method."""
+    """A PNG per task with a length column: score (%) against length, log x, one line per model + method,
+    with a bar of one standard error each way."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,17 +133,22 @@ def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
 
     paths = []
     for task, t in agg.items():
+        lengths = [n for n in t["lengths"] if n is not None and n > 0]
+        if not lengths:
+            continue
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for (model, method), cells in t["rows"].items():
-            xs = [n for n in t["lengths"] if n in cells]
-            ax.plot(xs, [100 * cells[n][0] for n in xs], marker="o", label=f"{Path(model).name} {method}")
+            xs = [n for n in lengths if n in cells and cells[n][0] is not None]
+            err = [100 * (cells[n][1] or 0.0) for n in xs]  # one standard error each way
+            ax.errorbar(xs, [100 * cells[n][0] for n in xs], yerr=err, marker="o", capsize=3,
+                        label=_plain(f"{Path(model).name} {method}"))
         ax.set_xscale("log")
-        ax.set_xticks(t["lengths"], [length_label(n, t["unit"]) for n in t["lengths"]], rotation=30)
+        ax.set_xticks(lengths, [length_label(n, t["unit"]) for n in lengths], rotation=30)
         ax.minorticks_off()
         ax.set_ylim(-2, 102)
-        ax.set_xlabel("documents" if t["unit"] == "docs" else "context tokens")
-        ax.set_ylabel(f"{t['metric']} (%)")
-        ax.set_title(f"{task}: score against length")
+        ax.set_xlabel({"docs": "documents", "chunks": "chunks"}.get(t["unit"], "context tokens"))
+        ax.set_ylabel(_plain(f"{t['metric']} (%)"))
+        ax.set_title(_plain(f"{task}: score against length"))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -101,12 +159,16 @@ def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
     return paths
 
 
-def write_report(results: str | Path, out_dir: str | Path) -> tuple[str, Path, list[Path]]:
-    """Write table.md (atomically) and the plots from a results file; returns (markdown, table path, plots)."""
-    agg = aggregate(read_records(results))
+def _plain(text: str) -> str:
+    """Text matplotlib shows as is ($ would start mathtext)."""
+    return text.replace("$", r"\$")
+
+
+def write_report(results: str | Path, out_dir: str | Path,
+                 keys: Collection[str] | None = None) -> tuple[str, Path, list[Path]]:
+    """Write table.md (atomically) and the plots from a results file (only `keys`' records when given);
+    returns (markdown, table path, plots)."""
+    agg = aggregate(load_records(results), keys)
     text = markdown_tables(agg)
-    table = Path(out_dir) / "table.md"
-    tmp = table.with_name("table.md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, table)
+    table = atomic_write_lines(Path(out_dir) / "table.md", [text])
     return text, table, plot_scores(agg, out_dir)

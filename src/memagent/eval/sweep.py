@@ -1,22 +1,28 @@
-"""`memagent eval`: methods x data files (tasks at several lengths), one JSONL record per sample.
+"""`memagent eval`: methods x data files (tasks at several lengths) x repeats, one JSONL record per sample.
 
-Every (model, method, data file, sample) has a key; a record is appended to `results.jsonl`
-and flushed to disk as soon as its group of samples is done, and a rerun skips the keys already
-there, so a sweep killed mid-way (crash, Ctrl-C, lost machine) resumes where it stopped. A line
-cut short by a crash is dropped on the next run. Samples run in groups of
-`AgentConfig.max_batch_docs`: MemAgent reads a group's documents in one batch per step, the
-baselines generate a group's prompts in one batch.
+Every (model, method, data file, sample, repeat, settings) has a key (`memagent.eval.records`); a record is
+appended to `results.jsonl` and flushed to disk as soon as its group of samples is done, and a rerun skips
+the keys already there, so a sweep killed mid-way resumes where it stopped, and a changed setting computes
+anew. A line cut short by a crash is dropped on the next run. Samples run in groups of
+`AgentConfig.max_batch_docs`: MemAgent reads a group's documents in one batch per step, the baselines
+generate a group's prompts in one batch. A group whose model calls fail (a `MemAgentError`: the backend
+gave up after its retries, a document cannot be read) is run again one sample at a time, and a sample that
+still fails is written as an error record; the sweep goes on.
 
-Record: key, model, method, data, task, sample_id, length, length_unit, metric, score (the
-sample's own metric), scores (the metric family: em/f1/sub_em or string_match_all/part),
-prediction (boxed answer or null), raw (the model's last reply), gold, tokens (prompt and
-generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds
-(the group's wall-clock divided by its size), group_size, note.
+Record: key, status ("ok" | "error"), model, method, data (file name), data_path, data_sha256, fingerprint,
+repeat, seed, task, sample_id, length, length_unit, metric, score (the sample's own metric; None for a
+skipped failure), scores (the metric family: em/f1/sub_em or string_match_all/part), scoring (the
+ScoreOptions applied), prediction (boxed answer or null), raw (the model's last reply), gold, tokens (prompt
+and generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds (the
+group's wall-clock divided by its size), group_size, note; an error record has error {kind, message,
+attempts} instead of the reply and tokens.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,15 +31,19 @@ from typing import Any, Callable, Iterator, Sequence
 
 from memagent.agent.answer import extract_boxed
 from memagent.config import AgentConfig
+from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError, bm25_context, context_budget, middle_truncate, render_baseline
-from memagent.tasks.metrics import get_metric
+from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
+                                   record_key, record_length, rescore_file, rescore_stale, sample_ids)
+from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
+from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
 
-__all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "run_eval", "run_sweep"]
+__all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "plan", "run_eval", "run_sweep", "sweep_config"]
+
+log = logging.getLogger(__name__)
 
 METHODS = ("memagent", "full-context", "rag-bm25")
-_QA = ("em", "f1", "sub_em")
-_RULER = ("string_match_all", "string_match_part")
 
 
 @dataclass
@@ -44,62 +54,73 @@ class SweepConfig:
     window: int | None = None  # the baselines' context window (default: the backend's)
     passage_tokens: int = 512  # rag-bm25 passage size
     limit: int | None = None  # at most this many samples of each data file
+    repeats: int = 1  # runs of each sample, repeat r with seed agent.seed + r (base 0 when None)
+    scoring: ScoreOptions = field(default_factory=ScoreOptions)
+    backend_settings: dict[str, Any] = field(default_factory=dict)  # backend kind, dtype ...: they change replies
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise EvalError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
+        for name in ("limit", "window", "passage_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise EvalError(f"{name} must be a positive integer, got {value!r}")
 
 
 def load_done(path: Path) -> set[str]:
     """Keys of the finished records; a last line cut short by a crash is removed from the file."""
-    if not path.exists():
-        return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(path, "r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
-    done = set()
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                done.add(json.loads(line)["key"])
-            except (json.JSONDecodeError, KeyError) as exc:
-                raise EvalError(f"{path}:{n} is not a result record ({exc}); move the file away to start over") from None
-    return done
+    return set(latest(load_records(path)))
 
 
-def _scores(sample: dict, prediction: str | None) -> tuple[float, dict[str, float]]:
-    metric = sample.get("metric", "sub_em")
-    family = _RULER if metric.startswith("string_match") else _QA
-    scores = {name: get_metric(name)(prediction, sample["answers"]) for name in dict.fromkeys((*family, metric))}
-    return scores[metric], scores
+@dataclass(frozen=True)
+class _Work:
+    data: DataFile
+    sample: dict
+    repeat: int
+    key: str
+    attempts: int = 0  # failed runs of this key so far (earlier error records)
 
 
-def _record(cfg: SweepConfig, method: str, data: Path, sample: dict, prediction: str | None, raw: str,
-            tokens: dict[str, int], seconds: float, group_size: int, note: str = "") -> dict:
-    score, scores = _scores(sample, prediction)
+def _base(cfg: SweepConfig, method: str, w: _Work, fp: str) -> dict:
+    length, unit = record_length(w.sample)
     return dict(
-        key=_key(cfg, method, data, sample), model=cfg.model_name, method=method, data=data.name,
-        task=sample["task"], sample_id=sample["id"], length=sample.get("length", sample.get("num_docs")),
-        length_unit=sample.get("length_unit", "docs"), metric=sample.get("metric", "sub_em"), score=score,
-        scores=scores, prediction=prediction, raw=raw, gold=sample["answers"], tokens=tokens,
-        seconds=round(seconds, 4), group_size=group_size, note=note)
+        key=w.key, status="ok", model=cfg.model_name, method=method, data=w.data.name, data_path=w.data.path,
+        data_sha256=w.data.sha256, fingerprint=fp, repeat=w.repeat, seed=_seed(cfg, w.repeat),
+        task=w.sample["task"], sample_id=w.sample["id"], length=length, length_unit=unit,
+        metric=w.sample.get("metric", "sub_em"), scoring=dataclasses.asdict(cfg.scoring))
 
 
-def _key(cfg: SweepConfig, method: str, data: Path, sample: dict) -> str:
-    return f"{cfg.model_name}|{method}|{data.name}|{sample['id']}"
+def _record(cfg: SweepConfig, method: str, w: _Work, fp: str, prediction: str | None, raw: str,
+            tokens: dict[str, int], seconds: float, group_size: int, note: str = "") -> dict:
+    rec = _base(cfg, method, w, fp)
+    score, scores = score_sample(rec["metric"], prediction, w.sample["answers"], cfg.scoring)
+    rec.update(score=score, scores=scores, prediction=prediction, raw=raw, gold=w.sample["answers"], tokens=tokens,
+               seconds=round(seconds, 4), group_size=group_size, note=note)
+    return rec
 
 
-def _memagent_group(backend: Any, cfg: SweepConfig, group: list[tuple[Path, dict]], docs: ParagraphCache) -> list[dict]:
+def _error_record(cfg: SweepConfig, method: str, w: _Work, fp: str, exc: BaseException) -> dict:
+    rec = _base(cfg, method, w, fp)
+    rec.update(status="error", score=failed_score(cfg.scoring), scores={}, prediction=None, raw=None,
+               gold=w.sample["answers"], error=dict(kind=type(exc).__name__, message=str(exc), attempts=w.attempts + 1))
+    return rec
+
+
+def _seed(cfg: SweepConfig, repeat: int) -> int:
+    return (cfg.agent.seed or 0) + repeat
+
+
+def _memagent_group(backend: Any, cfg: SweepConfig, group: list[_Work], docs: ParagraphCache, fp: str) -> list[dict]:
     from memagent.agent.workflow import AgentInput, MemoryAgent
 
     trace = io.StringIO()
-    items = [AgentInput(s["question"], sample_document(s, docs), str(i)) for i, (_, s) in enumerate(group)]
+    agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, group[0].repeat))
+    items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    results = MemoryAgent(backend, cfg.agent, trace_path=trace).run(items)  # type: ignore[arg-type]
+    results = MemoryAgent(backend, agent, trace_path=trace).run(items)  # type: ignore[arg-type]
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
     for line in trace.getvalue().splitlines():
@@ -113,21 +134,22 @@ def _memagent_group(backend: Any, cfg: SweepConfig, group: list[tuple[Path, dict
             u["generated"] += call["memory_tokens"]
             u["document"] += call["chunk_tokens"]
     out = []
-    for i, ((data, sample), res) in enumerate(zip(group, results)):
+    for i, (w, res) in enumerate(zip(group, results)):
         u = usage[str(i)]
         u["kept"] = u["document"]
-        out.append(_record(cfg, "memagent", data, sample, res.answer, res.raw_answer, u, seconds, len(group),
+        out.append(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, u, seconds, len(group),
                            f"{res.num_chunks} chunks"))
     return out
 
 
-def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[tuple[Path, dict]],
-                    docs: ParagraphCache) -> list[dict]:
+def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Work], docs: ParagraphCache,
+                    fp: str) -> list[dict]:
     from memagent.backends.base import SamplingParams
 
     t0 = time.perf_counter()
     prepared, prompts = [], []
-    for _, s in group:
+    for w in group:
+        s = w.sample
         budget = context_budget(backend, s["question"], cfg.agent.answer_tokens, cfg.window)
         doc = sample_document(s, docs)
         if method == "full-context":
@@ -136,30 +158,65 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[tup
             p = bm25_context(s["question"], doc, backend.tokenizer, budget, cfg.passage_tokens)
         prepared.append(p)
         prompts.append(render_baseline(s["question"], p.context))
-    params = SamplingParams(cfg.agent.answer_tokens, cfg.agent.temperature, cfg.agent.top_p, cfg.agent.seed)
+    params = SamplingParams(cfg.agent.answer_tokens, cfg.agent.temperature, cfg.agent.top_p,
+                            _seed(cfg, group[0].repeat))
     gens = backend.generate(prompts, params)
     seconds = (time.perf_counter() - t0) / len(group)
     out = []
-    for (data, sample), p, prompt, gen in zip(group, prepared, prompts, gens):
+    for w, p, prompt, gen in zip(group, prepared, prompts, gens):
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else backend.prompt_length(prompt)
         tokens = dict(prompt=n_prompt, generated=len(gen.token_ids), calls=1, document=p.document_tokens,
                       kept=p.kept_tokens)
-        out.append(_record(cfg, method, data, sample, extract_boxed(gen.text), gen.text, tokens, seconds,
-                           len(group), p.note))
+        out.append(_record(cfg, method, w, fp, extract_boxed(gen.text), gen.text, tokens, seconds, len(group), p.note))
     return out
 
 
-def _pending(cfg: SweepConfig, method: str, data_files: Sequence[Path], done: set[str]) -> Iterator[tuple[Path, dict]]:
-    for data in data_files:
-        for n, sample in enumerate(read_samples(data)):
+def _run_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Work], docs: ParagraphCache,
+               fp: str) -> list[dict]:
+    """The group's records; when it fails, its samples one by one, a sample that fails alone an error record."""
+    try:
+        if method == "memagent":
+            return _memagent_group(backend, cfg, group, docs, fp)
+        return _baseline_group(backend, cfg, method, group, docs, fp)
+    except MemAgentError as exc:
+        if len(group) > 1:
+            log.warning("a group of %d samples failed (%s); running them one by one", len(group), exc)
+            return [rec for w in group for rec in _run_group(backend, cfg, method, [w], docs, fp)]
+        w = group[0]
+        log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], w.repeat, exc)
+        return [_error_record(cfg, method, w, fp, exc)]
+
+
+def plan(cfg: SweepConfig, data_files: Sequence[str | Path]) -> tuple[list[DataFile], list[str]]:
+    """The data files' identities (each once) and the keys of every record the sweep makes, before any
+    model call; a missing file, a duplicate sample id or an unknown metric is an error here."""
+    if not data_files:
+        raise EvalError("no data file given; pass --data FILE[,FILE...] (files from `memagent data ...`)")
+    fp = fingerprint(cfg)
+    datas = list({d.path: d for d in (data_file(f) for f in data_files)}.values())
+    keys = []
+    for d in datas:
+        ids = sample_ids(d.path, cfg.limit)
+        keys += [record_key(cfg.model_name, m, d, sid, r, fp) for m in cfg.methods for r in range(cfg.repeats)
+                 for sid in ids]
+    return datas, keys
+
+
+def _pending(cfg: SweepConfig, method: str, repeat: int, datas: Sequence[DataFile], done: dict[str, dict],
+             retry_failed: bool, fp: str) -> Iterator[_Work]:
+    for data in datas:
+        for n, sample in enumerate(read_samples(data.path)):
             if cfg.limit is not None and n >= cfg.limit:
                 break
-            if _key(cfg, method, data, sample) not in done:
-                yield data, sample
+            key = record_key(cfg.model_name, method, data, sample["id"], repeat, fp)
+            prev = done.get(key)
+            if prev is None or (retry_failed and prev.get("status") == "error"):
+                attempts = prev["error"].get("attempts", 1) if prev is not None else 0
+                yield _Work(data, sample, repeat, key, attempts)
 
 
-def _groups(items: Iterator[tuple[Path, dict]], size: int) -> Iterator[list[tuple[Path, dict]]]:
-    group: list[tuple[Path, dict]] = []
+def _groups(items: Iterator[_Work], size: int) -> Iterator[list[_Work]]:
+    group: list[_Work] = []
     for item in items:
         group.append(item)
         if len(group) == size:
@@ -170,35 +227,62 @@ def _groups(items: Iterator[tuple[Path, dict]], size: int) -> Iterator[list[tupl
 
 
 def run_sweep(backend: Any, data_files: Sequence[str | Path], out_dir: str | Path, cfg: SweepConfig,
-              on_record: Callable[[dict], None] | None = None, progress: bool = False) -> Path:
-    """Run every method on every sample not yet in `out_dir/results.jsonl`; returns that path."""
-    files = [Path(f) for f in data_files]
-    for f in files:
-        if not f.is_file():
-            raise EvalError(f"data file {f} does not exist; make one with `memagent data ...`")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+              on_record: Callable[[dict], None] | None = None, progress: bool = False, *,
+              retry_failed: bool = False, max_failures: int | None = None) -> Path:
+    """Run every method on every sample not yet in `out_dir/results.jsonl` (holding the folder's lock);
+    returns that path."""
+    with run_lock(out_dir, "eval"):
+        datas, _ = plan(cfg, data_files)
+        return _sweep(backend, datas, Path(out_dir), cfg, on_record, progress, retry_failed, max_failures)
+
+
+def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
+           on_record: Callable[[dict], None] | None, progress: bool, retry_failed: bool,
+           max_failures: int | None) -> Path:
+    _check_windows(backend, cfg)
     results = out / "results.jsonl"
-    done = load_done(results)
+    done = latest(load_records(results))
+    rescore_stale(results, done, cfg.scoring)
+    fp = fingerprint(cfg)
     docs = ParagraphCache()
     bar = _bar(progress)
+    failed: list[dict] = []
     with open(results, "a", encoding="utf-8") as fh:
         for method in cfg.methods:
-            for group in _groups(_pending(cfg, method, files, done), cfg.agent.max_batch_docs):
-                if method == "memagent":
-                    records = _memagent_group(backend, cfg, group, docs)
-                else:
-                    records = _baseline_group(backend, cfg, method, group, docs)
-                for rec in records:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                    done.add(rec["key"])
-                    if bar:
-                        bar(f"{method} {rec['task']} {rec['length']} {rec['sample_id']}: {rec['score']:.2f}")
-                    if on_record:
-                        on_record(rec)
+            for repeat in range(cfg.repeats):
+                pending = _pending(cfg, method, repeat, datas, done, retry_failed, fp)
+                for group in _groups(pending, cfg.agent.max_batch_docs):
+                    for rec in _run_group(backend, cfg, method, group, docs, fp):
+                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        done[rec["key"]] = rec
+                        if bar:
+                            bar(_progress_line(rec))
+                        if on_record:
+                            on_record(rec)
+                        if rec["status"] == "error":
+                            failed.append(rec)
+                    if max_failures is not None and len(failed) >= max_failures:
+                        raise EvalError(failures_message(failed, max_failures, results))
     return results
+
+
+def _check_windows(backend: Any, cfg: SweepConfig) -> None:
+    """Settings no sample can run under fail the run at once, before any model call (not sample by sample)."""
+    from memagent.agent.workflow import MemoryAgent
+
+    if "memagent" in cfg.methods:
+        MemoryAgent(backend, cfg.agent).check_budget([])  # with no questions: the window check only
+    if any(m != "memagent" for m in cfg.methods):
+        context_budget(backend, "", cfg.agent.answer_tokens, cfg.window)
+
+
+def _progress_line(rec: dict) -> str:
+    head = f"{rec['method']} {rec['task']} {rec['length']} {rec['sample_id']} r{rec['repeat']}"
+    if rec["status"] == "error":
+        return f"{head}: FAILED ({rec['error']['kind']})"
+    return f"{head}: {rec['score']:.2f}"
 
 
 def _bar(progress: bool) -> Callable[[str], None] | None:
@@ -233,24 +317,67 @@ class EvalOptions:
     base_url: str | None = None
     tokenizer: str | None = None
     progress: bool = True
+    repeats: int = 1
+    retry_failed: bool = False
+    max_failures: int | None = None
+    rescore: bool = False
+    golds: str = "all"
+    empty_prediction: str = "zero"
+    failed: str = "wrong"
+
+
+def sweep_config(o: EvalOptions) -> SweepConfig:
+    """The sweep settings `memagent eval` runs with (the settings fingerprint is computed from them)."""
+    return SweepConfig(
+        model_name=o.model, methods=o.methods, window=o.window, passage_tokens=o.passage_tokens, limit=o.limit,
+        agent=AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
+                          query_tokens=o.query_tokens, temperature=o.temperature, max_batch_docs=o.batch_docs),
+        repeats=o.repeats, scoring=ScoreOptions(golds=o.golds, empty=o.empty_prediction, failed=o.failed),
+        backend_settings=dict(backend=o.backend, dtype=o.dtype, tokenizer=o.tokenizer))
 
 
 def run_eval(o: EvalOptions) -> str:
-    """Build the backend, run the sweep (resuming), write table.md and plots; returns the table."""
+    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write table.md, plots and
+    summary.json, holding the output folder's lock throughout; returns the table."""
     from memagent.backends import load_backend
 
-    cfg = SweepConfig(
-        model_name=o.model, methods=o.methods, window=o.window, passage_tokens=o.passage_tokens, limit=o.limit,
-        agent=AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
-                          query_tokens=o.query_tokens, temperature=o.temperature, max_batch_docs=o.batch_docs))
+    cfg = sweep_config(o)
+    if o.max_failures is not None and o.max_failures < 1:
+        raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
     kwargs: dict[str, Any] = {}
     if o.backend == "transformers":
         kwargs = dict(device=o.device, dtype=o.dtype)
     elif o.backend == "openai":
         kwargs = dict(base_url=o.base_url, tokenizer=o.tokenizer)
-    backend = load_backend(o.backend, o.model, **kwargs)
-    results = run_sweep(backend, o.data, o.out, cfg, progress=o.progress)
-    from memagent.eval.report import write_report
+    out = Path(o.out)
+    with run_lock(out, "eval"):
+        datas, keys = plan(cfg, o.data)
+        if o.rescore:
+            return _rescore_run(o, cfg, datas, keys)
+        backend = load_backend(o.backend, o.model, **kwargs)
+        try:
+            _sweep(backend, datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
+        except EvalError:
+            _finish(o, cfg, datas, keys)
+            raise
+        return _finish(o, cfg, datas, keys)
 
-    text, _, _ = write_report(results, o.out)
+
+def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    results = Path(o.out) / "results.jsonl"
+    if not results.is_file():
+        raise EvalError(f"nothing to rescore: {results} does not exist; run `memagent eval` without --rescore first")
+    rescore_file(results, cfg.scoring)
+    return _finish(o, cfg, datas, keys)
+
+
+def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    """table.md and plots of this run's records, and summary.json; returns the table."""
+    from memagent.eval.report import write_report
+    from memagent.eval.summary import write_summary
+
+    results = Path(o.out) / "results.jsonl"
+    text, _, _ = write_report(results, o.out, keys=keys)
+    write_summary(o.out, options=dataclasses.asdict(o), cfg=cfg, fingerprint=fingerprint(cfg), datas=datas,
+                  keys=keys, records=latest(load_records(results)))
     return text
