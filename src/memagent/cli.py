@@ -72,7 +72,7 @@ def tiny_model(
 
 
 # -- data and cost model ------------------------------------------------------------------------
-data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL).")
+data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL), or import released files.")
 app.add_typer(data_app, name="data")
 
 
@@ -127,6 +127,19 @@ def data_ruler(
 
     n = write_ruler(task, out, tokens=_int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
                     haystack_file=haystack_file, haystack=haystack, source=source)
+    typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@data_app.command("import")
+def data_import(
+    src: Path = typer.Argument(..., help="A released file: eval_{N}.json, training parquet, RULER or LongBench JSON(L)."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    source: Optional[str] = typer.Option(None, "--source", help="The HotpotQA dev JSON that index contexts point into (eval_{N}.json, N >= 12800)."),
+) -> None:
+    """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
+    from memagent.tasks.released import import_released
+
+    n = import_released(src, out, source)
     typer.echo(f"wrote {n} samples to {out}", err=True)
 
 
