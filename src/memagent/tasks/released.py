@@ -78,13 +78,15 @@ def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
 def _iter_json_array(path: Path) -> Iterator[tuple[str, Any]]:
     import ijson
 
-    i = 0
+    count = 0  # records read so far: the index of the one being parsed
     with open(path, "rb") as fh:
         try:
-            for i, rec in enumerate(ijson.items(fh, "item", use_float=True)):
-                yield f"record {i}", rec
+            for rec in ijson.items(fh, "item", use_float=True):
+                yield f"record {count}", rec
+                count += 1
         except ijson.JSONError as exc:
-            raise DataError(f"{path}: not valid JSON at or after record {i} ({exc})") from None
+            reason = " ".join(str(exc).split()[:6])
+            raise DataError(f"{path}: not valid JSON at or after record {count} ({reason})") from None
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:

@@ -1,0 +1,233 @@
+"""Released data formats: read into the same samples as our JSONL, expanded to the same text, errors named."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from memagent.cli import app
+from memagent.tasks.schema import DataError, file_sha256, read_samples, sample_document, write_samples
+
+runner = CliRunner()
+QUESTIONS = (3, 7, 11)
+
+
+def _table(hotpot_file) -> list[str]:
+    """The official paragraph set, built here apart from our loader: sorted distinct "title\\ntext"."""
+    data = json.loads(hotpot_file.read_text())
+    return sorted({f"{t}\n{''.join(s)}" for d in data for t, s in d["context"]})
+
+
+def _doc_ids(q: int, n: int) -> list[int]:
+    return [(q * 37 + 11 * k) % 600 for k in range(n)]  # any fixed paragraph choice
+
+
+def _text(table: list[str], ids: list[int]) -> str:
+    return "\n\n".join(f"Document {i + 1}:\n{table[d]}" for i, d in enumerate(ids))
+
+
+def _eval_records(hotpot_file, num_docs: int, as_index: bool) -> list[dict]:
+    data, table = json.loads(hotpot_file.read_text()), _table(hotpot_file)
+    recs = []
+    for q in QUESTIONS:
+        ids = _doc_ids(q, num_docs)
+        recs.append({"context": ids if as_index else _text(table, ids), "input": data[q]["question"],
+                     "answers": [data[q]["answer"]], "num_docs": num_docs, "index": q})
+    return recs
+
+
+def _our_samples(hotpot_file, num_docs: int, as_index: bool) -> list[dict]:
+    data, table = json.loads(hotpot_file.read_text()), _table(hotpot_file)
+    out = []
+    for q in QUESTIONS:
+        ids = _doc_ids(q, num_docs)
+        s = {"id": f"ruler_hqa-docs{num_docs}-{q}", "task": "ruler_hqa", "question": data[q]["question"],
+             "answers": [data[q]["answer"]], "metric": "sub_em", "length": num_docs, "length_unit": "docs",
+             "num_docs": num_docs, "num_tokens": None, "tokenizer": None, "source_id": str(q)}
+        if as_index:
+            s["lazy"] = {"kind": "paragraphs", "format": "hotpotqa", "source": str(hotpot_file.resolve()),
+                         "sha256": file_sha256(hotpot_file), "doc_ids": ids}
+        else:
+            s["context"] = _text(table, ids)
+        out.append(s)
+    return out
+
+
+def _same(released: list[dict], ours_path, hotpot_file) -> None:
+    ours = list(read_samples(ours_path))
+    assert len(released) == len(ours) == len(QUESTIONS)
+    table = _table(hotpot_file)
+    for r, o in zip(released, ours):
+        assert r == o  # field by field
+        doc = sample_document(r)
+        text = doc if isinstance(doc, str) else "".join(doc)
+        q = int(r["source_id"])
+        assert text == _text(table, _doc_ids(q, r["num_docs"]))  # the documents the official scripts build
+
+
+@pytest.mark.parametrize("as_index", [False, True])
+def test_hotpotqa_eval_file_reads_as_our_samples(hotpot_file, tmp_path, as_index):
+    eval_file = tmp_path / "eval_20.json"
+    eval_file.write_text(json.dumps(_eval_records(hotpot_file, 20, as_index), indent=4))
+    ours = tmp_path / "ours.jsonl"
+    write_samples(_our_samples(hotpot_file, 20, as_index), ours)
+    released = list(read_samples(eval_file, source=hotpot_file if as_index else None))
+    _same(released, ours, hotpot_file)
+    if as_index:
+        assert "context" not in released[0] and len(released[0]["lazy"]["doc_ids"]) == 20
+
+
+def test_index_file_needs_its_source(hotpot_file, tmp_path):
+    eval_file = tmp_path / "eval_12800.json"
+    eval_file.write_text(json.dumps(_eval_records(hotpot_file, 30, True)))
+    with pytest.raises(DataError, match=r"record 0, field 'context'.*--source HOTPOT_DEV.json"):
+        list(read_samples(eval_file))
+    shutil.copy(hotpot_file, tmp_path / "hotpotqa_dev.json")  # the official layout: the dev file beside it
+    sample = next(read_samples(eval_file))
+    assert sample["lazy"]["source"] == str((tmp_path / "hotpotqa_dev.json").resolve())
+
+
+def test_data_import_writes_lazy_jsonl(hotpot_file, tmp_path):
+    eval_file = tmp_path / "eval_12800.json"
+    eval_file.write_text(json.dumps(_eval_records(hotpot_file, 40, True)))
+    out = tmp_path / "imported.jsonl"
+    result = runner.invoke(app, ["data", "import", str(eval_file), "--source", str(hotpot_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    ours = tmp_path / "ours.jsonl"
+    write_samples(_our_samples(hotpot_file, 40, True), ours)
+    _same(list(read_samples(out)), ours, hotpot_file)
+    bad = runner.invoke(app, ["data", "import", str(eval_file), "--out", str(eval_file)])
+    assert isinstance(bad.exception, DataError) and "is the file being imported" in str(bad.exception)
+
+
+def _verl_rows(hotpot_file) -> list[dict]:
+    return [{"data_source": "hotpotqa", "prompt": [{"role": "user", "content": r["input"]}],
+             "context": r["context"], "ability": "memory",
+             "reward_model": {"style": "rule", "ground_truth": r["answers"]},
+             "extra_info": {"index": r["index"], "question": r["input"], "num_docs": r["num_docs"]}}
+            for r in _eval_records(hotpot_file, 20, False)]
+
+
+def _write_parquet(rows: list[dict], path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=2)  # several row groups
+
+
+def test_training_parquet_reads_as_our_samples(hotpot_file, tmp_path):
+    pq_file = tmp_path / "hotpotqa_dev.parquet"
+    _write_parquet(_verl_rows(hotpot_file), pq_file)
+    ours = tmp_path / "ours.jsonl"
+    write_samples(_our_samples(hotpot_file, 20, False), ours)
+    _same(list(read_samples(pq_file)), ours, hotpot_file)
+
+
+def test_ruler_files(tmp_path, hotpot_file):
+    # the official MemAgent RULER file: a JSON array named eval_{task}_{length}.json, context apart from input
+    memagent_style = tmp_path / "eval_niah_single_1_4096.json"
+    memagent_style.write_text(json.dumps([
+        {"index": 0, "input": "What is the number for blue?", "context": "hay. blue is 42. hay.",
+         "outputs": ["42"], "answer_prefix": ""},
+        {"index": 1, "input": "What is the number for red?", "context": "hay. red is 7.", "outputs": ["7"],
+         "answer_prefix": ""}]))
+    a, b = read_samples(memagent_style)
+    assert (a["id"], a["task"], a["length"], a["length_unit"], a["metric"]) == (
+        "niah_single_1-4096-0", "niah_single_1", 4096, "tokens", "string_match_all")
+    assert a["question"] == "What is the number for blue?" and a["context"] == "hay. blue is 42. hay."
+    assert b["answers"] == ["7"]
+    # RULER's own JSONL: the prompt holds the document, `query` is the question
+    own = tmp_path / "qa_2" / "validation.jsonl"
+    own.parent.mkdir()
+    own.write_text(json.dumps({"index": 5, "input": "Doc: Paris is in France.\nQ: Where is Paris?",
+                               "query": "Where is Paris?", "outputs": ["France"], "length": 900}) + "\n")
+    (s,) = read_samples(own)
+    assert (s["task"], s["metric"], s["question"], s["length"]) == ("qa_2", "sub_em", "Where is Paris?", 900)
+    assert s["context"].startswith("Doc: Paris")
+
+
+def test_longbench_metric_per_dataset(tmp_path):
+    path = tmp_path / "longbench.jsonl"
+    recs = [{"input": "Summarise.", "context": "a long report", "answers": ["short summary"], "length": 3,
+             "dataset": "gov_report", "language": "en", "all_classes": None, "_id": "g1"},
+            {"input": "Which?", "context": "paper text", "answers": ["this one"], "length": 2,
+             "dataset": "qasper", "language": "en", "all_classes": None, "_id": "q1"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    g, q = read_samples(path)
+    assert (g["task"], g["metric"], g["id"]) == ("longbench_gov_report", "rouge_l_longbench", "g1")
+    assert (q["task"], q["metric"]) == ("longbench_qasper", "qa_f1")
+    path.write_text(json.dumps({**recs[0], "dataset": "lcc"}) + "\n")
+    with pytest.raises(DataError, match=r"longbench.jsonl:1, field 'dataset'.*no scorer"):
+        list(read_samples(path))
+
+
+# ---------------------------------------------------------------- malformed records name file, index, field
+def _eval_bad(tmp_path, hotpot_file, field, value):
+    recs = _eval_records(hotpot_file, 20, False)
+    recs[1][field] = value
+    path = tmp_path / "eval_20.json"
+    path.write_text(json.dumps(recs))
+    return path
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("answers", "Paris", "must be a non-empty list"),
+    ("answers", [], "must be a non-empty list"),
+    ("answers", ["ok", 3], "answers must be strings"),
+    ("input", 17, "must be a string"),
+    ("context", [1, -2], "document text or a list of paragraph indices"),
+    ("num_docs", "20", "must be an integer"),
+])
+def test_malformed_eval_record(tmp_path, hotpot_file, field, value, says):
+    path = _eval_bad(tmp_path, hotpot_file, field, value)
+    with pytest.raises(DataError) as err:
+        list(read_samples(path))
+    assert f"{path}: record 1, field {field!r}" in str(err.value) and says in str(err.value)
+
+
+def test_malformed_parquet_row(tmp_path, hotpot_file):
+    rows = _verl_rows(hotpot_file)
+    rows[2]["reward_model"]["ground_truth"] = []
+    path = tmp_path / "bad.parquet"
+    _write_parquet(rows, path)
+    with pytest.raises(DataError, match=r"bad.parquet: row 2, field 'reward_model.ground_truth': must be a non-empty"):
+        list(read_samples(path))
+    rows = _verl_rows(hotpot_file)
+    rows[1]["prompt"] = []
+    _write_parquet(rows, path)
+    with pytest.raises(DataError, match=r"row 1, field 'prompt\[0\].content': missing"):
+        list(read_samples(path))
+
+
+def test_malformed_ruler_and_jsonl_records(tmp_path):
+    path = tmp_path / "eval_vt_4096.json"
+    path.write_text(json.dumps([{"index": 0, "input": "q", "context": "c", "outputs": ["x"]},
+                                {"index": 1, "input": "q", "context": "c"}]))
+    with pytest.raises(DataError, match=r"eval_vt_4096.json: record 1, field 'outputs': missing"):
+        list(read_samples(path))
+    own = tmp_path / "validation.jsonl"
+    own.write_text(json.dumps({"index": 0, "input": "prompt", "outputs": ["x"]}) + "\n")
+    with pytest.raises(DataError, match=r"validation.jsonl:1, field 'query': missing"):
+        list(read_samples(own))
+    ours = tmp_path / "ours.jsonl"
+    good = {"id": "a", "task": "t", "question": "q?", "answers": ["x"], "context": "c"}
+    for change, says in [({"question": 5}, r"ours.jsonl:2, field 'question': must be a string"),
+                         ({"answers": ["x", None]}, r"ours.jsonl:2, field 'answers': answers must be strings"),
+                         ({"context": ["c"]}, r"ours.jsonl:2, field 'context'"),
+                         ({"metric": "bleu"}, r"ours.jsonl:2, field 'metric': unknown metric 'bleu'"),
+                         ({"id": "a"}, r"sample id 'a' of record 1 repeats record 0")]:
+        ours.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "b", **change}) + "\n")
+        with pytest.raises(DataError, match=says):
+            list(read_samples(ours))
+
+
+def test_truncated_json_array_and_unknown_format(tmp_path):
+    path = tmp_path / "cut.json"
+    path.write_text('[{"context": "c", "input": "q", "answers": ["a"], "num_docs": 1, "index": 0}, {"context": ')
+    with pytest.raises(DataError, match=r"cut.json: not valid JSON at or after record 1"):
+        list(read_samples(path))
+    path.write_text(json.dumps([{"text": "x"}]))
+    with pytest.raises(DataError, match=r"record 0: record with fields \['text'\] is in none of the known formats"):
+        list(read_samples(path))
