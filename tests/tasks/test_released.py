@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -231,3 +232,64 @@ def test_truncated_json_array_and_unknown_format(tmp_path):
     path.write_text(json.dumps([{"text": "x"}]))
     with pytest.raises(DataError, match=r"record 0: record with fields \['text'\] is in none of the known formats"):
         list(read_samples(path))
+
+
+# ---------------------------------------------------------------- memory: flat in the number of documents
+_RSS_SCRIPT = r"""
+import json, sys
+from memagent.tasks.schema import ParagraphCache, file_sha256, read_samples, sample_document
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+data, source, join = sys.argv[1], sys.argv[2], sys.argv[3] == "join"
+cache = ParagraphCache()
+cache("hotpotqa", source, file_sha256(source))  # the paragraph table is loaded once, the same for any file
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")  # reset the peak: from here on only reading and expanding the samples counts
+base = status("VmRSS")
+chars = docs = 0
+for s in read_samples(data, source):
+    doc = sample_document(s, cache)
+    if join:  # the negative control: hold a whole document
+        doc = ["".join(doc)]
+    for block in doc:
+        chars += len(block)
+    docs += s["num_docs"]
+print(json.dumps({"peak": status("VmHWM"), "growth": status("VmHWM") - base, "chars": chars, "docs": docs}))
+"""
+
+
+def _rss(data, source, join=False) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(data), str(source), "join" if join else "stream"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.slow
+def test_25600_document_index_file_reads_with_flat_memory(tmp_path):
+    from qa_fixtures import make_hotpot
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux /proc/self/clear_refs to reset the peak RSS")
+    source = tmp_path / "hotpotqa_dev.json"
+    source.write_text(json.dumps(make_hotpot(2600, seed=2, sentences=8)))  # 26,000 paragraphs of ~400 chars
+    files = {}
+    for n in (2560, 25600):
+        files[n] = tmp_path / f"eval_{n}.json"
+        files[n].write_text(json.dumps([{"context": [(q * 7919 + 13 * k) % 26000 for k in range(n)],
+                                         "input": f"question {q}?", "answers": ["x"], "num_docs": n, "index": q}
+                                        for q in range(3)]))
+    small, large = _rss(files[2560], source), _rss(files[25600], source)
+    assert large["docs"] == 3 * 25600 and large["chars"] > 9 * small["chars"] > 9 * 2560 * 300
+    assert large["peak"] <= 1.1 * small["peak"], (small, large)
+    assert large["growth"] <= 8 * 2**20, large  # the sample's 25,600 indices, never its ~11 MB of text
+    held = _rss(files[25600], source, join=True)  # the same check fails for a reader that holds a document
+    assert held["growth"] > 8 * 2**20, held
