@@ -36,6 +36,11 @@ class QAEntry:
     answers: list[str]
     gold: list[int]
     extra: list[int]
+    own: tuple[int, ...] = ()  # all of the entry's paragraphs in file order (empty: gold + extra)
+
+    @property
+    def own_in_file_order(self) -> list[int]:
+        return list(self.own) if self.own else list(self.gold) + list(self.extra)
 
 
 @dataclass
@@ -135,7 +140,7 @@ def load_hotpotqa(source: str | Path) -> ParagraphCorpus:
         ids = list(dict.fromkeys(index[f"{t}\n{text}"] for t, text in pairs))
         gold = ids if support is None else list(dict.fromkeys(index[f"{t}\n{x}"] for t, x in pairs if t in support))
         entries.append(QAEntry(i, str(raw.get("_id", raw.get("id", i))), raw["question"], [raw["answer"]],
-                               gold, [k for k in ids if k not in gold]))
+                               gold, [k for k in ids if k not in gold], tuple(ids)))
     return ParagraphCorpus(table, entries, where, sha, "hotpotqa")
 
 
