@@ -102,7 +102,7 @@ def data_ruler_hqa(
     select: str = typer.Option("shuffle", "--select", help="shuffle: questions in a seeded order (ours); first: in file order, filtered in that order (official)."),
     filter_model: Optional[list[str]] = typer.Option(None, "--filter-model", help="Drop questions this model answers without context; repeatable (official: a base and an instruct model)."),
     filter_backend: str = typer.Option("transformers", "--filter-backend", help="Backend of the --filter-model models."),
-    filter_base_url: Optional[str] = typer.Option(None, "--filter-base-url", help="openai backend: server URL of the filter models."),
+    filter_base_url: Optional[list[str]] = typer.Option(None, "--filter-base-url", help="openai backend: server URL of the filter models (one for all, or repeat: one per --filter-model)."),
     filter_replies: int = typer.Option(1, "--filter-replies", help="Sampled replies per model and question (official: 2)."),
     filter_temperature: float = typer.Option(0.0, "--filter-temperature", help="Filter sampling temperature (official: 1.0)."),
     filter_top_p: float = typer.Option(1.0, "--filter-top-p", help="Filter top_p (official: 0.7)."),
@@ -112,7 +112,8 @@ def data_ruler_hqa(
     """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
     from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
 
-    filt = FilterOptions(models=tuple(filter_model or ()), backend=filter_backend, base_url=filter_base_url,
+    filt = FilterOptions(models=tuple(filter_model or ()), backend=filter_backend,
+                         base_urls=tuple(filter_base_url or ()),
                          replies=filter_replies, temperature=filter_temperature, top_p=filter_top_p,
                          max_tokens=filter_max_tokens, rules=tuple(filter_rule or ("sub_em",)))
     n = write_ruler_hqa(source, out, samples=samples, seed=seed, num_docs=_int_list(num_docs, "--num-docs"),

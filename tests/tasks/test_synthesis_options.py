@@ -160,10 +160,24 @@ def test_cli_filter_flags_reach_the_filter(small_hotpot, tmp_path, monkeypatch):
     result = CliRunner().invoke(app, [
         "data", "ruler-hqa", "--source", str(small_hotpot), "--num-docs", "12", "--samples", "4", "--seed", "5",
         "--select", "first", "--filter-model", "base", "--filter-model", "inst", "--filter-backend", "openai",
-        "--filter-base-url", "http://127.0.0.1:9/v1", "--filter-replies", "2", "--filter-temperature", "1.0",
+        "--filter-base-url", "http://127.0.0.1:9/v1", "--filter-base-url", "http://127.0.0.1:10/v1", "--filter-replies", "2", "--filter-temperature", "1.0",
         "--filter-top-p", "0.7", "--filter-max-tokens", "512", "--filter-rule", "substring", "--filter-rule", "boxed",
         "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert [s["source_id"] for s in read_samples(out)] == ["h3", "h4", "h5", "h6"]  # h0, h1, h2 answered closed-book
     assert made["base"][:2] == ("openai", {"base_url": "http://127.0.0.1:9/v1"})
+    assert made["inst"][:2] == ("openai", {"base_url": "http://127.0.0.1:10/v1"})
     assert made["inst"][2].calls[:2] == [(8, 1.0, 0.7, 5, 512), (8, 1.0, 0.7, 6, 512)]
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--filter-rule", "fuzzy"], "unknown --filter-rule"),
+    (["--filter-replies", "0"], "must be positive"),
+    (["--filter-top-p", "1.5"], "--filter-top-p in"),
+    (["--placement", "middle"], "unknown placement"),
+    (["--select", "last"], "unknown selection"),
+])
+def test_cli_bad_synthesis_flags_are_one_line_errors(small_hotpot, tmp_path, flags, says):
+    result = CliRunner().invoke(app, ["data", "ruler-hqa", "--source", str(small_hotpot), "--num-docs", "12",
+                                      "--samples", "2", "--out", str(tmp_path / "x.jsonl"), *flags])
+    assert isinstance(result.exception, DataError) and says in str(result.exception)

@@ -148,20 +148,38 @@ class FilterOptions:
 
     models: Sequence[str] = ()
     backend: str = "transformers"
-    base_url: str | None = None  # openai backend: the server
+    base_urls: Sequence[str] = ()  # openai backend: one server for all models, or one per model
     replies: int = 1  # sampled replies per model and question
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 64
     rules: Sequence[str] = ("sub_em",)
 
+    def __post_init__(self) -> None:
+        from memagent.tasks.closed_book import FILTER_RULES
+
+        unknown = [r for r in self.rules if r not in FILTER_RULES]
+        if unknown or not self.rules:
+            raise DataError(f"unknown --filter-rule {unknown}; choose from: {', '.join(FILTER_RULES)}")
+        if self.replies < 1 or self.max_tokens < 1:
+            raise DataError(f"--filter-replies and --filter-max-tokens must be positive, got {self.replies}, "
+                            f"{self.max_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise DataError(f"--filter-temperature must be >= 0 and --filter-top-p in (0, 1], got "
+                            f"{self.temperature}, {self.top_p}")
+
     def build(self, seed: int) -> NoContextFilter | None:
         if not self.models:
             return None
         from memagent.backends import load_backend
 
-        kwargs = {"base_url": self.base_url} if self.base_url else {}
-        backends = [load_backend(self.backend, m, **kwargs) for m in self.models]
+        urls = list(self.base_urls)
+        if len(urls) not in (0, 1, len(self.models)):
+            raise DataError(f"give one --filter-base-url for all {len(self.models)} filter models or one per model, "
+                            f"not {len(urls)}")
+        urls = urls * len(self.models) if len(urls) == 1 else urls
+        backends = [load_backend(self.backend, m, **({"base_url": urls[k]} if urls else {}))
+                    for k, m in enumerate(self.models)]
         return closed_book_filter(backends, self.max_tokens, replies=self.replies, temperature=self.temperature,
                                   top_p=self.top_p, seed=seed, rules=self.rules)
 
