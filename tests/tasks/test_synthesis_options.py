@@ -181,3 +181,4 @@ def test_cli_bad_synthesis_flags_are_one_line_errors(small_hotpot, tmp_path, fla
     result = CliRunner().invoke(app, ["data", "ruler-hqa", "--source", str(small_hotpot), "--num-docs", "12",
                                       "--samples", "2", "--out", str(tmp_path / "x.jsonl"), *flags])
     assert isinstance(result.exception, DataError) and says in str(result.exception)
+    assert [p.name for p in tmp_path.iterdir()] == ["hotpot_hand.json"]  # no partial or temporary file left

@@ -104,10 +104,14 @@ def write_samples(samples: Iterable[dict], path: str | Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        for sample in samples:
-            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
-            n += 1
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for sample in samples:
+                fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
+                n += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed run leaves neither a partial file nor the old one touched
+        raise
     os.replace(tmp, path)
     return n
 
