@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -293,3 +294,57 @@ def test_25600_document_index_file_reads_with_flat_memory(tmp_path):
     assert large["growth"] <= 8 * 2**20, large  # the sample's 25,600 indices, never its ~11 MB of text
     held = _rss(files[25600], source, join=True)  # the same check fails for a reader that holds a document
     assert held["growth"] > 8 * 2**20, held
+
+
+class _KeyReader:
+    """A scripted model that answers \\boxed{X} when the prompt shows "The key of item N is X." for
+    the asked item N (the hotpot fixtures' gold fact), else \\boxed{unknown}."""
+
+    max_window = 1_000_000
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def prompt_length(self, prompt):
+        return len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    def generate(self, prompts, params):
+        from memagent.backends.base import Generation
+
+        out = []
+        for p in prompts:
+            item = re.search(r"What is the key of item (\d+) named", p).group(1)
+            fact = re.search(rf"The key of item {item} is (\w+)\.", p)
+            text = f"\\boxed{{{fact.group(1) if fact else 'unknown'}}}"
+            out.append(Generation(text=text, token_ids=self.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        return out
+
+
+def test_eval_reads_released_files_directly(hotpot_file, tokenizer, tmp_path):
+    from memagent.config import AgentConfig
+    from memagent.eval.sweep import SweepConfig, run_sweep
+
+    data, table = json.loads(hotpot_file.read_text()), _table(hotpot_file)
+    folder = tmp_path / "released"
+    folder.mkdir()
+    shutil.copy(hotpot_file, folder / "hotpotqa_dev.json")  # index contexts find their source beside them
+    recs = []
+    for q in QUESTIONS:  # 30 documents; the gold fact's paragraph is in them for questions 3 and 7 only
+        gold = table.index(f"Topic {q}-1\n{''.join(data[q]['context'][1][1])}")
+        ids = [d for d in _doc_ids(q, 30) if d != gold][:29]
+        ids.insert(q % 29, gold if q != 11 else ids[0] + 1)
+        recs.append({"context": ids, "input": data[q]["question"], "answers": [data[q]["answer"]],
+                     "num_docs": 30, "index": q})
+    (folder / "eval_12800.json").write_text(json.dumps(recs))
+    rows = [{"data_source": "hotpotqa", "prompt": [{"role": "user", "content": r["input"]}],
+             "context": _text(table, r["context"]), "reward_model": {"ground_truth": r["answers"]},
+             "extra_info": {"index": r["index"], "num_docs": 30}} for r in recs]  # the same documents as text
+    _write_parquet(rows, folder / "hotpotqa_dev.parquet")
+    cfg = SweepConfig("reader", methods=["full-context"], agent=AgentConfig(answer_tokens=16, max_batch_docs=2))
+    results = run_sweep(_KeyReader(tokenizer), [folder / "eval_12800.json", folder / "hotpotqa_dev.parquet"],
+                        tmp_path / "run", cfg)
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    for name in ("eval_12800.json", "hotpotqa_dev.parquet"):
+        scores = {r["sample_id"]: r["score"] for r in records if r["data"] == name}
+        assert scores == {"ruler_hqa-docs30-3": 1.0, "ruler_hqa-docs30-7": 1.0, "ruler_hqa-docs30-11": 0.0}
+    assert {r["task"] for r in records} == {"ruler_hqa"} and {r["metric"] for r in records} == {"sub_em"}
