@@ -348,3 +348,15 @@ def test_eval_reads_released_files_directly(hotpot_file, tokenizer, tmp_path):
         scores = {r["sample_id"]: r["score"] for r in records if r["data"] == name}
         assert scores == {"ruler_hqa-docs30-3": 1.0, "ruler_hqa-docs30-7": 1.0, "ruler_hqa-docs30-11": 0.0}
     assert {r["task"] for r in records} == {"ruler_hqa"} and {r["metric"] for r in records} == {"sub_em"}
+
+
+def test_ruler_index_contexts_into_squad(squad_file, tmp_path):
+    squad = json.loads(squad_file.read_text())
+    table = sorted({p["context"] for art in squad["data"] for p in art["paragraphs"]})  # the official set
+    path = tmp_path / "eval_qa_1_4000000.json"
+    path.write_text(json.dumps([{"index": 0, "input": "What is the code of place 2-1?", "context": [5, 0, 17],
+                                 "outputs": ["x"], "answer_prefix": ""}]))
+    (s,) = read_samples(path, source=squad_file)
+    assert (s["task"], s["metric"], s["length"], s["lazy"]["format"]) == ("qa_1", "sub_em", 4000000, "squad")
+    expected = "\n\n".join(f"Document {i + 1}:\n{table[d]}" for i, d in enumerate([5, 0, 17]))
+    assert "".join(sample_document(s)) == expected
