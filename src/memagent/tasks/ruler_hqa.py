@@ -72,6 +72,20 @@ def select_entries(
     )
 
 
+def _lengths(num_docs: Sequence[int], tokens: Sequence[int], tokenizer: Any, placement: str) -> tuple[str, list[int]]:
+    """(unit, lengths) of a synthesis request, checked."""
+    if placement not in PLACEMENTS:
+        raise DataError(f"unknown placement {placement!r}; choose one of: {', '.join(PLACEMENTS)}")
+    if bool(num_docs) == bool(tokens):
+        raise DataError("give exactly one of num_docs (e.g. 50,100,200) or tokens (e.g. 7000,14000)")
+    if tokens and tokenizer is None:
+        raise DataError("token targets need a tokenizer (--tokenizer NAME)")
+    for value in (*num_docs, *tokens):
+        if value <= 0:
+            raise DataError(f"lengths must be positive, got {value}")
+    return ("docs", list(num_docs)) if num_docs else ("tokens", list(tokens))
+
+
 def synthesize_ruler_hqa(
     corpus: ParagraphCorpus,
     *,
@@ -93,17 +107,8 @@ def synthesize_ruler_hqa(
     sample is recorded too. `placement`, `select`: see the module doc. Same corpus, arguments and
     seed give identical samples.
     """
-    if placement not in PLACEMENTS:
-        raise DataError(f"unknown placement {placement!r}; choose one of: {', '.join(PLACEMENTS)}")
+    unit, lengths = _lengths(num_docs, tokens, tokenizer, placement)
     fixed_seed = seed if placement == "fixed" else None
-    if bool(num_docs) == bool(tokens):
-        raise DataError("give exactly one of num_docs (e.g. 50,100,200) or tokens (e.g. 7000,14000)")
-    if tokens and tokenizer is None:
-        raise DataError("token targets need a tokenizer (--tokenizer NAME)")
-    for value in (*num_docs, *tokens):
-        if value <= 0:
-            raise DataError(f"lengths must be positive, got {value}")
-    unit, lengths = ("docs", list(num_docs)) if num_docs else ("tokens", list(tokens))
     entries = select_entries(corpus, samples, seed, answered_without_context, select=select)
     token_cache: dict[int, int] = {}
     for length in lengths:
