@@ -360,3 +360,16 @@ def test_ruler_index_contexts_into_squad(squad_file, tmp_path):
     assert (s["task"], s["metric"], s["length"], s["lazy"]["format"]) == ("qa_1", "sub_em", 4000000, "squad")
     expected = "\n\n".join(f"Document {i + 1}:\n{table[d]}" for i, d in enumerate([5, 0, 17]))
     assert "".join(sample_document(s)) == expected
+
+
+def test_index_expansion_needs_only_the_paragraphs(hotpot_file, tmp_path):
+    data = json.loads(hotpot_file.read_text())
+    data[0]["supporting_facts"] = [["Nowhere", 0]]  # our synthesis refuses this entry; the official reader does not
+    data[1].pop("answer")
+    source = tmp_path / "hotpotqa_dev.json"
+    source.write_text(json.dumps(data))
+    eval_file = tmp_path / "eval_12800.json"
+    eval_file.write_text(json.dumps(_eval_records(hotpot_file, 25, True)))
+    table = _table(hotpot_file)
+    for s in read_samples(eval_file):
+        assert "".join(sample_document(s)) == _text(table, _doc_ids(int(s["source_id"]), 25))

@@ -206,7 +206,7 @@ class ParagraphCache:
     def __call__(self, format: str, source: str, sha256: str) -> list[str]:
         key = (source, sha256)
         if key not in self._tables:
-            from memagent.tasks.corpora import LOADERS
+            from memagent.tasks.corpora import LOADERS, paragraph_table
 
             if format not in LOADERS:
                 raise DataError(f"lazy sample of unknown source format {format!r}; known: {', '.join(LOADERS)}")
@@ -219,5 +219,5 @@ class ParagraphCache:
                     f"lazy sample source {source} changed since the samples were written "
                     f"(sha256 {actual[:12]} != {sha256[:12]}); regenerate the samples"
                 )
-            self._tables[key] = LOADERS[format](source).paragraphs
+            self._tables[key] = paragraph_table(format, source)
         return self._tables[key]
