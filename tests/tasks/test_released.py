@@ -155,11 +155,14 @@ def test_longbench_metric_per_dataset(tmp_path):
     recs = [{"input": "Summarise.", "context": "a long report", "answers": ["short summary"], "length": 3,
              "dataset": "gov_report", "language": "en", "all_classes": None, "_id": "g1"},
             {"input": "Which?", "context": "paper text", "answers": ["this one"], "length": 2,
-             "dataset": "qasper", "language": "en", "all_classes": None, "_id": "q1"}]
+             "dataset": "qasper", "language": "en", "all_classes": None, "_id": "q1"},
+            {"input": "Summarise the chat.", "context": "A: hi", "answers": ["greeting"], "length": 2,
+             "dataset": "samsum_e", "language": "en", "all_classes": None, "_id": "s1"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    g, q = read_samples(path)
+    g, q, s = read_samples(path)
     assert (g["task"], g["metric"], g["id"]) == ("longbench_gov_report", "rouge_l_longbench", "g1")
     assert (q["task"], q["metric"]) == ("longbench_qasper", "qa_f1")
+    assert (s["task"], s["metric"]) == ("longbench_samsum", "rouge_l_longbench_first_line")
     path.write_text(json.dumps({**recs[0], "dataset": "lcc"}) + "\n")
     with pytest.raises(DataError, match=r"longbench.jsonl:1, field 'dataset'.*no scorer"):
         list(read_samples(path))

@@ -53,6 +53,11 @@ def test_differs_from_rouge_score_version():
 
 def test_registered_and_checks_golds():
     assert METRICS["rouge_l_longbench"] is rouge_l_longbench
+    # samsum's variant scores the first line only (after leading newlines), as LongBench cuts it
+    assert METRICS["rouge_l_longbench_first_line"]("\n\na b\nc d", ["a b"]) == pytest.approx(1.0, abs=1e-7)
+    assert METRICS["rouge_l_longbench"]("\n\na b\nc d", ["a b"]) == pytest.approx(_f(0.5, 1.0), abs=1e-12)
+    assert METRICS["qa_f1_first_line"]("Paris\nor Lyon", ["Paris"]) == 1.0
+    assert METRICS["qa_f1_first_line"](None, ["Paris"]) == 0.0
     with pytest.raises(MetricError):
         rouge_l_longbench("a", [])
 

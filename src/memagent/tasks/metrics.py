@@ -40,6 +40,7 @@ __all__ = [
     "boxed_reward",
     "exact_match",
     "f1_score",
+    "first_line",
     "get_metric",
     "multi_value_fraction",
     "normalize_answer",
@@ -231,6 +232,19 @@ def rouge_l_longbench(prediction: str | None, golds: Sequence[str]) -> float:
     return _best(prediction, golds, rouge_l_longbench_one)
 
 
+def first_line(prediction: str | None) -> str | None:
+    """LongBench's cut for samsum, trec, triviaqa and lsht: leading newlines dropped, then the first line."""
+    return None if prediction is None else prediction.lstrip("\n").split("\n")[0]
+
+
+def _rouge_l_longbench_first_line(prediction: str | None, golds: Sequence[str]) -> float:
+    return rouge_l_longbench(first_line(prediction), golds)
+
+
+def _qa_f1_first_line(prediction: str | None, golds: Sequence[str]) -> float:
+    return qa_f1(first_line(prediction), golds)
+
+
 def _rouge_l_recall(prediction: str | None, golds: Sequence[str]) -> float:
     return rouge_l(prediction, golds, measure="recall")
 
@@ -248,6 +262,8 @@ METRICS: dict[str, Callable[[str | None, Sequence[str]], float]] = {
     "rouge_l": rouge_l,
     "rouge_l_recall": _rouge_l_recall,
     "rouge_l_longbench": rouge_l_longbench,
+    "rouge_l_longbench_first_line": _rouge_l_longbench_first_line,  # LongBench samsum
+    "qa_f1_first_line": _qa_f1_first_line,  # LongBench triviaqa
 }
 
 
