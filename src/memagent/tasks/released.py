@@ -22,7 +22,6 @@ given (`source=`) or lie next to the data file as hotpotqa_dev.json / hotpot_dev
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
