@@ -33,7 +33,7 @@ from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
 from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
 from memagent.tasks.schema import LAZY_DOC_THRESHOLD, DataError
 
-__all__ = ["CLOSED_BOOK_PROMPT", "PLACEMENTS", "SELECTIONS", "closed_book_filter", "load_hotpotqa",
+__all__ = ["CLOSED_BOOK_PROMPT", "PLACEMENTS", "SELECTIONS", "FilterOptions", "closed_book_filter", "load_hotpotqa",
            "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
 
 PLACEMENTS = ("random", "fixed")
