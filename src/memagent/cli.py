@@ -151,8 +151,8 @@ def data_import(
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
     from memagent.tasks.released import import_released
 
-    n = import_released(src, out, source)
-    typer.echo(f"wrote {n} samples to {out}", err=True)
+    n, kind = import_released(src, out, source)
+    typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)
 
 
 @data_app.command("toy")

@@ -97,11 +97,14 @@ def test_data_import_writes_lazy_jsonl(hotpot_file, tmp_path):
     out = tmp_path / "imported.jsonl"
     result = runner.invoke(app, ["data", "import", str(eval_file), "--source", str(hotpot_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "as hotpotqa-eval, json-array; wrote 3 samples" in result.output
     ours = tmp_path / "ours.jsonl"
     write_samples(_our_samples(hotpot_file, 40, True), ours)
     _same(list(read_samples(out)), ours, hotpot_file)
     bad = runner.invoke(app, ["data", "import", str(eval_file), "--out", str(eval_file)])
     assert isinstance(bad.exception, DataError) and "is the file being imported" in str(bad.exception)
+    bad = runner.invoke(app, ["data", "import", str(tmp_path / "nope.json"), "--out", str(out)])
+    assert isinstance(bad.exception, DataError) and "nope.json does not exist" in str(bad.exception)
 
 
 def _verl_rows(hotpot_file) -> list[dict]:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 from memagent.tasks.schema import DataError, file_sha256
 
 __all__ = ["FORMATS", "LONGBENCH_METRICS", "detect_container", "import_released", "iter_records", "read_released",
-           "record_format"]
+           "record_format", "sniff_format"]
 
 FORMATS = ("memagent", "hotpotqa-eval", "verl", "ruler", "longbench")
 SOURCE_NAMES = ("hotpotqa_dev.json", "hotpot_dev_distractor_v1.json")  # looked for next to an index-context file
@@ -323,11 +323,22 @@ def read_released(path: str | Path, source: str | Path | None = None,
             yield _CONVERTERS[fmt](rec, where, sources, path, n)
 
 
-def import_released(src: str | Path, out: str | Path, source: str | Path | None = None) -> int:
+def sniff_format(path: str | Path) -> tuple[str, str]:
+    """(container, record format) of a data file, from its first record."""
+    path = Path(path)
+    for pos, rec in iter_records(path):
+        return detect_container(path), record_format(rec, _where(path, pos)(None))
+    raise DataError(f"{path} holds no records")
+
+
+def import_released(src: str | Path, out: str | Path, source: str | Path | None = None) -> tuple[int, str]:
     """`memagent data import`: any readable data file -> our JSONL (index contexts as lazy samples
-    pointing at `source`); returns the sample count."""
+    pointing at `source`); returns the sample count and the format read."""
     from memagent.tasks.schema import read_samples, write_samples
 
     if str(out) != "-" and Path(out).resolve() == Path(src).resolve():
         raise DataError(f"--out {out} is the file being imported; write to another file")
-    return write_samples(read_samples(src, source), out)
+    if not Path(src).is_file():
+        raise DataError(f"{src} does not exist; give a released data file")
+    container, fmt = sniff_format(src)
+    return write_samples(read_samples(src, source), out), f"{fmt}, {container}"
