@@ -72,7 +72,7 @@ def tiny_model(
 
 
 # -- data and cost model ------------------------------------------------------------------------
-data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL).")
+data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL), or import released files.")
 app.add_typer(data_app, name="data")
 
 
@@ -99,15 +99,27 @@ def data_ruler_hqa(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="HF id, local path or 'tiny'; lengths are counted in its tokens."),
     samples: int = typer.Option(128, "--samples", help="Questions per length (paper test sets: 128)."),
     seed: int = typer.Option(0, "--seed", help="Same seed, same file, byte for byte."),
-    filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Drop questions this model answers without context."),
-    filter_backend: str = typer.Option("transformers", "--filter-backend", help="Backend of --filter-model."),
+    placement: str = typer.Option("random", "--placement", help="random: own permutation per sample (ours); fixed: one seeded permutation per length, the question's paragraphs in the same slots (official; --seed 4 is its permutation)."),
+    select: str = typer.Option("shuffle", "--select", help="shuffle: questions in a seeded order (ours); first: in file order, filtered in that order (official)."),
+    filter_model: Optional[list[str]] = typer.Option(None, "--filter-model", help="Drop questions this model answers without context; repeatable (official: a base and an instruct model)."),
+    filter_backend: str = typer.Option("transformers", "--filter-backend", help="Backend of the --filter-model models."),
+    filter_base_url: Optional[list[str]] = typer.Option(None, "--filter-base-url", help="openai backend: server URL of the filter models (one for all, or repeat: one per --filter-model)."),
+    filter_replies: int = typer.Option(1, "--filter-replies", help="Sampled replies per model and question (official: 2)."),
+    filter_temperature: float = typer.Option(0.0, "--filter-temperature", help="Filter sampling temperature (official: 1.0)."),
+    filter_top_p: float = typer.Option(1.0, "--filter-top-p", help="Filter top_p (official: 0.7)."),
+    filter_max_tokens: int = typer.Option(64, "--filter-max-tokens", help="Filter reply budget (official: 512)."),
+    filter_rule: Optional[list[str]] = typer.Option(None, "--filter-rule", help="sub_em (default) | substring | boxed; repeatable, any match drops (official: substring and boxed)."),
 ) -> None:
     """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
-    from memagent.tasks.ruler_hqa import write_ruler_hqa
+    from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
 
+    filt = FilterOptions(models=tuple(filter_model or ()), backend=filter_backend,
+                         base_urls=tuple(filter_base_url or ()),
+                         replies=filter_replies, temperature=filter_temperature, top_p=filter_top_p,
+                         max_tokens=filter_max_tokens, rules=tuple(filter_rule or ("sub_em",)))
     n = write_ruler_hqa(source, out, samples=samples, seed=seed, num_docs=_int_list(num_docs, "--num-docs"),
-                        tokens=_int_list(tokens, "--tokens"), tokenizer=tokenizer, filter_model=filter_model,
-                        filter_backend=filter_backend)
+                        tokens=_int_list(tokens, "--tokens"), tokenizer=tokenizer, filter=filt, placement=placement,
+                        select=select)
     typer.echo(f"wrote {n} samples to {out}", err=True)
 
 
@@ -129,6 +141,19 @@ def data_ruler(
     n = write_ruler(task, out, tokens=_int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
                     haystack_file=haystack_file, haystack=haystack, source=source)
     typer.echo(f"wrote {n} samples to {out}", err=True)
+
+
+@data_app.command("import")
+def data_import(
+    src: Path = typer.Argument(..., help="A released file: eval_{N}.json, training parquet, RULER or LongBench JSON(L)."),
+    out: str = typer.Option(..., "--out", help="JSONL file to write (- for stdout)."),
+    source: Optional[str] = typer.Option(None, "--source", help="The HotpotQA dev JSON that index contexts point into (eval_{N}.json, N >= 12800)."),
+) -> None:
+    """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
+    from memagent.tasks.released import import_released
+
+    n, kind = import_released(src, out, source)
+    typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)
 
 
 @data_app.command("toy")

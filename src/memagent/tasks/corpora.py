@@ -18,7 +18,7 @@ from typing import Any
 
 from memagent.tasks.schema import DataError, file_sha256
 
-__all__ = ["ParagraphCorpus", "QAEntry", "load_hotpotqa", "load_squad", "read_json_source"]
+__all__ = ["ParagraphCorpus", "QAEntry", "load_hotpotqa", "load_squad", "paragraph_table", "read_json_source"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class QAEntry:
     answers: list[str]
     gold: list[int]
     extra: list[int]
+    own: tuple[int, ...] = ()  # all of the entry's paragraphs in file order (empty: gold + extra)
+
+    @property
+    def own_in_file_order(self) -> list[int]:
+        return list(self.own) if self.own else list(self.gold) + list(self.extra)
 
 
 @dataclass
@@ -135,8 +140,19 @@ def load_hotpotqa(source: str | Path) -> ParagraphCorpus:
         ids = list(dict.fromkeys(index[f"{t}\n{text}"] for t, text in pairs))
         gold = ids if support is None else list(dict.fromkeys(index[f"{t}\n{x}"] for t, x in pairs if t in support))
         entries.append(QAEntry(i, str(raw.get("_id", raw.get("id", i))), raw["question"], [raw["answer"]],
-                               gold, [k for k in ids if k not in gold]))
+                               gold, [k for k in ids if k not in gold], tuple(ids)))
     return ParagraphCorpus(table, entries, where, sha, "hotpotqa")
+
+
+def _squad_articles(data: Any, where: str) -> list[dict]:
+    articles = data.get("data") if isinstance(data, dict) else data if isinstance(data, list) else None
+    if not isinstance(articles, list):
+        raise DataError(f"{where}: a SQuAD file is an object with a 'data' list of articles")
+    for a, art in enumerate(articles):
+        paras = art.get("paragraphs") if isinstance(art, dict) else None
+        if not isinstance(paras, list) or not all(isinstance(p, dict) and isinstance(p.get("context"), str) for p in paras):
+            raise DataError(f"SQuAD article #{a} in {where}: needs 'paragraphs', each with a 'context' string")
+    return articles
 
 
 def load_squad(source: str | Path) -> ParagraphCorpus:
@@ -145,13 +161,7 @@ def load_squad(source: str | Path) -> ParagraphCorpus:
     Unanswerable questions (SQuAD 2.0 `is_impossible`) are skipped, as in RULER.
     """
     data, where, sha = read_json_source(source)
-    articles = data.get("data") if isinstance(data, dict) else data if isinstance(data, list) else None
-    if not isinstance(articles, list):
-        raise DataError(f"{where}: a SQuAD file is an object with a 'data' list of articles")
-    for a, art in enumerate(articles):
-        paras = art.get("paragraphs") if isinstance(art, dict) else None
-        if not isinstance(paras, list) or not all(isinstance(p, dict) and isinstance(p.get("context"), str) for p in paras):
-            raise DataError(f"SQuAD article #{a} in {where}: needs 'paragraphs', each with a 'context' string")
+    articles = _squad_articles(data, where)
     table = sorted({p["context"] for art in articles for p in art["paragraphs"]})
     index = {p: k for k, p in enumerate(table)}
     entries: list[QAEntry] = []
@@ -177,3 +187,20 @@ def load_squad(source: str | Path) -> ParagraphCorpus:
 
 
 LOADERS = {"hotpotqa": load_hotpotqa, "squad": load_squad}
+
+
+def paragraph_table(format: str, source: str | Path) -> list[str]:
+    """The sorted distinct paragraphs of a source file, the table lazy samples and the official
+    index contexts point into; only the structure is checked (not answers or supporting facts),
+    as the official readers do. Equal to `LOADERS[format](source).paragraphs` for a valid file."""
+    data, where, _ = read_json_source(source)
+    if format == "hotpotqa":
+        if not isinstance(data, list):
+            raise DataError(f"{where}: a HotpotQA file is a JSON list of entries, got {type(data).__name__}")
+        for i, raw in enumerate(data):
+            if not isinstance(raw, dict):
+                raise DataError(f"HotpotQA {_entry_name(i, raw)} in {where} is not an object")
+        return sorted({f"{t}\n{x}" for i, raw in enumerate(data) for t, x in _hotpot_pairs(raw, _entry_name(i, raw))})
+    if format == "squad":
+        return sorted({p["context"] for art in _squad_articles(data, where) for p in art["paragraphs"]})
+    raise DataError(f"unknown paragraph source format {format!r}; known: {', '.join(LOADERS)}")

@@ -72,26 +72,39 @@ def _candidates(entry: QAEntry, n_table: int, n_fill: int, rng: random.Random) -
     return list(entry.gold) + extra + _fillers(entry, n_table, n_fill, rng)
 
 
-def _ordered(ids: Sequence[int], order_seed: float, gold: Sequence[int]) -> tuple[list[int], list[int]]:
+def _ordered(ids: Sequence[int], order_seed: float | int, gold: Sequence[int]) -> tuple[list[int], list[int]]:
     ids = list(ids)
     random.Random(order_seed).shuffle(ids)
     gold_set = set(gold)
     return ids, [pos + 1 for pos, i in enumerate(ids) if i in gold_set]
 
 
+def _fixed_candidates(entry: QAEntry, n_table: int, n_fill: int, rng: random.Random) -> list[int]:
+    """The entry's own paragraphs in file order, then paragraphs of other entries (fixed placement)."""
+    return entry.own_in_file_order + _fillers(entry, n_table, n_fill, rng)
+
+
 def plan_by_docs(
     entry: QAEntry, table: Sequence[str], num_docs: int, rng: random.Random,
-    tokenizer: Any = None, lazy: bool = False,
+    tokenizer: Any = None, lazy: bool = False, fixed_seed: int | None = None,
 ) -> DocumentPlan:
-    """Exactly `num_docs` documents holding the entry's gold paragraphs."""
+    """Exactly `num_docs` documents holding the entry's gold paragraphs.
+
+    fixed_seed: fixed placement: the own paragraphs in file order, then the fillers, put in order by
+    `random.Random(fixed_seed).shuffle` (one permutation per document count, the same for every
+    entry, as the official data's `random.Random(4)`); None: a fresh permutation per sample.
+    """
     if num_docs < len(entry.gold):
         raise DataError(
             f"{_name(entry)}: {num_docs} documents cannot hold its {len(entry.gold)} gold paragraphs"
         )
     n_own = min(num_docs, len(entry.gold) + len(entry.extra))
-    seq = _candidates(entry, len(table), num_docs - n_own, rng)
-    chosen = seq[: len(entry.gold)] + seq[len(entry.gold) : n_own] + seq[len(entry.gold) + len(entry.extra) :]
-    ids, gold_pos = _ordered(chosen, rng.random(), entry.gold)
+    if fixed_seed is not None and n_own == len(entry.gold) + len(entry.extra):
+        chosen = _fixed_candidates(entry, len(table), num_docs - n_own, rng)
+    else:
+        seq = _candidates(entry, len(table), num_docs - n_own, rng)
+        chosen = seq[: len(entry.gold)] + seq[len(entry.gold) : n_own] + seq[len(entry.gold) + len(entry.extra) :]
+    ids, gold_pos = _ordered(chosen, rng.random() if fixed_seed is None else fixed_seed, entry.gold)
     if tokenizer is None:
         return DocumentPlan(ids, gold_pos, None)
     if lazy:
@@ -120,12 +133,14 @@ def _blockwise_tokens(ids: Sequence[int], table: Sequence[str], tokenizer: Any, 
 
 def plan_by_tokens(
     entry: QAEntry, table: Sequence[str], target: int, tokenizer: Any, rng: random.Random,
-    lazy_threshold: int, cache: dict[int, int] | None = None,
+    lazy_threshold: int, cache: dict[int, int] | None = None, fixed_seed: int | None = None,
 ) -> DocumentPlan:
     """As many documents as bring the context's token count closest to `target`.
 
-    `cache` maps paragraph index to its token count and may be shared across samples.
+    `cache` maps paragraph index to its token count and may be shared across samples;
+    `fixed_seed` as in `plan_by_docs` (the permutation is then one per document count).
     """
+    candidates = _candidates if fixed_seed is None else _fixed_candidates
     cache = {} if cache is None else cache
     per_doc = count_tokens(tokenizer, document_block(10, "")) + count_tokens(tokenizer, SEPARATOR)
     probe = rng.sample(range(len(table)), min(len(table), 64))
@@ -133,12 +148,12 @@ def plan_by_tokens(
     n_own = len(entry.gold) + len(entry.extra)
     n_fill = max(0, min(len(table) - n_own, int(1.3 * target / mean) + 32 - n_own))
     while True:
-        seq = _candidates(entry, len(table), n_fill, rng)
+        seq = candidates(entry, len(table), n_fill, rng)
         est = list(accumulate((t + per_doc for t in _paragraph_tokens(seq, table, tokenizer, cache)), initial=0))
         if est[-1] >= target or n_fill >= len(table) - n_own:
             break
         n_fill = min(len(table) - n_own, 2 * n_fill + 32)  # the probe underestimated; draw more
-    n_min = len(entry.gold)
+    n_min = max(seq.index(g) for g in entry.gold) + 1  # the shortest prefix holding every gold paragraph
     if est[n_min] > target * (1 + TOKEN_TOLERANCE):
         raise DataError(
             f"{_name(entry)}: its gold paragraphs alone take about {est[n_min]} tokens, "
@@ -152,7 +167,7 @@ def plan_by_tokens(
         options = [n for n in (j - 1, j) if n_min <= n <= len(seq)]
         return min(options, key=lambda n: abs(est[n] - goal))
 
-    order_seed = rng.random()
+    order_seed = rng.random() if fixed_seed is None else fixed_seed
     n = closest(target)
     if n >= lazy_threshold:
         ids, gold_pos = _ordered(seq[:n], order_seed, entry.gold)

@@ -14,7 +14,9 @@ answers; the score is the best over the gold list unless the metric says otherwi
 - `multi_value_fraction`: the multi-value reward, fraction of gold values found.
 - `boxed_reward`: the training verifier, the last `\\boxed{}` lower-cased and stripped, equal
   to a gold answer.
-- `qa_f1`: LongBench's QA token F1 (no yes/no rule); `rouge_l`: ROUGE-L through `rouge-score`.
+- `qa_f1`: LongBench's QA token F1 (no yes/no rule); `rouge_l`: ROUGE-L through `rouge-score`;
+  `rouge_l_longbench`: the `rouge` package's summary-level ROUGE-L F, LongBench's summarisation
+  score (`memagent.tasks.rouge_longbench` says how the two differ).
 
 Departures, all deliberate and tested: an answer that normalises to the empty string scores 0 on
 every normalised metric (the reference scores an empty prediction 0 before calling the metric;
@@ -38,11 +40,13 @@ __all__ = [
     "boxed_reward",
     "exact_match",
     "f1_score",
+    "first_line",
     "get_metric",
     "multi_value_fraction",
     "normalize_answer",
     "qa_f1",
     "rouge_l",
+    "rouge_l_longbench",
     "string_match_all",
     "string_match_part",
     "sub_em",
@@ -220,6 +224,27 @@ def rouge_l(prediction: str | None, golds: Sequence[str], measure: str = "f") ->
     return max(getattr(scorer.score(gold, prediction)["rougeL"], field) for gold in golds)
 
 
+def rouge_l_longbench(prediction: str | None, golds: Sequence[str]) -> float:
+    """LongBench's ROUGE-L: the `rouge` package's rouge-l F (case-sensitive white-space tokens,
+    summary-level LCS over "."-split sentences), best over golds; no prediction scores 0."""
+    from memagent.tasks.rouge_longbench import rouge_l_longbench_one
+
+    return _best(prediction, golds, rouge_l_longbench_one)
+
+
+def first_line(prediction: str | None) -> str | None:
+    """LongBench's cut for samsum, trec, triviaqa and lsht: leading newlines dropped, then the first line."""
+    return None if prediction is None else prediction.lstrip("\n").split("\n")[0]
+
+
+def _rouge_l_longbench_first_line(prediction: str | None, golds: Sequence[str]) -> float:
+    return rouge_l_longbench(first_line(prediction), golds)
+
+
+def _qa_f1_first_line(prediction: str | None, golds: Sequence[str]) -> float:
+    return qa_f1(first_line(prediction), golds)
+
+
 def _rouge_l_recall(prediction: str | None, golds: Sequence[str]) -> float:
     return rouge_l(prediction, golds, measure="recall")
 
@@ -236,6 +261,9 @@ METRICS: dict[str, Callable[[str | None, Sequence[str]], float]] = {
     "boxed": boxed_reward,
     "rouge_l": rouge_l,
     "rouge_l_recall": _rouge_l_recall,
+    "rouge_l_longbench": rouge_l_longbench,
+    "rouge_l_longbench_first_line": _rouge_l_longbench_first_line,  # LongBench samsum
+    "qa_f1_first_line": _qa_f1_first_line,  # LongBench triviaqa
 }
 
 

@@ -11,34 +11,48 @@ source file's path and hash instead of the text; `memagent.tasks.schema.sample_d
 expands them as a stream of "Document i" blocks at evaluation time.
 
 Training data filters out questions the model answers without any context
-(`answered_without_context`, e.g. `memagent.tasks.ruler_hqa.closed_book_filter`); the filter is
-asked in batches, in a seeded order, until enough questions survive.
+(`answered_without_context`, e.g. `memagent.tasks.closed_book.closed_book_filter`); the filter is
+asked in batches, in the selection order, until enough questions survive.
+
+Two choices tell our default from the official data (docs/data.md):
+    placement  "random" (ours): each sample gets its own seeded permutation of its documents;
+               "fixed" (official): the question's own paragraphs in file order, then the others,
+               permuted by `random.Random(seed)`, one permutation per document count, so every
+               question's own paragraphs sit in the same slots (`--seed 4` is the official permutation)
+    select     "shuffle" (ours): questions in a seeded order; "first" (official): in file order,
+               the filter applied in that order
 """
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
+from memagent.tasks.closed_book import CLOSED_BOOK_PROMPT, NoContextFilter, closed_book_filter
 from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
 from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
 from memagent.tasks.schema import LAZY_DOC_THRESHOLD, DataError
 
-__all__ = ["closed_book_filter", "load_hotpotqa", "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
+__all__ = ["CLOSED_BOOK_PROMPT", "PLACEMENTS", "SELECTIONS", "FilterOptions", "closed_book_filter", "load_hotpotqa",
+           "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
 
-# A filter gets a batch of entries and says, for each, whether the model answered it correctly
-# with no context (such questions are dropped).
-NoContextFilter = Callable[[Sequence[QAEntry]], Sequence[bool]]
+PLACEMENTS = ("random", "fixed")
+SELECTIONS = ("shuffle", "first")
 
 
 def select_entries(
     corpus: ParagraphCorpus, samples: int, seed: int,
-    answered_without_context: NoContextFilter | None = None, batch_size: int = 64,
+    answered_without_context: NoContextFilter | None = None, batch_size: int = 64, select: str = "shuffle",
 ) -> list[QAEntry]:
-    """`samples` questions in a seeded order, skipping those the filter says need no context."""
+    """`samples` questions in a seeded order ("shuffle") or in file order ("first"), skipping those
+    the filter says need no context."""
     if samples <= 0:
         raise DataError(f"--samples must be positive, got {samples}")
+    if select not in SELECTIONS:
+        raise DataError(f"unknown selection {select!r}; choose one of: {', '.join(SELECTIONS)}")
     order = list(corpus.entries)
-    random.Random(f"select:{seed}").shuffle(order)
+    if select == "shuffle":
+        random.Random(f"select:{seed}").shuffle(order)
     if answered_without_context is None:
         if samples > len(order):
             raise DataError(f"asked for {samples} samples but {corpus.source} holds only {len(order)} questions")
@@ -58,6 +72,20 @@ def select_entries(
     )
 
 
+def _lengths(num_docs: Sequence[int], tokens: Sequence[int], tokenizer: Any, placement: str) -> tuple[str, list[int]]:
+    """(unit, lengths) of a synthesis request, checked."""
+    if placement not in PLACEMENTS:
+        raise DataError(f"unknown placement {placement!r}; choose one of: {', '.join(PLACEMENTS)}")
+    if bool(num_docs) == bool(tokens):
+        raise DataError("give exactly one of num_docs (e.g. 50,100,200) or tokens (e.g. 7000,14000)")
+    if tokens and tokenizer is None:
+        raise DataError("token targets need a tokenizer (--tokenizer NAME)")
+    for value in (*num_docs, *tokens):
+        if value <= 0:
+            raise DataError(f"lengths must be positive, got {value}")
+    return ("docs", list(num_docs)) if num_docs else ("tokens", list(tokens))
+
+
 def synthesize_ruler_hqa(
     corpus: ParagraphCorpus,
     *,
@@ -69,31 +97,29 @@ def synthesize_ruler_hqa(
     tokenizer_name: str | None = None,
     answered_without_context: NoContextFilter | None = None,
     lazy_threshold: int = LAZY_DOC_THRESHOLD,
+    placement: str = "random",
+    select: str = "shuffle",
 ) -> Iterator[dict]:
     """Yield RULER-HotpotQA samples, all of the first length, then the next, ...
 
     Give exactly one of `num_docs` (documents per sample) or `tokens` (context tokens per
     sample, which needs `tokenizer`). With `num_docs` and a tokenizer the token count of each
-    sample is recorded too. Same corpus, arguments and seed give identical samples.
+    sample is recorded too. `placement`, `select`: see the module doc. Same corpus, arguments and
+    seed give identical samples.
     """
-    if bool(num_docs) == bool(tokens):
-        raise DataError("give exactly one of num_docs (e.g. 50,100,200) or tokens (e.g. 7000,14000)")
-    if tokens and tokenizer is None:
-        raise DataError("token targets need a tokenizer (--tokenizer NAME)")
-    for value in (*num_docs, *tokens):
-        if value <= 0:
-            raise DataError(f"lengths must be positive, got {value}")
-    unit, lengths = ("docs", list(num_docs)) if num_docs else ("tokens", list(tokens))
-    entries = select_entries(corpus, samples, seed, answered_without_context)
+    unit, lengths = _lengths(num_docs, tokens, tokenizer, placement)
+    fixed_seed = seed if placement == "fixed" else None
+    entries = select_entries(corpus, samples, seed, answered_without_context, select=select)
     token_cache: dict[int, int] = {}
     for length in lengths:
         for k, entry in enumerate(entries):
             rng = random.Random(f"ruler_hqa:{seed}:{unit}:{length}:{entry.source_id}:{k}")
             if unit == "docs":
                 lazy = length >= lazy_threshold
-                plan = plan_by_docs(entry, corpus.paragraphs, length, rng, tokenizer, lazy=lazy)
+                plan = plan_by_docs(entry, corpus.paragraphs, length, rng, tokenizer, lazy=lazy, fixed_seed=fixed_seed)
             else:
-                plan = plan_by_tokens(entry, corpus.paragraphs, length, tokenizer, rng, lazy_threshold, token_cache)
+                plan = plan_by_tokens(entry, corpus.paragraphs, length, tokenizer, rng, lazy_threshold, token_cache,
+                                      fixed_seed=fixed_seed)
                 lazy = len(plan.doc_ids) >= lazy_threshold
             sample = {
                 "id": f"ruler_hqa-{unit}{length}-{k:04d}",
@@ -121,51 +147,64 @@ def synthesize_ruler_hqa(
             yield sample
 
 
-CLOSED_BOOK_PROMPT = (
-    "Answer the question with a short phrase, from your own knowledge. "
-    "Put the final answer in \\boxed{{}}.\n\nQuestion: {question}"
-)
+@dataclass(frozen=True)
+class FilterOptions:
+    """The no-context filter of `data ruler-hqa` (`memagent.tasks.closed_book`); no models: no filter."""
 
+    models: Sequence[str] = ()
+    backend: str = "transformers"
+    base_urls: Sequence[str] = ()  # openai backend: one server for all models, or one per model
+    replies: int = 1  # sampled replies per model and question
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    rules: Sequence[str] = ("sub_em",)
 
-def closed_book_filter(backend: Any, max_new_tokens: int = 64) -> NoContextFilter:
-    """A no-context filter asking `backend` (any `memagent.backends.base.Backend`) each question
-    with no documents, greedily; a question counts as answered when the boxed answer (or the
-    whole reply, without a box) scores `sub_em` > 0 against the gold answers."""
-    from memagent.backends.base import SamplingParams
-    from memagent.tasks.metrics import extract_boxed, sub_em
+    def __post_init__(self) -> None:
+        from memagent.tasks.closed_book import FILTER_RULES
 
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        unknown = [r for r in self.rules if r not in FILTER_RULES]
+        if unknown or not self.rules:
+            raise DataError(f"unknown --filter-rule {unknown}; choose from: {', '.join(FILTER_RULES)}")
+        if self.replies < 1 or self.max_tokens < 1:
+            raise DataError(f"--filter-replies and --filter-max-tokens must be positive, got {self.replies}, "
+                            f"{self.max_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise DataError(f"--filter-temperature must be >= 0 and --filter-top-p in (0, 1], got "
+                            f"{self.temperature}, {self.top_p}")
 
-    def answered(batch: Sequence[QAEntry]) -> list[bool]:
-        replies = backend.generate([CLOSED_BOOK_PROMPT.format(question=e.question) for e in batch], params)
-        verdicts = []
-        for entry, reply in zip(batch, replies):
-            answer = extract_boxed(reply.text)
-            verdicts.append(sub_em(reply.text if answer is None else answer, entry.answers) > 0)
-        return verdicts
+    def build(self, seed: int) -> NoContextFilter | None:
+        if not self.models:
+            return None
+        from memagent.backends import load_backend
 
-    return answered
+        urls = list(self.base_urls)
+        if len(urls) not in (0, 1, len(self.models)):
+            raise DataError(f"give one --filter-base-url for all {len(self.models)} filter models or one per model, "
+                            f"not {len(urls)}")
+        urls = urls * len(self.models) if len(urls) == 1 else urls
+        backends = [load_backend(self.backend, m, **({"base_url": urls[k]} if urls else {}))
+                    for k, m in enumerate(self.models)]
+        return closed_book_filter(backends, self.max_tokens, replies=self.replies, temperature=self.temperature,
+                                  top_p=self.top_p, seed=seed, rules=self.rules)
 
 
 def write_ruler_hqa(
     source: str, out: str, *, samples: int, seed: int, num_docs: Sequence[int] = (), tokens: Sequence[int] = (),
-    tokenizer: str | None = None, filter_model: str | None = None, filter_backend: str = "transformers",
+    tokenizer: str | None = None, filter: FilterOptions = FilterOptions(), placement: str = "random",
+    select: str = "shuffle",
 ) -> int:
     """`memagent data ruler-hqa`: read the source, synthesize, write JSONL; returns the sample count.
 
     tokenizer: a tokenizer name (HF id, local path, or "tiny"), needed for token targets and
     optional with document counts (the samples then record their token counts).
-    filter_model: drop questions this model answers with no context (`closed_book_filter`).
+    filter: drop questions these models answer with no context (`closed_book_filter`).
     """
     from memagent.tasks.schema import load_tokenizer, write_samples
 
     tok = load_tokenizer(tokenizer) if tokenizer else None
-    answered = None
-    if filter_model:
-        from memagent.backends import load_backend
-
-        answered = closed_book_filter(load_backend(filter_backend, filter_model))
     corpus = load_hotpotqa(source)
     return write_samples(synthesize_ruler_hqa(corpus, samples=samples, seed=seed, num_docs=num_docs, tokens=tokens,
                                               tokenizer=tok, tokenizer_name=tokenizer,
-                                              answered_without_context=answered), out)
+                                              answered_without_context=filter.build(seed), placement=placement,
+                                              select=select), out)

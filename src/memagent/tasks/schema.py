@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from memagent.errors import MemAgentError
-from memagent.jsonl import iter_jsonl
 
 __all__ = [
     "DataError",
     "LAZY_DOC_THRESHOLD",
+    "check_sample",
     "ParagraphCache",
     "count_tokens",
     "file_sha256",
@@ -104,10 +104,14 @@ def write_samples(samples: Iterable[dict], path: str | Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        for sample in samples:
-            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
-            n += 1
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for sample in samples:
+                fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
+                n += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed run leaves neither a partial file nor the old one touched
+        raise
     os.replace(tmp, path)
     return n
 
@@ -115,19 +119,50 @@ def write_samples(samples: Iterable[dict], path: str | Path) -> int:
 _REQUIRED = ("id", "question", "answers", "task")
 
 
-def read_samples(path: str | Path) -> Iterator[dict]:
-    """Read and check samples from a JSONL file, one at a time; errors name the line."""
+def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
+    """Check the types of one of our sample records where it enters; `where(field)` names the place."""
+    from memagent.tasks.released import check_answers, check_context, check_text
+
+    if not isinstance(sample, dict):
+        raise DataError(f"{where(None)}: a sample must be a JSON object, got {type(sample).__name__}")
+    missing = [k for k in _REQUIRED if k not in sample]
+    if missing:
+        raise DataError(f"{where(None)}: sample lacks {', '.join(missing)}")
+    if not isinstance(sample["id"], (str, int)) or isinstance(sample["id"], bool):
+        raise DataError(f"{where('id')}: must be a string or an integer, got {sample['id']!r}")
+    check_text(sample["question"], where, "question")
+    check_text(sample["task"], where, "task")
+    check_answers(sample["answers"], where, "answers")
+    if "context" in sample:
+        if not isinstance(check_context(sample["context"], where), str):
+            raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
+    elif not isinstance(sample.get("lazy"), dict):
+        raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
+    metric = sample.get("metric")
+    if metric is not None:
+        from memagent.tasks.metrics import METRICS
+
+        if metric not in METRICS:
+            raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
+    return sample
+
+
+def read_samples(path: str | Path, source: str | Path | None = None) -> Iterator[dict]:
+    """Read and check samples one at a time from our JSONL or any released format
+    (`memagent.tasks.released`: JSON arrays streamed, parquet by row batches); errors name the
+    file, the line or record, and the field. `source`: the paragraph file that index contexts
+    point into. Sample ids must be unique within the file."""
+    from memagent.tasks.released import read_released
+
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
-    for lineno, sample in iter_jsonl(path, DataError):
-        missing = [k for k in _REQUIRED if k not in sample]
-        if missing:
-            raise DataError(f"{path}:{lineno}: sample lacks {', '.join(missing)}")
-        if "context" not in sample and "lazy" not in sample:
-            raise DataError(f"{path}:{lineno}: sample {sample['id']!r} has neither 'context' nor 'lazy'")
-        if not isinstance(sample["answers"], list) or not sample["answers"]:
-            raise DataError(f"{path}:{lineno}: sample {sample['id']!r}: 'answers' must be a non-empty list")
+    seen: dict[str, str] = {}
+    for n, sample in enumerate(read_released(path, source, check_own=check_sample)):
+        key = str(sample["id"])
+        if key in seen:
+            raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")
+        seen[key] = str(n)
         yield sample
 
 
@@ -171,7 +206,7 @@ class ParagraphCache:
     def __call__(self, format: str, source: str, sha256: str) -> list[str]:
         key = (source, sha256)
         if key not in self._tables:
-            from memagent.tasks.corpora import LOADERS
+            from memagent.tasks.corpora import LOADERS, paragraph_table
 
             if format not in LOADERS:
                 raise DataError(f"lazy sample of unknown source format {format!r}; known: {', '.join(LOADERS)}")
@@ -184,5 +219,5 @@ class ParagraphCache:
                     f"lazy sample source {source} changed since the samples were written "
                     f"(sha256 {actual[:12]} != {sha256[:12]}); regenerate the samples"
                 )
-            self._tables[key] = LOADERS[format](source).paragraphs
+            self._tables[key] = paragraph_table(format, source)
         return self._tables[key]
