@@ -13,6 +13,7 @@ import pytest
 
 from memagent.backends.base import BackendError, Generation
 from memagent.config import AgentConfig
+from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError
 from memagent.eval.records import load_records
 from memagent.eval.report import write_report
@@ -120,7 +121,8 @@ def test_duplicate_ids_are_refused_before_any_model_call(tokenizer, tmp_path):
     path = tmp_path / "dup.jsonl"
     write_samples(_samples((3, 5)) + _samples((3,)), path)
     backend = Scripted(tokenizer)
-    with pytest.raises(EvalError, match=r"dup.jsonl: sample id 's3' occurs twice \(samples 1 and 3\)"):
+    # the sample reader refuses it first (tasks/schema.py), naming the file, the id and both records
+    with pytest.raises(MemAgentError, match=r"dup.jsonl: sample id 's3' of record 2 repeats record 0"):
         run_sweep(backend, [path], tmp_path / "out", _cfg())
     assert backend.calls == 0
 
@@ -327,13 +329,16 @@ def test_samples_with_fields_of_the_wrong_type_are_refused_before_any_call(token
     bad_metric[0]["metric"] = "accuracy"
     bad_question[0]["question"] = 5
     bad_answers[2]["answers"] = [7]
+    # the reader (tasks/schema.py) checks each field's type; the sweep adds what it needs (a numeric length)
     for name, samples, message in (("len.jsonl", bad_length, r"len.jsonl: sample 1 \(id 's3'\): its length"),
-                                   ("met.jsonl", bad_metric, r"met.jsonl: sample 1 \(id 's5'\): unknown metric"),
-                                   ("q.jsonl", bad_question, r"q.jsonl: sample 1 \(id 's8'\): question must be text"),
-                                   ("a.jsonl", bad_answers, r"a.jsonl: sample 3 \(id 's8'\): answers must be a list")):
+                                   ("met.jsonl", bad_metric, r"met.jsonl:1, field 'metric': unknown metric 'accuracy'"),
+                                   ("q.jsonl", bad_question, r"q.jsonl:1, field 'question': must be a string"),
+                                   ("a.jsonl", bad_answers, r"a.jsonl:3, field 'answers': answers must be strings")):
         write_samples(samples, tmp_path / name)
-        with pytest.raises(EvalError, match=message):
-            run_sweep(Scripted(tokenizer), [tmp_path / name], tmp_path / "out", _cfg())
+        backend = Scripted(tokenizer)
+        with pytest.raises(MemAgentError, match=message):
+            run_sweep(backend, [tmp_path / name], tmp_path / "out", _cfg())
+        assert backend.calls == 0
 
 
 def test_a_failed_rewrite_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

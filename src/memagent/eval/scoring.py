@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from memagent.errors import MemAgentError
-from memagent.tasks.metrics import get_metric, normalize_answer
+from memagent.tasks.metrics import METRIC_ALIASES, get_metric, normalize_answer
 
 __all__ = ["EMPTY", "FAILED", "GOLDS", "METRIC_ALIASES", "ScoreOptions", "ScoringError", "canonical_metric",
            "cell_stats", "failed_score", "score_metric", "score_sample"]
@@ -26,7 +26,6 @@ GOLDS = ("all", "first")
 EMPTY = ("zero", "text")
 FAILED = ("wrong", "skip")
 
-METRIC_ALIASES = {"exact_match": "em"}  # names data files use for a registered metric (`memagent data toy`)
 _QA = ("em", "f1", "sub_em")
 _RULER = ("string_match_all", "string_match_part")
 

@@ -36,6 +36,7 @@ from memagent.errors import MemAgentError
 
 __all__ = [
     "METRICS",
+    "METRIC_ALIASES",
     "MetricError",
     "boxed_reward",
     "exact_match",
@@ -267,9 +268,12 @@ METRICS: dict[str, Callable[[str | None, Sequence[str]], float]] = {
 }
 
 
+METRIC_ALIASES = {"exact_match": "em"}  # other names data files use for a registered metric (`memagent data toy`)
+
+
 def get_metric(name: str) -> Callable[[str | None, Sequence[str]], float]:
-    """The metric registered under `name`; an unknown name lists the valid ones."""
+    """The metric registered under `name` (or an alias of it); an unknown name lists the valid ones."""
     try:
-        return METRICS[name]
+        return METRICS[METRIC_ALIASES.get(name, name)]
     except KeyError:
         raise MetricError(f"unknown metric {name!r}; choose one of: {', '.join(METRICS)}") from None

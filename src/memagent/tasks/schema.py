@@ -140,9 +140,9 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
         raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
     metric = sample.get("metric")
     if metric is not None:
-        from memagent.tasks.metrics import METRICS
+        from memagent.tasks.metrics import METRIC_ALIASES, METRICS
 
-        if metric not in METRICS:
+        if metric not in METRICS and metric not in METRIC_ALIASES:
             raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     return sample
 
