@@ -34,13 +34,16 @@ def ask(
     input: Optional[Path] = typer.Option(None, "--input", help="JSONL of many: {id, question, context | document}; runs as one batch."),
     output: Optional[Path] = typer.Option(None, "--output", help="With --input: where to write one JSON result a line (default stdout)."),
     backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
-    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="C: document tokens per memory call [default: 5000, or the model's memagent.json]."),
-    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="M: hard cap on the memory [default: 1024, or memagent.json]."),
-    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer [default: 1024, or memagent.json]."),
-    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question [default: 1024, or memagent.json]."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="C: document tokens per memory call [default: the profile's, 5000, or the model's memagent.json]."),
+    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="M: hard cap on the memory [default: the profile's, 1024, or memagent.json]."),
+    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer [default: the profile's, 1024, or memagent.json]."),
+    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question [default: the profile's, 1024, or memagent.json]."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSONL record per model call."),
     errors: str = typer.Option("strict", "--errors", help="strict: invalid UTF-8 is an error; replace: substitute U+FFFD."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy [default: the profile's, 0]."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling [default: the profile's, 1.0]."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed [default: the profile's, none]."),
     batch_docs: int = typer.Option(16, "--batch-docs", help="Documents in flight at once."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL, e.g. http://localhost:8000/v1"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model name."),
@@ -56,7 +59,20 @@ def ask(
     options = dict(locals())
     from memagent.run import AskOptions, run_ask
 
-    run_ask(AskOptions(**options))
+    run_ask(AskOptions(**_split_backend_options(options)))
+
+
+_BACKEND_FLAGS = ("backend", "base_url", "tokenizer", "device", "dtype", "tensor_parallel", "max_concurrency",
+                  "request_timeout", "max_retries")
+
+
+def _split_backend_options(options: dict) -> dict:
+    """The command's options with its backend flags gathered into one BackendOptions (as `backend`)."""
+    from memagent.backends.options import BackendOptions
+
+    backend = {k: options.pop(k) for k in _BACKEND_FLAGS}
+    backend["name"] = backend.pop("backend")
+    return dict(options, backend=BackendOptions(**backend))
 
 
 @app.command("tiny-model")
@@ -179,19 +195,26 @@ def eval_(
     out: Path = typer.Option(..., "--out", help="Directory for results.jsonl, table.md and plots (a rerun resumes)."),
     methods: str = typer.Option("memagent,full-context,rag-bm25", "--methods", help="Any of memagent, full-context, rag-bm25."),
     backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
-    chunk_tokens: int = typer.Option(5000, "--chunk-tokens", help="MemAgent: document tokens per memory call."),
-    memory_tokens: int = typer.Option(1024, "--memory-tokens", help="MemAgent: memory cap."),
-    answer_tokens: int = typer.Option(1024, "--answer-tokens", help="Max new tokens of every answer."),
-    query_tokens: int = typer.Option(1024, "--query-tokens", help="Budget of the question."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML, e.g. from `memagent profile from-reference`); flags override it. Written to OUT/profile.yaml."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="MemAgent: document tokens per memory call [default: the profile's, 5000]."),
+    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="MemAgent: memory cap [default: the profile's, 1024]."),
+    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="MemAgent: max new tokens of the answer (baselines too unless the profile sets budgets.baseline_answer_tokens) [default: 1024]."),
+    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question [default: the profile's, 1024]."),
     batch_docs: int = typer.Option(16, "--batch-docs", help="Samples per batch (and per flush of results)."),
-    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window (default: the model's)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window [default: the profile's budgets.baseline_window, else the model's]."),
     passage_tokens: int = typer.Option(512, "--passage-tokens", help="rag-bm25 passage size."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples per data file."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy [default: the profile's, 0]."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling [default: the profile's, 1.0]."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed [default: the profile's, none]."),
     device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
-    dtype: str = typer.Option("auto", "--dtype", help="transformers backend: auto | float32 | bfloat16 | float16"),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers / vllm backend: auto | float32 | bfloat16 | float16"),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer (HF id or path)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: tokenizer (HF id or path)."),
+    max_concurrency: int = typer.Option(8, "--max-concurrency", help="openai backend: requests in flight at once."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="openai backend: seconds to wait for one reply."),
+    max_retries: int = typer.Option(4, "--max-retries", help="openai backend: retries on 5xx, 429, timeouts and refused connections."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vllm backend: tensor-parallel size (GPUs)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="One line per finished sample on stderr."),
 ) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
@@ -201,7 +224,7 @@ def eval_(
     options["data"] = [d.strip() for d in data.split(",") if d.strip()]
     options["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
     options["out"] = str(out)
-    typer.echo(run_eval(EvalOptions(**options)))
+    typer.echo(run_eval(EvalOptions(**_split_backend_options(options))))
 
 
 @app.command("train", context_settings={"help_option_names": ["-h", "--help"]})

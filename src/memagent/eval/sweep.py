@@ -21,13 +21,18 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from memagent.agent.answer import extract_boxed
+from memagent.agent.answer import final_answer
+from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
-from memagent.eval.baselines import EvalError, bm25_context, context_budget, middle_truncate, render_baseline
+from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context, context_budget, middle_truncate,
+                                     render_baseline)
 from memagent.tasks.metrics import get_metric
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
+
+if TYPE_CHECKING:
+    from memagent.profile import Profile
 
 __all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "run_eval", "run_sweep"]
 
@@ -42,6 +47,8 @@ class SweepConfig:
     methods: Sequence[str] = METHODS
     agent: AgentConfig = field(default_factory=AgentConfig)  # MemAgent's budget; answer_tokens for all
     window: int | None = None  # the baselines' context window (default: the backend's)
+    baseline_answer_tokens: int | None = None  # the baselines' max new tokens (default: agent.answer_tokens)
+    baseline_template: str = BASELINE_TEMPLATE  # the baselines' prompt: {question} and {context}
     passage_tokens: int = 512  # rag-bm25 passage size
     limit: int | None = None  # at most this many samples of each data file
 
@@ -127,16 +134,17 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[tup
 
     t0 = time.perf_counter()
     prepared, prompts = [], []
+    answer_tokens = cfg.baseline_answer_tokens or cfg.agent.answer_tokens
     for _, s in group:
-        budget = context_budget(backend, s["question"], cfg.agent.answer_tokens, cfg.window)
+        budget = context_budget(backend, s["question"], answer_tokens, cfg.window, cfg.baseline_template)
         doc = sample_document(s, docs)
         if method == "full-context":
             p = middle_truncate(doc, backend.tokenizer, budget)
         else:
             p = bm25_context(s["question"], doc, backend.tokenizer, budget, cfg.passage_tokens)
         prepared.append(p)
-        prompts.append(render_baseline(s["question"], p.context))
-    params = SamplingParams(cfg.agent.answer_tokens, cfg.agent.temperature, cfg.agent.top_p, cfg.agent.seed)
+        prompts.append(render_baseline(s["question"], p.context, cfg.baseline_template))
+    params = SamplingParams(answer_tokens, cfg.agent.temperature, cfg.agent.top_p, cfg.agent.seed)
     gens = backend.generate(prompts, params)
     seconds = (time.perf_counter() - t0) / len(group)
     out = []
@@ -144,8 +152,8 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[tup
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else backend.prompt_length(prompt)
         tokens = dict(prompt=n_prompt, generated=len(gen.token_ids), calls=1, document=p.document_tokens,
                       kept=p.kept_tokens)
-        out.append(_record(cfg, method, data, sample, extract_boxed(gen.text), gen.text, tokens, seconds,
-                           len(group), p.note))
+        answer, _ = final_answer(gen.text, cfg.agent.answer_protocol, cfg.agent.think)
+        out.append(_record(cfg, method, data, sample, answer, gen.text, tokens, seconds, len(group), p.note))
     return out
 
 
@@ -212,43 +220,67 @@ def _bar(progress: bool) -> Callable[[str], None] | None:
 
 @dataclass
 class EvalOptions:
-    """What `memagent eval` was asked (one field per command-line option)."""
+    """What `memagent eval` was asked (one field per command-line option; backend options shared with ask)."""
 
     model: str
     data: list[str]
     out: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
-    backend: str = "transformers"
-    chunk_tokens: int = 5000
-    memory_tokens: int = 1024
-    answer_tokens: int = 1024
-    query_tokens: int = 1024
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    profile: str | None = None  # a protocol profile (YAML); None: the built-in one
+    # None: the profile's value
+    chunk_tokens: int | None = None
+    memory_tokens: int | None = None
+    answer_tokens: int | None = None
+    query_tokens: int | None = None
+    window: int | None = None  # the baselines' window (profile: budgets.baseline_window)
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
     batch_docs: int = 16
-    window: int | None = None
     passage_tokens: int = 512
     limit: int | None = None
-    temperature: float = 0.0
-    device: str = "auto"
-    dtype: str = "auto"
-    base_url: str | None = None
-    tokenizer: str | None = None
     progress: bool = True
 
 
-def run_eval(o: EvalOptions) -> str:
-    """Build the backend, run the sweep (resuming), write table.md and plots; returns the table."""
-    from memagent.backends import load_backend
+def eval_profile(o: EvalOptions) -> "Profile":
+    """The settings `eval` runs with: the built-in profile, then --profile, then the flags."""
+    from memagent.profile import resolve_profile
 
-    cfg = SweepConfig(
-        model_name=o.model, methods=o.methods, window=o.window, passage_tokens=o.passage_tokens, limit=o.limit,
-        agent=AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
-                          query_tokens=o.query_tokens, temperature=o.temperature, max_batch_docs=o.batch_docs))
-    kwargs: dict[str, Any] = {}
-    if o.backend == "transformers":
-        kwargs = dict(device=o.device, dtype=o.dtype)
-    elif o.backend == "openai":
-        kwargs = dict(base_url=o.base_url, tokenizer=o.tokenizer)
-    backend = load_backend(o.backend, o.model, **kwargs)
+    return resolve_profile(o.profile, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
+                           answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, window=o.window,
+                           temperature=o.temperature, top_p=o.top_p, seed=o.seed,
+                           **({"repeats": o.repeats} if hasattr(o, "repeats") else {}))
+
+
+def sweep_config(o: EvalOptions, profile: "Profile") -> SweepConfig:
+    """The sweep's settings from the options and the resolved profile.
+
+    The profile's scoring options and repeats go to SweepConfig fields of those names where the
+    sweep has them (`scoring`, `repeats`)."""
+    from dataclasses import fields
+
+    b = profile.budgets
+    extra = {"scoring": profile.scoring, "repeats": profile.sampling.repeats}
+    known = {f.name for f in fields(SweepConfig)}
+    return SweepConfig(
+        model_name=o.model, methods=o.methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
+        limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
+        baseline_template=profile.prompts.baseline_template,
+        agent=profile.agent_config(max_batch_docs=o.batch_docs), **{k: v for k, v in extra.items() if k in known})
+
+
+def run_eval(o: EvalOptions) -> str:
+    """Build the backend, run the sweep (resuming), write profile.yaml, table.md and plots; returns the table."""
+    from dataclasses import replace
+
+    from memagent.profile import write_profile
+
+    profile = eval_profile(o)
+    cfg = sweep_config(o, profile)
+    backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
+                      yarn_factor=profile.budgets.yarn_factor).load(o.model)
+    write_profile(profile, Path(o.out) / "profile.yaml")
     results = run_sweep(backend, o.data, o.out, cfg, progress=o.progress)
     from memagent.eval.report import write_report
 
