@@ -169,6 +169,26 @@ def data_toy(
     typer.echo(f"wrote {n} samples to {out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
 
 
+profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("from-reference")
+def profile_from_reference_cmd(
+    path: Path = typer.Argument(..., help="Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent."),
+    out: Path = typer.Option(..., "--out", help="YAML profile to write."),
+    protocol: str = typer.Option("phrase", "--protocol", help="Final-answer protocol of the run: phrase (Table 1) | boxed."),
+    baseline_input_tokens: Optional[int] = typer.Option(None, "--baseline-input-tokens", help="Baselines' prompt limit [default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models]."),
+    yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
+) -> None:
+    """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
+    from memagent.profile import write_profile
+    from memagent.reference import profile_from_reference
+
+    written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
+    typer.echo(f"wrote the official {protocol} profile to {written}")
+
+
 @app.command()
 def flops(
     model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
@@ -232,12 +252,18 @@ def train_cmd(
     config: Path = typer.Argument(..., help="YAML file of TrainConfig fields (see memagent.rl.config)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
 ) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
-    from memagent.rl.config import load_config
+    from memagent.profile import load_profile, train_config_with_profile, write_profile
+    from memagent.rl.config import load_config, parse_overrides
     from memagent.rl.trainer import train
 
     cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else []))
+    explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
+    cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
     result = train(cfg)
     if result.checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
         typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")

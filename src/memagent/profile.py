@@ -213,6 +213,37 @@ def resolve_profile(path: str | Path | None, base: Profile | None = None, **flag
     return apply_flags(profile, **flags)
 
 
+# AgentConfig fields a profile sets for training rollouts (sampling stays the training config's:
+# rollouts sample at their own temperature, 1.0 in the paper)
+_TRAIN_FIELDS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
+                 "final_template", "empty_memory", "answer_protocol", "think", "document_tokens")
+
+
+def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:
+    """(training config with the profile's prompts and budgets in `cfg.agent`, the profile it runs with).
+
+    cfg: a `memagent.rl.config.TrainConfig`; keep: AgentConfig fields set by explicit `agent.*=...`
+    overrides, which win over the profile. The returned profile describes what the run uses
+    (its sampling section is the rollouts').
+    """
+    agent = cfg.agent
+    if profile is not None:
+        wanted = profile.agent_config()
+        agent = dataclasses.replace(agent, **{k: getattr(wanted, k) for k in _TRAIN_FIELDS if k not in keep})
+        cfg = dataclasses.replace(cfg, agent=agent)
+    base = profile or Profile()
+    resolved = dataclasses.replace(
+        base,
+        prompts=dataclasses.replace(base.prompts, memory_template=agent.memory_template,
+                                    final_template=agent.final_template, empty_memory=agent.empty_memory,
+                                    answer_protocol=agent.answer_protocol, think=agent.think),
+        sampling=dataclasses.replace(base.sampling, temperature=agent.temperature, top_p=agent.top_p, seed=agent.seed),
+        budgets=dataclasses.replace(base.budgets, chunk_tokens=agent.chunk_tokens, memory_tokens=agent.memory_tokens,
+                                    answer_tokens=agent.answer_tokens, query_tokens=agent.query_tokens,
+                                    document_tokens=agent.document_tokens))
+    return cfg, resolved
+
+
 class _Dumper(yaml.SafeDumper):
     """Multi-line strings (templates) as readable literal blocks."""
 
