@@ -122,3 +122,29 @@ def test_a_bad_profile_is_one_error_line(run_cli, tmp_path, tiny_model_dir):
     code, _, err = run_cli("ask", "--model", tiny_model_dir, "--document", bad, "--question", "q", "--backend",
                            "transformers", "--tensor-parallel", 2, "--no-progress")
     assert code == 2 and "--tensor-parallel is for --backend vllm" in err
+
+
+@pytest.mark.slow
+def test_train_with_a_profile_writes_the_resolved_one(run_cli, tmp_path):
+    from memagent.backends.tiny import build_tiny_model, build_tokenizer
+
+    model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
+                             intermediate_size=64)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"key {i}?", "context": f"the key {i} is {i}.",
+                                        "answers": [str(i)]}) + "\n" for i in range(4)))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("total_steps: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, answer_tokens: 2}\n"
+                   "rollout: {batch_size: 2, group_size: 2}\nupdate: {mini_batch_size: 2}\n")
+    prof = tmp_path / "p.yaml"
+    prof.write_text("budgets: {chunk_tokens: 12, memory_tokens: 3, answer_tokens: 2}\nprompts: {answer_protocol: phrase}\n"
+                    "sampling: {temperature: 0.0}\n")
+    out = tmp_path / "run"
+    code, _, err = run_cli("train", cfg, f"model={model}", f"data={data}", f"out_dir={out}", "agent.memory_tokens=4",
+                           "--profile", prof)
+    assert code == 0, err[-2000:]
+    written = load_profile(out / "profile.yaml")
+    assert (written.budgets.chunk_tokens, written.budgets.memory_tokens) == (12, 4)  # override over profile
+    assert written.prompts.answer_protocol == "phrase" and written.sampling.temperature == 1.0  # rollouts' own
+    saved = json.loads((out / "config.json").read_text())["agent"]
+    assert (saved["chunk_tokens"], saved["memory_tokens"], saved["answer_protocol"]) == (12, 4, "phrase")
