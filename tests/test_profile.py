@@ -114,3 +114,8 @@ def test_train_takes_the_profile_prompts_and_budgets_but_keeps_its_sampling():
     assert (resolved.budgets.memory_tokens, resolved.sampling.temperature) == (64, 0.9)
     same, plain = train_config_with_profile(cfg, None)
     assert same is cfg and plain.budgets.memory_tokens == 64
+
+
+def test_the_scoring_and_repeats_flags_map_to_their_sections():
+    p = apply_flags(Profile(), golds="first", empty_prediction="text", failed="skip", repeats=3)
+    assert p.scoring == ScoreOptions(golds="first", empty="text", failed="skip") and p.sampling.repeats == 3

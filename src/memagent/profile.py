@@ -192,6 +192,7 @@ FLAG_KEYS = {
     "answer_tokens": ("budgets", "answer_tokens"), "query_tokens": ("budgets", "query_tokens"),
     "window": ("budgets", "baseline_window"), "temperature": ("sampling", "temperature"),
     "top_p": ("sampling", "top_p"), "seed": ("sampling", "seed"), "repeats": ("sampling", "repeats"),
+    "golds": ("scoring", "golds"), "empty_prediction": ("scoring", "empty"), "failed": ("scoring", "failed"),
 }
 
 

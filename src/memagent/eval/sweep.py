@@ -250,7 +250,12 @@ def eval_profile(o: EvalOptions) -> "Profile":
     return resolve_profile(o.profile, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
                            answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, window=o.window,
                            temperature=o.temperature, top_p=o.top_p, seed=o.seed,
-                           **({"repeats": o.repeats} if hasattr(o, "repeats") else {}))
+                           **{k: getattr(o, k) for k in _LATER_FLAGS if hasattr(o, k)})
+
+
+# flags of the sweep's own options (repeats, scoring) that override the profile where EvalOptions has them;
+# each must default to None there so that an absent flag keeps the profile's value
+_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
 
 
 def sweep_config(o: EvalOptions, profile: "Profile") -> SweepConfig:
