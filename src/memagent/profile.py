@@ -1,6 +1,6 @@
 """Protocol profiles: one YAML file holds every setting that changes a score.
 
-A profile has five sections and one mapping (see `configs/profiles/memagent.yaml`, the project's
+A profile has a name, four sections and one mapping (see `configs/profiles/memagent.yaml`, the project's
 own profile, equal to `Profile()`):
 
     prompts:   memory_template, final_template, empty_memory, baseline_template,
