@@ -34,13 +34,16 @@ def ask(
     input: Optional[Path] = typer.Option(None, "--input", help="JSONL of many: {id, question, context | document}; runs as one batch."),
     output: Optional[Path] = typer.Option(None, "--output", help="With --input: where to write one JSON result a line (default stdout)."),
     backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
-    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="C: document tokens per memory call [default: 5000, or the model's memagent.json]."),
-    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="M: hard cap on the memory [default: 1024, or memagent.json]."),
-    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer [default: 1024, or memagent.json]."),
-    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question [default: 1024, or memagent.json]."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="C: document tokens per memory call (default: the profile's, 5000, or the model's memagent.json)."),
+    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="M: hard cap on the memory (default: the profile's, 1024, or memagent.json)."),
+    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer (default: the profile's, 1024, or memagent.json)."),
+    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question (default: the profile's, 1024, or memagent.json)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSONL record per model call."),
     errors: str = typer.Option("strict", "--errors", help="strict: invalid UTF-8 is an error; replace: substitute U+FFFD."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy (default: the profile's, 0)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (default: the profile's, 1.0)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: the profile's, none)."),
     batch_docs: int = typer.Option(16, "--batch-docs", help="Documents in flight at once."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL, e.g. http://localhost:8000/v1"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model name."),
@@ -56,7 +59,20 @@ def ask(
     options = dict(locals())
     from memagent.run import AskOptions, run_ask
 
-    run_ask(AskOptions(**options))
+    run_ask(AskOptions(**_split_backend_options(options)))
+
+
+_BACKEND_FLAGS = ("backend", "base_url", "tokenizer", "device", "dtype", "tensor_parallel", "max_concurrency",
+                  "request_timeout", "max_retries")
+
+
+def _split_backend_options(options: dict) -> dict:
+    """The command's options with its backend flags gathered into one BackendOptions (as `backend`)."""
+    from memagent.backends.options import BackendOptions
+
+    backend = {k: options.pop(k) for k in _BACKEND_FLAGS}
+    backend["name"] = backend.pop("backend")
+    return dict(options, backend=BackendOptions(**backend))
 
 
 @app.command("tiny-model")
@@ -179,6 +195,26 @@ def data_toy(
     typer.echo(f"wrote {n} samples to {out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
 
 
+profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("from-reference")
+def profile_from_reference_cmd(
+    path: Path = typer.Argument(..., help="Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent."),
+    out: Path = typer.Option(..., "--out", help="YAML profile to write."),
+    protocol: str = typer.Option("phrase", "--protocol", help="Final-answer protocol of the run: phrase (Table 1) | boxed."),
+    baseline_input_tokens: Optional[int] = typer.Option(None, "--baseline-input-tokens", help="Baselines' prompt limit (default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models)."),
+    yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
+) -> None:
+    """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
+    from memagent.profile import write_profile
+    from memagent.reference import profile_from_reference
+
+    written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
+    typer.echo(f"wrote the official {protocol} profile to {written}")
+
+
 @app.command()
 def flops(
     model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
@@ -205,27 +241,34 @@ def eval_(
     out: Path = typer.Option(..., "--out", help="Directory for results.jsonl, table.md and plots (a rerun resumes)."),
     methods: str = typer.Option("memagent,full-context,rag-bm25", "--methods", help="Any of memagent, full-context, rag-bm25."),
     backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
-    chunk_tokens: int = typer.Option(5000, "--chunk-tokens", help="MemAgent: document tokens per memory call."),
-    memory_tokens: int = typer.Option(1024, "--memory-tokens", help="MemAgent: memory cap."),
-    answer_tokens: int = typer.Option(1024, "--answer-tokens", help="Max new tokens of every answer."),
-    query_tokens: int = typer.Option(1024, "--query-tokens", help="Budget of the question."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML, e.g. from `memagent profile from-reference`); flags override it. Written to OUT/profile.yaml."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="MemAgent: document tokens per memory call (default: the profile's, 5000)."),
+    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="MemAgent: memory cap (default: the profile's, 1024)."),
+    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="MemAgent: max new tokens of the answer (baselines too unless the profile sets budgets.baseline_answer_tokens) (default: 1024)."),
+    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question (default: the profile's, 1024)."),
     batch_docs: int = typer.Option(16, "--batch-docs", help="Samples per batch (and per flush of results)."),
-    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window (default: the model's)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Baselines' context window (default: the profile's budgets.baseline_window, else the model's)."),
     passage_tokens: int = typer.Option(512, "--passage-tokens", help="rag-bm25 passage size."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many samples per data file."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy (default: the profile's, 0)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (default: the profile's, 1.0)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: the profile's, none)."),
     device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
-    dtype: str = typer.Option("auto", "--dtype", help="transformers backend: auto | float32 | bfloat16 | float16"),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers / vllm backend: auto | float32 | bfloat16 | float16"),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai backend: tokenizer (HF id or path)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: tokenizer (HF id or path)."),
+    max_concurrency: int = typer.Option(8, "--max-concurrency", help="openai backend: requests in flight at once."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="openai backend: seconds to wait for one reply."),
+    max_retries: int = typer.Option(4, "--max-retries", help="openai backend: retries on 5xx, 429, timeouts and refused connections."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vllm backend: tensor-parallel size (GPUs)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="One line per finished sample on stderr."),
-    repeats: int = typer.Option(1, "--repeats", help="Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± standard error."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="[default: the profile's, 1] Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± standard error."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run again the samples recorded as failed."),
     max_failures: Optional[int] = typer.Option(None, "--max-failures", help="Stop once this many samples have failed in this run."),
     rescore: bool = typer.Option(False, "--rescore", help="Recompute every score from the stored replies; no model is loaded."),
-    golds: str = typer.Option("all", "--golds", help="Score against all golds (best of) or the first gold only: all | first."),
-    empty_prediction: str = typer.Option("zero", "--empty-prediction", help="A prediction empty once normalised: zero (scores 0) | text (the official raw substring rule)."),
-    failed: str = typer.Option("wrong", "--failed", help="Failed samples in the means: wrong (count 0) | skip (left out)."),
+    golds: Optional[str] = typer.Option(None, "--golds", help="[default: the profile's, all] Score against all golds (best of) or the first gold only: all | first."),
+    empty_prediction: Optional[str] = typer.Option(None, "--empty-prediction", help="[default: the profile's, zero] A prediction empty once normalised: zero (scores 0) | text (the official raw substring rule)."),
+    failed: Optional[str] = typer.Option(None, "--failed", help="[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."),
 ) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
     options = dict(locals())
@@ -234,7 +277,7 @@ def eval_(
     options["data"] = [d.strip() for d in data.split(",") if d.strip()]
     options["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
     options["out"] = str(out)
-    typer.echo(run_eval(EvalOptions(**options)))
+    typer.echo(run_eval(EvalOptions(**_split_backend_options(options))))
 
 
 @app.command("train", context_settings={"help_option_names": ["-h", "--help"]})
@@ -242,12 +285,18 @@ def train_cmd(
     config: Path = typer.Argument(..., help="YAML file of TrainConfig fields (see memagent.rl.config)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
 ) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
-    from memagent.rl.config import load_config
+    from memagent.profile import load_profile, train_config_with_profile, write_profile
+    from memagent.rl.config import load_config, parse_overrides
     from memagent.rl.trainer import train
 
     cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else []))
+    explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
+    cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
     result = train(cfg)
     if result.checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
         typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")

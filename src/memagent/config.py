@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memagent.agent.answer import ANSWER_PROTOCOLS, THINK_MODES
 from memagent.agent.prompts import (
     FINAL_FIELDS,
     MEMORY_FIELDS,
@@ -36,12 +37,21 @@ class AgentConfig:
     top_p: float = 1.0
     seed: int | None = None
     max_batch_docs: int = 16  # documents in flight at once; their prompts share one backend batch
+    answer_protocol: str = "boxed"  # final answer: "boxed" (last \\boxed{}) or "phrase" (after the last "the answer is")
+    think: str = "strip"  # "strip": cut each reply up to its last </think> before the memory cap and the answer; "keep"
+    document_tokens: int | None = None  # cut longer documents in the middle to this many tokens (reference eval: 120000)
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "max_batch_docs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.document_tokens is not None and (not isinstance(self.document_tokens, int) or self.document_tokens <= 0):
+            raise ConfigError(f"document_tokens must be a positive integer or None, got {self.document_tokens!r}")
+        if self.answer_protocol not in ANSWER_PROTOCOLS:
+            raise ConfigError(f"answer_protocol must be one of {', '.join(ANSWER_PROTOCOLS)}; got {self.answer_protocol!r}")
+        if self.think not in THINK_MODES:
+            raise ConfigError(f"think must be one of {', '.join(THINK_MODES)}; got {self.think!r}")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
-from memagent.backends import load_backend
+from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
 from memagent.jsonl import iter_jsonl
+from memagent.profile import Profile, profile_from_dict, resolve_profile, write_profile
 
 
 @dataclass
@@ -22,23 +23,19 @@ class AskOptions:
     document: Optional[str] = None
     input: Optional[Path] = None
     output: Optional[Path] = None
-    backend: str = "transformers"
-    chunk_tokens: Optional[int] = None  # None: the model's memagent.json, else AgentConfig's default
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    profile: Optional[Path] = None  # a protocol profile (YAML); None: the built-in one
+    # None: the profile's value (the built-in profile, the model's memagent.json, then --profile)
+    chunk_tokens: Optional[int] = None
     memory_tokens: Optional[int] = None
     answer_tokens: Optional[int] = None
     query_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
     trace: Optional[Path] = None
     errors: str = "strict"
-    temperature: float = 0.0
     batch_docs: int = 16
-    base_url: Optional[str] = None
-    tokenizer: Optional[str] = None
-    device: str = "auto"
-    dtype: str = "auto"
-    tensor_parallel: int = 1
-    max_concurrency: int = 8
-    request_timeout: float = 600.0
-    max_retries: int = 4
     progress: bool = True
 
 
@@ -89,23 +86,21 @@ def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
     return path
 
 
-def backend_kwargs(o: AskOptions) -> dict[str, Any]:
-    """The options of the chosen backend; an option of another backend is an error, not ignored."""
-    if o.backend != "openai" and o.base_url is not None:
-        raise InputError(f"--base-url is for --backend openai, not {o.backend}")
-    if o.backend == "transformers":
-        if o.tokenizer is not None:
-            raise InputError("--tokenizer is for --backend openai or vllm; transformers uses the model's own")
-        return dict(device=o.device, dtype=o.dtype)
-    if o.backend == "openai":
-        return dict(base_url=o.base_url, tokenizer=o.tokenizer, max_concurrency=o.max_concurrency,
-                    timeout=o.request_timeout, max_retries=o.max_retries)
-    if o.backend == "vllm":
-        kw: dict[str, Any] = dict(tensor_parallel_size=o.tensor_parallel, dtype=o.dtype)
-        if o.tokenizer is not None:
-            kw["tokenizer"] = o.tokenizer  # vllm.LLM(tokenizer=...)
-        return kw
-    return {}
+def ask_profile(o: AskOptions) -> Profile:
+    """The settings `ask` runs with: built-in profile, the model's memagent.json, --profile, then flags."""
+    settings = model_agent_settings(o.model)
+    sections = dict(prompts=("memory_template", "final_template", "empty_memory"),
+                    budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
+    base = profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in sections.items()},
+                             source=str(Path(o.model) / AGENT_SETTINGS_FILE))
+    return resolve_profile(o.profile, base, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
+                           answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, temperature=o.temperature,
+                           top_p=o.top_p, seed=o.seed)
+
+
+def profile_path_for(output: Path) -> Path:
+    """Where the resolved profile of `ask --output X` goes: beside X, as X's stem + .profile.yaml."""
+    return output.with_name(output.stem + ".profile.yaml")
 
 
 def run_ask(o: AskOptions) -> None:
@@ -113,11 +108,8 @@ def run_ask(o: AskOptions) -> None:
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
         raise InputError("--input runs many questions; do not combine it with --question/--document")
-    settings = model_agent_settings(o.model)
-    for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"):
-        if getattr(o, name) is not None:
-            settings[name] = getattr(o, name)
-    config = AgentConfig(**settings, temperature=o.temperature, max_batch_docs=o.batch_docs)
+    profile = ask_profile(o)
+    config = profile.agent_config(max_batch_docs=o.batch_docs)
     if o.input is not None:
         items = list(read_jsonl_inputs(o.input))
         if not items:
@@ -127,13 +119,17 @@ def run_ask(o: AskOptions) -> None:
         if isinstance(doc, Path) and not doc.exists():
             raise InputError(f"document file not found: {doc}")
         items = [AgentInput(o.question, doc, "0")]
-    backend = load_backend(o.backend, o.model, **backend_kwargs(o))
+    backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
+                      yarn_factor=profile.budgets.yarn_factor).load(o.model)
     agent = MemoryAgent(backend, config, trace_path=o.trace, progress=o.progress, errors=o.errors)
     results = agent.run(items)
     if o.input is None:
         r = results[0]
-        print(r.answer if r.answer is not None else f"(no answer: the model wrote no \\boxed{{}}) {r.raw_answer.strip()}")
+        missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'
+        print(r.answer if r.answer is not None else f"(no answer: the model wrote no {missing}) {r.raw_answer.strip()}")
         return
+    if o.output:
+        write_profile(profile, profile_path_for(o.output))
     out = open(o.output, "w", encoding="utf-8") if o.output else sys.stdout
     try:
         for r in results:

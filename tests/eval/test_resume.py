@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from memagent.backends.base import BackendError, Generation
+from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError
@@ -186,7 +187,8 @@ def test_rescore_equals_the_first_scores_without_a_model(tokenizer, tmp_path):
     assert [(r["score"], r["scores"], r["prediction"]) for r in after] == \
            [(r["score"], r["scores"], r["prediction"]) for r in before]
     assert "| scripted | memagent | 100.00 ± 0.00 (n=3) |" in table
-    table = run_eval(dataclasses.replace(o, rescore=True, golds="first", base_url="http://me:secret@h:8000/v1?k=s"))
+    table = run_eval(dataclasses.replace(o, rescore=True, golds="first",
+                                         backend=BackendOptions(base_url="http://me:secret@h:8000/v1?k=s")))
     assert [r["score"] for r in _records(tmp_path / "out")] == [1.0, 0.0, 1.0]
     assert "| scripted | memagent | 66.67 ± 33.33 (n=3) |" in table
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -194,7 +196,7 @@ def test_rescore_equals_the_first_scores_without_a_model(tokenizer, tmp_path):
     assert summary["records"] == dict(planned=3, finished=3, failed=0, missing=0)
     assert set(summary["versions"]) == {"memagent", "torch", "transformers", "python"}
     assert summary["settings"]["options"]["golds"] == "first" and summary["settings"]["sweep"]["repeats"] == 1
-    assert summary["settings"]["options"]["base_url"] == "http://h:8000/v1" and "secret" not in json.dumps(summary)
+    assert summary["settings"]["options"]["backend"]["base_url"] == "http://h:8000/v1" and "secret" not in json.dumps(summary)
     assert summary["git_revision"] is None or re.fullmatch(r"[0-9a-f]{40}", summary["git_revision"])
     assert backend.calls == 6
 

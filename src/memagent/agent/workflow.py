@@ -9,6 +9,10 @@ the work is O(C + M); per document O(N).
 Departures from the reference code: the memory is held to at most M tokens whatever the backend
 returns (a longer reply is re-tokenised and cut, and the cut is recorded); documents are read as
 streams; every memory update records the token offset of its chunk (an evidence pointer).
+
+Reasoning models: with `AgentConfig.think == "strip"` each reply loses everything up to its last
+`</think>` before the memory cap and before answer extraction (as the reference evaluation does);
+the trace's `think_removed` field says for which calls it happened.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from memagent.agent.answer import extract_boxed
+from memagent.agent.answer import final_answer, strip_think
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks
 from memagent.agent.prompts import render
 from memagent.agent.trace import TraceWriter
@@ -60,11 +64,12 @@ class Conversation:
 class AgentResult:
     doc_id: str
     question: str
-    answer: str | None  # content of the last \boxed{}; None when the model wrote none
+    answer: str | None  # the final answer under config.answer_protocol; None when the model wrote none
     raw_answer: str
     memory: str  # the final memory
     num_chunks: int
     conversations: list[Conversation] = field(default_factory=list)  # memory updates, then final
+    think_removed: bool = False  # a think block was cut from the final reply before extraction
 
 
 @dataclass
@@ -199,7 +204,12 @@ class MemoryAgent:
         return results  # type: ignore[return-value]
 
     def _start(self, pos: int, item: AgentInput) -> _Doc:
-        chunks = iter_chunks(item.document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
+        document = item.document
+        if self.config.document_tokens is not None:
+            from memagent.eval.baselines import middle_truncate
+
+            document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
+        chunks = iter_chunks(document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
         first = next(chunks, None)
         if first is None:
             log.warning("document %s is empty: answering from an empty memory", item.doc_id)
@@ -220,8 +230,9 @@ class MemoryAgent:
         t0 = time.perf_counter()
         gens = self.backend.generate(prompts, self._params(cfg.memory_tokens))
         seconds = time.perf_counter() - t0
-        capped = cap_tokens_many([g.text.strip() for g in gens], tok, cfg.memory_tokens)
-        for d, prompt, gen, (memory, n_mem, truncated) in zip(docs, prompts, gens, capped):
+        replies = [strip_think(g.text) if cfg.think == "strip" else (g.text, False) for g in gens]
+        capped = cap_tokens_many([text.strip() for text, _ in replies], tok, cfg.memory_tokens)
+        for d, prompt, gen, (_, think_removed), (memory, n_mem, truncated) in zip(docs, prompts, gens, replies, capped):
             chunk = d.next_chunk
             if truncated:
                 log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
@@ -230,7 +241,7 @@ class MemoryAgent:
                 trace.write(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
                                  chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt,
                                  memory_tokens=n_mem, memory=memory, truncated=truncated,
-                                 seconds=round(seconds, 6), batch_size=len(docs)))
+                                 think_removed=think_removed, seconds=round(seconds, 6), batch_size=len(docs)))
             if self.keep_conversations:
                 d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                     gen.token_ids, gen.logprobs, memory, truncated))
@@ -246,19 +257,19 @@ class MemoryAgent:
         seconds = time.perf_counter() - t0
         out = []
         for d, prompt, gen in zip(docs, prompts, gens):
-            answer = extract_boxed(gen.text)
+            answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
             if trace:
                 trace.write(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
                                  memory_tokens=d.memory_tokens if d.memory_tokens is not None else
                                  len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
-                                 answer=answer, raw_answer=gen.text, seconds=round(seconds, 6),
+                                 answer=answer, raw_answer=gen.text, think_removed=think_removed, seconds=round(seconds, 6),
                                  batch_size=len(docs)))
             if self.keep_conversations:
                 d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
                                                     gen.token_ids, gen.logprobs, gen.text))
             out.append(AgentResult(d.item.doc_id, d.item.question, answer, gen.text, d.memory, d.step,
-                                   d.conversations))
+                                   d.conversations, think_removed))
         return out
 
 

@@ -24,16 +24,22 @@ def resolve_chat_template(tokenizer: Any, use_chat_template: bool | str) -> bool
     return bool(use_chat_template)
 
 
-def render_prompt(tokenizer: Any, prompt: str, use_chat_template: bool) -> str:
-    """The text the model reads for `prompt`: one user turn in the chat template, or `prompt` itself."""
+def render_prompt(tokenizer: Any, prompt: str, use_chat_template: bool,
+                  chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The text the model reads for `prompt`: one user turn in the chat template, or `prompt` itself.
+
+    chat_template_kwargs: extra variables for the template, e.g. {"enable_thinking": False} for Qwen3.
+    """
     if not use_chat_template:
         return prompt
     return tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True,
+        **(chat_template_kwargs or {}),
     )
 
 
-def encode_prompt(tokenizer: Any, prompt: str, use_chat_template: bool) -> list[int]:
+def encode_prompt(tokenizer: Any, prompt: str, use_chat_template: bool,
+                  chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
     """Token ids of the rendered prompt; the chat template carries its own special tokens."""  # [T_in]
-    text = render_prompt(tokenizer, prompt, use_chat_template)
+    text = render_prompt(tokenizer, prompt, use_chat_template, chat_template_kwargs)
     return tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]

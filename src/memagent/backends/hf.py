@@ -30,6 +30,16 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def yarn_rope(rope: dict[str, Any] | None, max_positions: int, factor: float) -> tuple[dict[str, Any], int]:
+    """RoPE parameters with YaRN scaling by `factor`, and the window they give (Qwen2.5's recipe:
+    rope type "yarn", the factor, the trained window as original_max_position_embeddings)."""
+    if not factor > 1:
+        raise BackendError(f"a YaRN factor must be > 1 (it multiplies the trained window), got {factor}")
+    params = {k: v for k, v in (rope or {}).items() if k != "type"}
+    params.update(rope_type="yarn", factor=float(factor), original_max_position_embeddings=int(max_positions))
+    return params, int(max_positions * factor)
+
+
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """bfloat16 on a GPU that supports it, float32 elsewhere (for "auto")."""
     if dtype != "auto":
@@ -48,6 +58,7 @@ class TransformersBackend:
 
     use_chat_template: "auto" (use it when the tokenizer has one), True, or False (raw text).
     want_logprobs: fill `Generation.logprobs` (one extra forward pass per batch).
+    chat_template_kwargs: extra variables for the chat template, e.g. {"enable_thinking": False}.
     """
 
     def __init__(
@@ -59,8 +70,10 @@ class TransformersBackend:
         max_batch_size: int = 64,
         want_logprobs: bool = False,
         max_window: int | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -82,14 +95,24 @@ class TransformersBackend:
 
     @classmethod
     def from_pretrained(
-        cls, name: str | Path, *, device: str = "auto", dtype: str = "auto", **kwargs: Any
+        cls, name: str | Path, *, device: str = "auto", dtype: str = "auto", yarn_factor: float | None = None,
+        **kwargs: Any,
     ) -> "TransformersBackend":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load `name`; `yarn_factor` extends the model's window by YaRN rope scaling (e.g. 4.0)."""
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         dev = pick_device(device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name))
-            model = AutoModelForCausalLM.from_pretrained(str(name), dtype=pick_dtype(dtype, dev))
+            extra: dict[str, Any] = {}
+            if yarn_factor is not None:
+                config = AutoConfig.from_pretrained(str(name))
+                rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+                params, window = yarn_rope(rope, config.max_position_embeddings, yarn_factor)
+                config.rope_parameters = params
+                config.max_position_embeddings = window
+                extra["config"] = config
+            model = AutoModelForCausalLM.from_pretrained(str(name), dtype=pick_dtype(dtype, dev), **extra)
         except (OSError, ValueError) as e:
             raise BackendError(
                 f"cannot load model {str(name)!r} with transformers: {e}\n"
@@ -104,7 +127,8 @@ class TransformersBackend:
         if not self.use_chat_template:
             return prompt
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True,
+            **self.chat_template_kwargs,
         )
 
     def encode(self, prompt: str) -> list[int]:

@@ -158,6 +158,8 @@ class OpenAIBackend:
         next to the tokenizer, else None.
     check_server: ask /models at construction, so a wrong URL or model fails before any work.
     extra_body: extra JSON fields for every generation request (e.g. {"top_k": 20}).
+    chat_template_kwargs: variables for the server's chat template (e.g. {"enable_thinking": False}),
+        sent as the request's `chat_template_kwargs` and used for local prompt lengths too.
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class OpenAIBackend:
         max_window: int | None = None,
         check_server: bool = True,
         extra_body: dict[str, Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise BackendError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -205,6 +208,10 @@ class OpenAIBackend:
         self.want_logprobs = want_logprobs
         self.request_token_ids = request_token_ids
         self.extra_body = dict(extra_body or {})
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if self.chat_template_kwargs and use_chat:
+            self.extra_body["chat_template_kwargs"] = {**self.extra_body.get("chat_template_kwargs", {}),
+                                                       **self.chat_template_kwargs}
         self._rng = random.Random(retry_seed)
         self._rng_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrency)
@@ -240,7 +247,7 @@ class OpenAIBackend:
     # -- prompts ---------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
         """The prompt's ids as the server renders it (chat template of the same tokenizer)."""
-        return encode_prompt(self.tokenizer, prompt, self.use_chat_template)
+        return encode_prompt(self.tokenizer, prompt, self.use_chat_template, self.chat_template_kwargs)
 
     def prompt_length(self, prompt: str) -> int:
         return len(self.encode(prompt))

@@ -56,6 +56,8 @@ class VLLMBackend:
     dtype / gpu_memory_utilization / max_model_len / **engine_kwargs: passed to `vllm.LLM`.
     use_chat_template: "auto" (when the tokenizer has one), True, or False (raw text).
     want_logprobs: fill `Generation.logprobs` (see the module docstring for their meaning).
+    chat_template_kwargs: extra variables for the chat template, e.g. {"enable_thinking": False}.
+    yarn_factor: extend the window by YaRN rope scaling (the model config's window x factor).
     """
 
     def __init__(
@@ -67,6 +69,8 @@ class VLLMBackend:
         max_model_len: int | None = None,  # None: the model config's
         use_chat_template: bool | str = "auto",
         want_logprobs: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        yarn_factor: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
         try:
@@ -76,6 +80,11 @@ class VLLMBackend:
         if tensor_parallel_size < 1:
             raise BackendError(f"tensor_parallel_size must be at least 1, got {tensor_parallel_size}")
         self._vllm = vllm
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if yarn_factor is not None:
+            overrides, window = yarn_overrides(model, yarn_factor)
+            engine_kwargs["hf_overrides"] = {**engine_kwargs.get("hf_overrides", {}), **overrides}
+            max_model_len = max_model_len or window
         try:
             self.llm = vllm.LLM(model=model, tensor_parallel_size=tensor_parallel_size, dtype=dtype,
                                 gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
@@ -92,7 +101,7 @@ class VLLMBackend:
         self.max_window = _engine_window(self.llm) or max_model_len
 
     def encode(self, prompt: str) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt, self.use_chat_template)
+        return encode_prompt(self.tokenizer, prompt, self.use_chat_template, self.chat_template_kwargs)
 
     def prompt_length(self, prompt: str) -> int:
         return len(self.encode(prompt))
@@ -115,6 +124,25 @@ class VLLMBackend:
         sampling = [self.sampling_params(params, i) for i in range(len(prompts))]
         outputs = self.llm.generate(inputs, sampling, use_tqdm=False)  # in input order
         return [generation_from_vllm(o, self.want_logprobs) for o in outputs]
+
+
+def yarn_overrides(model: str, factor: float) -> tuple[dict[str, Any], int]:
+    """vLLM `hf_overrides` that turn on YaRN by `factor` for `model`, and the window it gives.
+
+    Both spellings are set: `rope_scaling` (transformers 4) and `rope_parameters` (transformers 5).
+    """
+    from transformers import AutoConfig
+
+    from memagent.backends.hf import yarn_rope
+
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as e:
+        raise BackendError(f"cannot read the config of {model!r} to apply the YaRN factor: {e}") from None
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    params, window = yarn_rope(rope, config.max_position_embeddings, factor)
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    return {"rope_scaling": scaling, "rope_parameters": params}, window
 
 
 def _engine_window(llm: Any) -> int | None:

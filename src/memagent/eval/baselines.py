@@ -9,8 +9,11 @@
 
 Both stream the document through `memagent.agent.chunking.iter_chunks`, so a lazy
 multi-million-token sample is never held whole by full-context (rag-bm25 holds the passages,
-as any retriever's index does). Both ask for the answer in `\\boxed{}`, like MemAgent's final
-prompt; the prediction is the boxed content (no box: no answer), as in the reference evaluation.
+as any retriever's index does). The default prompt asks for the answer in `\\boxed{}`, like
+MemAgent's final prompt; a profile may set another (`prompts.baseline_template`), and the prediction
+follows the profile's answer protocol, as MemAgent's does. A profile also gives the baselines their
+own answer budget and window (`budgets.baseline_answer_tokens`, `budgets.baseline_window`): the
+reference evaluation lets them answer in up to 10K tokens over 120K of input.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from typing import Any
 from memagent.agent.chunking import DocumentSource, iter_chunks
 from memagent.errors import MemAgentError
 
-__all__ = ["BASELINE_TEMPLATE", "EvalError", "Prepared", "bm25_context", "context_budget", "middle_truncate",
-           "render_baseline"]
+__all__ = ["BASELINE_TEMPLATE", "EvalError", "Prepared", "bm25_context", "check_baseline_template", "context_budget",
+           "middle_truncate", "render_baseline"]
 
 BASELINE_TEMPLATE = """Read the text below and answer the question.
 
@@ -42,18 +45,27 @@ class EvalError(MemAgentError, ValueError):
     """The evaluation cannot run as asked (window too small, unknown method, bad data)."""
 
 
+def check_baseline_template(template: str) -> None:
+    """Raise EvalError unless `template` holds {context} exactly once and {question} at least once."""
+    found = _FIELDS.findall(template)
+    if found.count("context") != 1 or "question" not in found:
+        raise EvalError(f"the baseline template must contain {{context}} exactly once and {{question}} at least "
+                        f"once; it has {found.count('context')} and {found.count('question')}")
+
+
 def render_baseline(question: str, context: str, template: str = BASELINE_TEMPLATE) -> str:
     """Fill {question} and {context} in one pass (text inside the document is left alone)."""
     values = {"question": question, "context": context}
     return _FIELDS.sub(lambda m: values[m.group(1)], template)
 
 
-def context_budget(backend: Any, question: str, answer_tokens: int, window: int | None) -> int:
+def context_budget(backend: Any, question: str, answer_tokens: int, window: int | None,
+                   template: str = BASELINE_TEMPLATE) -> int:
     """Tokens left for the document once the template, question and answer are in the window."""
     window = window or backend.max_window
     if window is None:
         raise EvalError("the backend does not say its context window; give --window N")
-    budget = window - answer_tokens - backend.prompt_length(render_baseline(question, ""))
+    budget = window - answer_tokens - backend.prompt_length(render_baseline(question, "", template))
     if budget <= 0:
         raise EvalError(f"a window of {window} tokens leaves no room for the document after the "
                         f"prompt and {answer_tokens} answer tokens; raise --window or lower --answer-tokens")

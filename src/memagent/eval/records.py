@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from memagent.agent.answer import extract_boxed
+from memagent.agent.answer import final_answer
 from memagent.eval.baselines import EvalError
 from memagent.errors import MemAgentError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
@@ -154,7 +154,9 @@ def rescore_record(rec: dict, options: ScoreOptions) -> dict:
         rec["score"], rec["scores"] = failed_score(options), {}
     else:
         raw = rec.get("raw")
-        rec["prediction"] = extract_boxed(raw) if isinstance(raw, str) else None
+        # the answer protocol and think handling the record was made with (records before them: boxed, strip)
+        protocol, think = rec.get("answer_protocol", "boxed"), rec.get("think", "strip")
+        rec["prediction"] = final_answer(raw, protocol, think)[0] if isinstance(raw, str) else None
         rec["score"], rec["scores"] = score_sample(rec["metric"], rec["prediction"], rec["gold"], options)
     rec["scoring"] = dataclasses.asdict(options)
     return rec

@@ -66,10 +66,11 @@ def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fin
                   keys: Sequence[str], records: dict[str, dict]) -> Path:
     """Write `out_dir/summary.json` atomically; returns its path."""
     options = dict(options)
-    if isinstance(options.get("base_url"), str):
+    backend = options["backend"] = dict(options.get("backend") or {})  # the shared backend options
+    if isinstance(backend.get("base_url"), str):
         from memagent.backends.openai import public_url
 
-        options["base_url"] = public_url(options["base_url"])  # never a user:password@ in the file
+        backend["base_url"] = public_url(backend["base_url"])  # never a user:password@ in the file
     summary = dict(
         model=cfg.model_name,
         settings=dict(options=options, sweep=dataclasses.asdict(cfg), fingerprint=fingerprint),

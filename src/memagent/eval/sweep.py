@@ -27,17 +27,22 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from memagent.agent.answer import extract_boxed
+from memagent.agent.answer import final_answer
+from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
-from memagent.eval.baselines import EvalError, bm25_context, context_budget, middle_truncate, render_baseline
+from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context, context_budget, middle_truncate,
+                                     render_baseline)
 from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
                                    record_key, record_length, rescore_file, rescore_stale, sample_ids)
 from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
 from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
+
+if TYPE_CHECKING:
+    from memagent.profile import Profile
 
 __all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "plan", "run_eval", "run_sweep", "sweep_config"]
 
@@ -52,6 +57,8 @@ class SweepConfig:
     methods: Sequence[str] = METHODS
     agent: AgentConfig = field(default_factory=AgentConfig)  # MemAgent's budget; answer_tokens for all
     window: int | None = None  # the baselines' context window (default: the backend's)
+    baseline_answer_tokens: int | None = None  # the baselines' max new tokens (default: agent.answer_tokens)
+    baseline_template: str = BASELINE_TEMPLATE  # the baselines' prompt: {question} and {context}
     passage_tokens: int = 512  # rag-bm25 passage size
     limit: int | None = None  # at most this many samples of each data file
     repeats: int = 1  # runs of each sample, repeat r with seed agent.seed + r (base 0 when None)
@@ -90,7 +97,8 @@ def _base(cfg: SweepConfig, method: str, w: _Work, fp: str) -> dict:
         key=w.key, status="ok", model=cfg.model_name, method=method, data=w.data.name, data_path=w.data.path,
         data_sha256=w.data.sha256, fingerprint=fp, repeat=w.repeat, seed=_seed(cfg, w.repeat),
         task=w.sample["task"], sample_id=w.sample["id"], length=length, length_unit=unit,
-        metric=w.sample.get("metric", "sub_em"), scoring=dataclasses.asdict(cfg.scoring))
+        metric=w.sample.get("metric", "sub_em"), scoring=dataclasses.asdict(cfg.scoring),
+        answer_protocol=cfg.agent.answer_protocol, think=cfg.agent.think)
 
 
 def _record(cfg: SweepConfig, method: str, w: _Work, fp: str, prediction: str | None, raw: str,
@@ -148,18 +156,18 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Wo
 
     t0 = time.perf_counter()
     prepared, prompts = [], []
+    answer_tokens = cfg.baseline_answer_tokens or cfg.agent.answer_tokens
     for w in group:
         s = w.sample
-        budget = context_budget(backend, s["question"], cfg.agent.answer_tokens, cfg.window)
+        budget = context_budget(backend, s["question"], answer_tokens, cfg.window, cfg.baseline_template)
         doc = sample_document(s, docs)
         if method == "full-context":
             p = middle_truncate(doc, backend.tokenizer, budget)
         else:
             p = bm25_context(s["question"], doc, backend.tokenizer, budget, cfg.passage_tokens)
         prepared.append(p)
-        prompts.append(render_baseline(s["question"], p.context))
-    params = SamplingParams(cfg.agent.answer_tokens, cfg.agent.temperature, cfg.agent.top_p,
-                            _seed(cfg, group[0].repeat))
+        prompts.append(render_baseline(s["question"], p.context, cfg.baseline_template))
+    params = SamplingParams(answer_tokens, cfg.agent.temperature, cfg.agent.top_p, _seed(cfg, group[0].repeat))
     gens = backend.generate(prompts, params)
     seconds = (time.perf_counter() - t0) / len(group)
     out = []
@@ -167,7 +175,8 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Wo
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else backend.prompt_length(prompt)
         tokens = dict(prompt=n_prompt, generated=len(gen.token_ids), calls=1, document=p.document_tokens,
                       kept=p.kept_tokens)
-        out.append(_record(cfg, method, w, fp, extract_boxed(gen.text), gen.text, tokens, seconds, len(group), p.note))
+        answer, _ = final_answer(gen.text, cfg.agent.answer_protocol, cfg.agent.think)
+        out.append(_record(cfg, method, w, fp, answer, gen.text, tokens, seconds, len(group), p.note))
     return out
 
 
@@ -275,7 +284,8 @@ def _check_windows(backend: Any, cfg: SweepConfig) -> None:
     if "memagent" in cfg.methods:
         MemoryAgent(backend, cfg.agent).check_budget([])  # with no questions: the window check only
     if any(m != "memagent" for m in cfg.methods):
-        context_budget(backend, "", cfg.agent.answer_tokens, cfg.window)
+        context_budget(backend, "", cfg.baseline_answer_tokens or cfg.agent.answer_tokens, cfg.window,
+                       cfg.baseline_template)
 
 
 def _progress_line(rec: dict) -> str:
@@ -296,65 +306,84 @@ def _bar(progress: bool) -> Callable[[str], None] | None:
 
 @dataclass
 class EvalOptions:
-    """What `memagent eval` was asked (one field per command-line option)."""
+    """What `memagent eval` was asked (one field per command-line option; backend options shared with ask)."""
 
     model: str
     data: list[str]
     out: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
-    backend: str = "transformers"
-    chunk_tokens: int = 5000
-    memory_tokens: int = 1024
-    answer_tokens: int = 1024
-    query_tokens: int = 1024
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    profile: str | None = None  # a protocol profile (YAML); None: the built-in one
+    # None: the profile's value
+    chunk_tokens: int | None = None
+    memory_tokens: int | None = None
+    answer_tokens: int | None = None
+    query_tokens: int | None = None
+    window: int | None = None  # the baselines' window (profile: budgets.baseline_window)
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
     batch_docs: int = 16
-    window: int | None = None
     passage_tokens: int = 512
     limit: int | None = None
-    temperature: float = 0.0
-    device: str = "auto"
-    dtype: str = "auto"
-    base_url: str | None = None
-    tokenizer: str | None = None
     progress: bool = True
-    repeats: int = 1
+    repeats: int | None = None  # None: the profile's sampling.repeats
     retry_failed: bool = False
     max_failures: int | None = None
     rescore: bool = False
-    golds: str = "all"
-    empty_prediction: str = "zero"
-    failed: str = "wrong"
+    golds: str | None = None  # None: the profile's scoring options
+    empty_prediction: str | None = None
+    failed: str | None = None
 
 
-def sweep_config(o: EvalOptions) -> SweepConfig:
-    """The sweep settings `memagent eval` runs with (the settings fingerprint is computed from them)."""
+def eval_profile(o: EvalOptions) -> "Profile":
+    """The settings `eval` runs with: the built-in profile, then --profile, then the flags."""
+    from memagent.profile import resolve_profile
+
+    return resolve_profile(o.profile, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
+                           answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, window=o.window,
+                           temperature=o.temperature, top_p=o.top_p, seed=o.seed,
+                           **{k: getattr(o, k) for k in _LATER_FLAGS})
+
+
+# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None in EvalOptions: the profile's
+_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
+
+
+def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:
+    """The sweep settings `memagent eval` runs with, from the options and the resolved profile (the settings
+    fingerprint is computed from them)."""
+    profile = profile if profile is not None else eval_profile(o)
+    b = profile.budgets
     return SweepConfig(
-        model_name=o.model, methods=o.methods, window=o.window, passage_tokens=o.passage_tokens, limit=o.limit,
-        agent=AgentConfig(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
-                          query_tokens=o.query_tokens, temperature=o.temperature, max_batch_docs=o.batch_docs),
-        repeats=o.repeats, scoring=ScoreOptions(golds=o.golds, empty=o.empty_prediction, failed=o.failed),
-        backend_settings=dict(backend=o.backend, dtype=o.dtype, tokenizer=o.tokenizer))
+        model_name=o.model, methods=o.methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
+        limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
+        baseline_template=profile.prompts.baseline_template,
+        agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
+        scoring=profile.scoring,
+        backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
+                              chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
 
 
 def run_eval(o: EvalOptions) -> str:
-    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write table.md, plots and
-    summary.json, holding the output folder's lock throughout; returns the table."""
-    from memagent.backends import load_backend
+    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write profile.yaml, table.md,
+    plots and summary.json, holding the output folder's lock throughout; returns the table."""
+    from dataclasses import replace
 
-    cfg = sweep_config(o)
+    from memagent.profile import write_profile
+
+    profile = eval_profile(o)
+    cfg = sweep_config(o, profile)
     if o.max_failures is not None and o.max_failures < 1:
         raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
-    kwargs: dict[str, Any] = {}
-    if o.backend == "transformers":
-        kwargs = dict(device=o.device, dtype=o.dtype)
-    elif o.backend == "openai":
-        kwargs = dict(base_url=o.base_url, tokenizer=o.tokenizer)
     out = Path(o.out)
     with run_lock(out, "eval"):
         datas, keys = plan(cfg, o.data)
+        write_profile(profile, out / "profile.yaml")
         if o.rescore:
             return _rescore_run(o, cfg, datas, keys)
-        backend = load_backend(o.backend, o.model, **kwargs)
+        backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
+                          yarn_factor=profile.budgets.yarn_factor).load(o.model)
         try:
             _sweep(backend, datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
         except EvalError:
