@@ -19,21 +19,31 @@ parameters (as verl's actor does); `sample-mean` aggregation is an option of our
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from memagent.config import ConfigError
+from memagent.errors import MemAgentError
 from memagent.jsonl import iter_jsonl
-from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
+from memagent.lock import run_lock
+from memagent.rl.checkpoint import (
+    TrainOutputError,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from memagent.rl.config import TrainConfig, config_to_dict, save_config
 from memagent.rl.distributed import (
     DistInfo,
@@ -164,11 +174,12 @@ class Trainer:
         return {"sft_loss": out["loss"], "sft_token_accuracy": out["token_accuracy"]}
 
     def _resume_point(self) -> Path | None:
+        """The checkpoint to resume from: the newest whole one (damaged newer ones are skipped with a warning)."""
         latest = latest_checkpoint(self.ckpt_root)
         if self.cfg.resume:
             if latest is None:
                 log.warning("resume=true but %s holds no checkpoint: starting from step 0", self.ckpt_root)
-            return latest
+            return resume_checkpoint(self.ckpt_root)
         if latest is not None:
             raise ConfigError(f"{self.out} already holds checkpoints (latest {latest.name}); pass resume=true "
                               "to continue that run, or choose another out_dir")
@@ -340,7 +351,27 @@ def train(
         dataset = read_jsonl(config.data)
     samples = load_samples(dataset)
     reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)
-    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
+    with out_dir_lock(config.out_dir, init_distributed(config.device)):
+        return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
+
+
+@contextlib.contextmanager
+def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
+    """Hold `memagent.lock.run_lock(out_dir)` on rank 0 for the block, so a second run on the same out_dir
+    refuses; under torchrun every rank learns rank 0's outcome, and all refuse together."""
+    with contextlib.ExitStack() as stack:
+        refusal = None
+        if info.is_main:
+            try:
+                stack.enter_context(run_lock(out_dir, "training run"))
+            except OSError as e:
+                refusal = TrainOutputError(f"cannot create or lock out_dir {out_dir}: {e}; choose a folder you can write")
+            except MemAgentError as e:
+                refusal = e
+        agreed = all_gather_objects(None if refusal is None else str(refusal), info)[0]
+        if agreed is not None:
+            raise refusal if refusal is not None else TrainOutputError(agreed)
+        yield
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -351,4 +382,4 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [record for _, record in iter_jsonl(p, ConfigError)]
 
 
-__all__ = ["TrainResult", "Trainer", "assign_rank", "load_policy", "read_jsonl", "train"]
+__all__ = ["TrainResult", "Trainer", "assign_rank", "load_policy", "out_dir_lock", "read_jsonl", "train"]
