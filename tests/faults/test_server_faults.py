@@ -172,6 +172,7 @@ def test_malformed_model_listing_is_a_clear_error(openai_server, tiny_model_dir,
     assert f"{openai_server.url}/models" in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_ask_against_a_trickling_server_is_one_error_line(openai_server, tiny_model_dir, tmp_path):
     """`memagent ask --request-timeout 2 --max-retries 0` ends in about 2 s with `error: ...`, exit 2."""
     doc = tmp_path / "doc.txt"
