@@ -57,8 +57,9 @@ def generate_in_thread(backend, limit: float):
 
 def test_trickling_server_is_cut_at_the_whole_request_deadline(openai_server, tiny_model_dir):
     """One byte every 0.5 s: every single read is quick, so a per-read timeout never fires."""
-    openai_server.trickle_next(1, 0.5)
     b = make(openai_server, tiny_model_dir, timeout=2.0, max_retries=0)
+    assert b.generate(["hello"], SamplingParams(4))[0].token_ids  # a keep-alive connection, reused below
+    openai_server.trickle_next(1, 0.5)
     err, seconds = generate_in_thread(b, limit=6.0)
     assert isinstance(err, BackendError), err
     assert "no reply from" in str(err) and "within 2 s, 1 tries" in str(err)

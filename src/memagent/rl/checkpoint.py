@@ -87,14 +87,18 @@ def _safetensors_problem(path: Path) -> str | None:
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return f"{path.name} is not a safetensors file"
     if 8 + n + end != size:
-        return f"{path.name} is {size} bytes where its header says {8 + n + end} (truncated)"
+        cut = " (truncated)" if size < 8 + n + end else ""
+        return f"{path.name} is {size} bytes where its header says {8 + n + end}{cut}"
     return None
 
 
 def checkpoint_problem(ckpt: Path) -> str | None:
     """Why checkpoint `ckpt` cannot be resumed from (a file missing, truncated or not parseable), or None."""
     try:
-        state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        try:
+            state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return "trainer_state.json is not valid JSON"
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):
             return "trainer_state.json has no integer step"
         needed = ["model/config.json", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
