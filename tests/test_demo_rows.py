@@ -30,3 +30,17 @@ def test_value_copy_rows_ask_for_the_value_after_the_written_key():
             assert words[at + 1] == written and value == words[at + 2]
             kinds["copy"] += 1
     assert min(kinds.values()) > 200, kinds
+
+
+def test_rl_questions_default_is_the_training_length_and_rl_chunks_mixes_equal_shares():
+    from collections import Counter
+
+    from memagent.demo.pipeline import DemoConfig, rl_questions
+    from memagent.tasks.toy import make_samples
+
+    cfg = DemoConfig(seed=3, rl_steps=5, rl_batch=4)  # 20 questions
+    assert rl_questions(cfg) == make_samples(cfg.spec, 4, 20, 3, prefix="train")
+    mixed = rl_questions(DemoConfig(seed=3, rl_steps=5, rl_batch=4, rl_chunks=(2, 4, 8)))
+    assert Counter(s["id"].split("-")[1] for s in mixed) == {"2": 7, "4": 7, "8": 6}
+    assert [len(s["context"].split()) for s in mixed if s["id"].startswith("train-8-")][0] == 8 * 9
+    assert mixed == rl_questions(DemoConfig(seed=3, rl_steps=5, rl_batch=4, rl_chunks=(2, 4, 8)))  # seeded

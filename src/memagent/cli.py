@@ -76,16 +76,17 @@ data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and tra
 app.add_typer(data_app, name="data")
 
 
-def _int_list(text: Optional[str], option: str) -> list[int]:
-    """Parse "50,100,200" (underscores allowed: 1_000)."""
+def _int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
+    """Parse "50,100,200" (underscores allowed: 1_000); every value at least `minimum`."""
     if not text:
         return []
     try:
         values = [int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
-    if not values or any(v <= 0 for v in values):
-        raise typer.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    if not values or any(v < minimum for v in values):
+        kind = "positive integers" if minimum == 1 else f"integers >= {minimum}"
+        raise typer.BadParameter(f"expected {kind}, got {text!r}", param_hint=option)
     return values
 
 
@@ -226,9 +227,20 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="The reduced version (CI): fewer lengths, documents and steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of data, initialisation and sampling."),
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Directory for results.json, accuracy.png and model/."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every seed of this list (e.g. 100,101,102,103,104, "
+                                        "the evaluation seeds) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min)."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
 ) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
+    if seeds is not None:
+        from memagent.demo.seeds import run_seeds
+
+        summary = run_seeds(_int_list(seeds, "--seeds", minimum=0), out, quick=quick, jobs=jobs, log=lambda m: typer.echo(m, err=True))
+        from memagent.demo.seeds import markdown
+
+        typer.echo(markdown(summary))
+        return
     from memagent.demo.pipeline import DemoConfig, run_demo
 
     run_demo(DemoConfig.for_run(quick, seed, str(out)))

@@ -263,25 +263,20 @@ class MemoryAgent:
 
 
 class _Progress:
-    """A rich progress bar on stderr: documents finished and chunks read."""
+    """Documents finished and chunks read, on stderr (a bar on a terminal, a plain line every 5% in a log)."""
 
     def __init__(self, n_docs: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from memagent.progress import StepProgress
 
-        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("chunks read: {task.fields[chunks]}"), TimeElapsedColumn(),
-                           console=Console(stderr=True), transient=False)
-        self._t = self._p.add_task("documents", total=n_docs, chunks=0)
+        self._p = StepProgress("read", n_docs, unit="documents")
         self._n = 0
-        self._p.start()
 
     def chunks(self, n: int) -> None:
         self._n += n
-        self._p.update(self._t, chunks=self._n)
+        self._p.update(0, f"chunks read {self._n}")
 
     def docs(self, n: int) -> None:
-        self._p.advance(self._t, n)
+        self._p.update(n)
 
     def close(self) -> None:
-        self._p.stop()
+        self._p.close()

@@ -51,6 +51,7 @@ class DemoConfig:
     warmup_lr: float = 3e-3
     warmup_schedule: str = "constant"  # optim.schedule of the warm-up: constant or cosine (to 0)
     rl_steps: int = 200  # with 10 keys the reward plateaus (~0.99) by step ~125
+    rl_chunks: tuple[int, ...] = ()  # lengths (chunks) of the RL questions, in equal shares; () = train_chunks only
     rl_batch: int = 16  # questions per rollout batch
     rl_group: int = 8
     rl_lr: float = 1e-3  # with 50 keys, seed 1 at 16x: 73% (5e-4 for 200 steps: 45%); 2e-3 collapsed
@@ -60,6 +61,7 @@ class DemoConfig:
     rl_dynamic_sampling: bool = False  # DAPO: train only on groups whose rewards differ
     rl_sampling_rounds: int = 1  # rounds of rl_batch questions sampled to fill the batch
     fc_rows: int = 16_000
+    fc_lr: float | None = None  # lr of the full-context baseline (None: warmup_lr)
     fc_batch: int = 32  # more, smaller steps, as for the warm-up
     p_keep: float = 0.5
     final_share: float = 0.2  # share of answer demonstrations among the warm-up rows
@@ -151,6 +153,19 @@ def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> li
     return encode_rows(tokenizer, pairs)
 
 
+def rl_questions(cfg: DemoConfig) -> list[dict[str, Any]]:
+    """The Multi-Conv DAPO questions: `rl_steps * rl_batch` toy samples of `train_chunks` chunks, or, with
+    `rl_chunks`, equal shares of each of those lengths in a seeded order."""
+    n = cfg.rl_steps * cfg.rl_batch
+    if not cfg.rl_chunks:
+        return make_samples(cfg.spec, cfg.train_chunks, n, cfg.seed, prefix="train")
+    k = len(cfg.rl_chunks)
+    questions = [s for i, chunks in enumerate(cfg.rl_chunks)
+                 for s in make_samples(cfg.spec, chunks, n // k + (i < n % k), cfg.seed, prefix="train")]
+    random.Random(cfg.seed).shuffle(questions)
+    return questions
+
+
 # -- evaluation ------------------------------------------------------------------------------------
 def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
     """The transformers backend over a demo model: plain prompts (the toy tokenizer has no chat template)."""
@@ -209,7 +224,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     t = time.perf_counter()
     warm = warmup_rows(cfg, tokenizer, rng)
     fc = full_context_rows(cfg, tokenizer, rng)
-    rl_data = make_samples(spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train")
+    rl_data = rl_questions(cfg)
     evals = {m: make_samples(spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
              for m in cfg.multiples}
     copy_rows = None
@@ -250,7 +265,7 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
                                 heads=cfg.heads, seed=cfg.seed + 1)
     train_sft(SFTConfig(out_dir=str(out / "full-context"), seed=cfg.seed, batch_size=cfg.fc_batch,
                         micro_batch_size=cfg.fc_batch, save=False,
-                        device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0)),
+                        device="cpu", optim=OptimConfig(lr=cfg.fc_lr or cfg.warmup_lr, warmup_steps=20, weight_decay=0.0)),
               fc, fc_model, tokenizer)
     seconds["full_context"] = time.perf_counter() - t
     log(f"full-context baseline: {seconds['full_context']:.0f} s")
@@ -285,12 +300,15 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
 
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
     seconds["total"] = sum(seconds.values())
+    import resource
+
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     for mult, kinds in failures.items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
         f"{k} {100 * v:.0f}%" for k, v in by_key[str(cfg.multiples[-1])].items()))
     results = {"accuracy": acc, "update_errors": errors, "failures": failures, "by_key": by_key, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
-               "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
+               "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
                "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     from memagent.demo.report import markdown_table, plot_accuracy, print_table

@@ -171,27 +171,20 @@ def kept_records(path: Path, resume_step: int) -> tuple[list[str], bool]:
 
 
 class Progress:
-    """A rich progress bar over steps showing the latest reward/loss; a no-op when disabled."""
+    """Training progress over steps showing the latest reward/loss (`memagent.progress.StepProgress`: a bar on a
+    terminal, a plain line every 5% in a log); a no-op when disabled."""
 
     def __init__(self, total: int, done: int, enabled: bool, what: str = "train") -> None:
-        self._p = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from memagent.progress import StepProgress
 
-        self._p = RichProgress(TextColumn(f"{what} step"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                               console=Console(stderr=True))
-        self._t = self._p.add_task(what, total=total, completed=done, info="")
-        self._p.start()
+        self._p = StepProgress(what, total, done) if enabled else None
 
     def advance(self, rec: dict[str, Any]) -> None:
         if self._p is None:
             return
         shown = [f"{k} {rec[k]:.3g}" for k in ("reward", "loss", "kl") if isinstance(rec.get(k), (int, float))]
-        self._p.update(self._t, advance=1, info=" ".join(shown))
+        self._p.update(1, " ".join(shown))
 
     def close(self) -> None:
         if self._p is not None:
-            self._p.stop()
+            self._p.close()
