@@ -3,8 +3,8 @@
 One request per prompt (chat completions, or plain completions with `use_chat=False`), at most
 `max_concurrency` in flight, results in input order. Every try of a request has a deadline that
 bounds all of it (connect, send, every byte of the reply; memagent.backends.deadline), not each
-read; 5xx, 429, timeouts and connection errors are retried up to `max_retries` times with exponential back-off
-and jitter (a 429's Retry-After is honoured); other 4xx fail at once. After the last try the
+read; 5xx, 429, timeouts and connection errors are retried up to `max_retries` times with
+exponential back-off and jitter (a 429's Retry-After is honoured); other 4xx fail at once. After the last try the
 error says what happened (status, URL without credentials, number of tries) and what to do.
 The API key is read from the environment and never printed. Every reply is type-checked
 (memagent.backends.openai_reply): a malformed one is a BackendError naming the field and the server.
@@ -25,6 +25,7 @@ returns those of the raw model, before temperature); the trainer recomputes its 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -32,8 +33,6 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit, urlunsplit
-
-import math
 
 import httpx
 
@@ -43,6 +42,7 @@ from memagent.backends.deadline import DeadlineTransport, deadline
 from memagent.backends.openai_reply import parse_choice, prompt_tokens, served_models
 
 log = logging.getLogger(__name__)
+
 
 def public_url(url: str) -> str:
     """`url` without user:password@ and without a query string, safe to print."""
