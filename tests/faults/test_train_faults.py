@@ -133,6 +133,24 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(tok, stopped, 
     assert (tmp_path / "old_metrics").read_bytes() == before  # replaced by rename, never rewritten in place
 
 
+def test_ctrl_c_after_a_step_before_its_checkpoint(tok, full, tmp_path):
+    """Interrupted after step 3's metrics line, before its checkpoint: the resume drops that line by rename."""
+    out = tmp_path / "run"
+
+    def interrupt(step, metrics):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tok, out, extra=["save_every=2"], callback=interrupt)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+    os.link(out / "metrics.jsonl", tmp_path / "old_metrics")
+    res = resume_and_compare(tok, out, full)
+    assert [r["step"] for r in res.metrics] == [3, 4]
+    assert (tmp_path / "old_metrics").read_text().splitlines() == lines  # the old file was not truncated
+
+
 def test_every_checkpoint_damaged_is_a_clear_error(tok, stopped, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(stopped, out)
