@@ -99,7 +99,8 @@ def assign_rank(position: int, mini_batch_size: int, world_size: int) -> int:
 
 
 class Trainer:
-    """One training run; `train()` below is the usual entry point."""
+    """One training run; `train()` below is the usual entry point. It holds its out_dir's lock
+    (`out_dir_lock`) from construction to the end of `run()`, so a second run there refuses."""
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn,
                  model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
@@ -110,6 +111,17 @@ class Trainer:
         if config.update.mini_batch_size % self.info.world_size:
             raise ConfigError(f"update.mini_batch_size ({config.update.mini_batch_size}) must be a multiple of "
                               f"the number of processes ({self.info.world_size}) so each holds whole groups")
+        self._held = contextlib.ExitStack()  # the out_dir lock: released by run(), or here when setup fails
+        self._held.enter_context(out_dir_lock(config.out_dir, self.info))
+        try:
+            self._setup(model, tokenizer)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _setup(self, model: Any, tokenizer: Any) -> None:
+        """Policy (resumed when asked), reference model, optimiser, data order, rollout engine, run files."""
+        config, samples = self.cfg, self.samples
         self.out = Path(config.out_dir)
         self.ckpt_root = self.out / "checkpoints"
         plain, self.tokenizer = load_policy(config, model, tokenizer, self.info.device)
@@ -316,6 +328,7 @@ class Trainer:
         finally:
             progress.close()
             self.metrics.close()
+            self._held.close()
         return result
 
 
@@ -351,8 +364,7 @@ def train(
         dataset = read_jsonl(config.data)
     samples = load_samples(dataset)
     reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)
-    with out_dir_lock(config.out_dir, init_distributed(config.device)):
-        return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
+    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
 
 
 @contextlib.contextmanager
