@@ -36,14 +36,7 @@ from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 from memagent.jsonl import iter_jsonl
 from memagent.lock import run_lock
-from memagent.rl.checkpoint import (
-    TrainOutputError,
-    latest_checkpoint,
-    load_checkpoint,
-    load_model_weights,
-    resume_checkpoint,
-    save_checkpoint,
-)
+from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
 from memagent.rl.config import TrainConfig, config_to_dict, save_config
 from memagent.rl.distributed import (
     DistInfo,
@@ -54,6 +47,7 @@ from memagent.rl.distributed import (
     unwrap,
     wrap_model,
 )
+from memagent.rl.checkpoint import TrainOutputError, resume_checkpoint
 from memagent.rl.forward import rows_logprobs
 from memagent.rl.loop import DataStream, MetricsLog, Progress, make_optimizer, step_seed
 from memagent.rl.rollout import QASample, RewardFn, RolloutBatch, dynamic_sampling_filter, generate_rollouts, get_reward, load_samples
