@@ -5,8 +5,13 @@ POST /v1/chat/completions (the backend applies the chat template) and /v1/comple
 It speaks the vLLM extensions the client may ask for (`return_token_ids`,
 `return_tokens_as_token_ids`) and records what it saw (attempts per path, the most requests in
 flight at once, the Authorization headers). Faults are injected in order, one per request:
-`fail_next(n, status)` answers the next n requests with that status, `slow_next(n, seconds)` sleeps
-before answering (longer than a client's timeout, it is a timeout). `latency` delays every request.
+`fail_next(n, status, retry_after)` answers the next n requests with that status (and Retry-After
+header), `slow_next(n, seconds)` sleeps before answering (longer than a client's timeout, it is a
+timeout), `hang_next(n)` never answers (until the server stops), `trickle_next(n, interval)` sends
+the whole reply one byte per interval, `close_next(n, keep)` sends the headers and the first `keep`
+bytes of the body then closes the connection, `raw_next(n, body, status)` answers with that body as
+is (malformed JSON, an HTML page), and `corrupt_next(n, edit)` answers with `edit(reply)` (a
+JSON-able value: wrong field types). `latency` delays every request.
 """
 from __future__ import annotations
 
@@ -14,11 +19,23 @@ import json
 import threading
 import time
 from collections import Counter, deque
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 from memagent.backends.base import SamplingParams
 from memagent.backends.hf import TransformersBackend
+
+
+@dataclass
+class Reply:
+    """What the handler sends: a status, a body, extra headers, and how ("normal", "trickle", "close")."""
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    mode: str = "normal"
+    arg: float = 0.0
+    content_type: str = "application/json"
 
 
 class FakeOpenAIServer:
@@ -36,7 +53,7 @@ class FakeOpenAIServer:
         self.auth_headers: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self._faults: deque[tuple[str, float]] = deque()
+        self._faults: deque[tuple[str, Any]] = deque()
         self._lock = threading.Lock()  # guards the counters and the fault queue
         self._model_lock = threading.Lock()  # one generation at a time
         self._stop = threading.Event()
@@ -60,27 +77,69 @@ class FakeOpenAIServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def fail_next(self, n: int, status: int = 500) -> None:
+    def _add(self, n: int, fault: tuple[str, Any]) -> None:
         with self._lock:
-            self._faults.extend([("status", float(status))] * n)
+            self._faults.extend([fault] * n)
+
+    def fail_next(self, n: int, status: int = 500, retry_after: float | None = None) -> None:
+        self._add(n, ("status", (status, retry_after)))
 
     def slow_next(self, n: int, seconds: float) -> None:
-        with self._lock:
-            self._faults.extend([("sleep", seconds)] * n)
+        self._add(n, ("sleep", seconds))
+
+    def hang_next(self, n: int) -> None:
+        self._add(n, ("sleep", 1e9))
+
+    def trickle_next(self, n: int, interval: float) -> None:
+        self._add(n, ("trickle", interval))
+
+    def close_next(self, n: int, keep: int = 10) -> None:
+        self._add(n, ("close", keep))
+
+    def raw_next(self, n: int, body: bytes, status: int = 200, content_type: str = "application/json") -> None:
+        self._add(n, ("raw", (status, body, content_type)))
+
+    def corrupt_next(self, n: int, edit: Callable[[dict[str, Any]], Any]) -> None:
+        self._add(n, ("edit", edit))
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True when the server is stopping (handlers give up then)."""
+        return self._stop.wait(seconds)
 
     # -- request handling (called from handler threads) ------------------------------------
-    def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> Reply:
+        status, payload, fault = self._answer(method, path, headers, body)
+        if fault is None:
+            return Reply(status, json.dumps(payload).encode())
+        kind, arg = fault
+        if kind == "status":
+            code, retry_after = arg
+            extra = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+            return Reply(code, json.dumps(_error(f"injected fault {code}", "server_error")).encode(), extra)
+        if kind == "raw":
+            return Reply(arg[0], arg[1], content_type=arg[2])
+        if kind == "edit":
+            return Reply(status, json.dumps(arg(payload)).encode())
+        data = json.dumps(payload).encode()
+        return Reply(status, data, mode=kind, arg=float(arg)) if kind in ("trickle", "close") else Reply(status, data)
+
+    def _answer(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, Any]:
+        """(status, payload, the fault injected into this request or None)."""
+        with self._lock:
+            fault = self._faults.popleft() if self._faults else None
+        return (*self._route(method, path, headers, body, fault), fault)
+
+    def _route(self, method: str, path: str, headers: Any, body: bytes, fault: Any) -> tuple[int, Any]:
         with self._lock:
             self.attempts[path] += 1
             self.auth_headers.append(headers.get("Authorization"))
-            fault = self._faults.popleft() if self._faults else None
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.latency:
                 self._stop.wait(self.latency)
             if fault and fault[0] == "status":
-                return int(fault[1]), _error(f"injected fault {int(fault[1])}", "server_error")
+                return int(fault[1][0]), {}  # the body is made by handle()
             if fault and fault[0] == "sleep":
                 self._stop.wait(fault[1])
             if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
@@ -153,14 +212,26 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        status, payload = self.server.app.handle(method, self.path, self.headers, body)  # type: ignore[attr-defined]
-        data = json.dumps(payload).encode()
+        app = self.server.app  # type: ignore[attr-defined]
+        reply = app.handle(method, self.path, self.headers, body)
+        head = [f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}",
+                f"Content-Type: {reply.content_type}", f"Content-Length: {len(reply.body)}",
+                *(f"{k}: {v}" for k, v in reply.headers.items())]
+        data = ("\r\n".join(head) + "\r\n\r\n").encode() + reply.body
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            if reply.mode == "trickle":  # one byte at a time, every one well within a read timeout
+                for i in range(len(data)):
+                    if app.wait(reply.arg):
+                        break
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                self.close_connection = True
+            elif reply.mode == "close":  # the headers and part of the body, then the connection drops
+                self.wfile.write(data[:len(data) - len(reply.body) + int(reply.arg)])
+                self.wfile.flush()
+                self.close_connection = True
+            else:
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
             self.close_connection = True
 

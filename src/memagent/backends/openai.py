@@ -1,11 +1,13 @@
 """The `openai` backend: any OpenAI-compatible HTTP server (vLLM, SGLang, llama.cpp's server).
 
 One request per prompt (chat completions, or plain completions with `use_chat=False`), at most
-`max_concurrency` in flight, results in input order. Every request has a timeout; 5xx, 429,
-timeouts and connection errors are retried up to `max_retries` times with exponential back-off
-and jitter (a 429's Retry-After is honoured); other 4xx fail at once. After the last try the
+`max_concurrency` in flight, results in input order. Every try of a request has a deadline that
+bounds all of it (connect, send, every byte of the reply; memagent.backends.deadline), not each
+read; 5xx, 429, timeouts and connection errors are retried up to `max_retries` times with
+exponential back-off and jitter (a 429's Retry-After is honoured); other 4xx fail at once. After the last try the
 error says what happened (status, URL without credentials, number of tries) and what to do.
-The API key is read from the environment and never printed.
+The API key is read from the environment and never printed. Every reply is type-checked
+(memagent.backends.openai_reply): a malformed one is a BackendError naming the field and the server.
 
 Chunking and budgets need the served model's tokenizer, which an HTTP server does not expose:
 it is named separately (a Hugging Face id or a local directory). `prompt_length` renders the
@@ -23,6 +25,7 @@ returns those of the raw model, before temperature); the trainer recomputes its 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -35,10 +38,10 @@ import httpx
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import encode_prompt, resolve_chat_template
+from memagent.backends.deadline import DeadlineTransport, deadline
+from memagent.backends.openai_reply import parse_choice, prompt_tokens, served_models
 
 log = logging.getLogger(__name__)
-
-_TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids spelling
 
 
 def public_url(url: str) -> str:
@@ -60,53 +63,6 @@ def backoff_delay(attempt: int, base: float, cap: float, u: float) -> float:
     """Seconds to wait before retry `attempt` (1, 2, ...): base * 2^(attempt-1), jittered by the
     factor 0.5 + u (u uniform in [0, 1)) so that clients do not retry in lock-step, capped at `cap`."""
     return min(cap, base * 2 ** (attempt - 1) * (0.5 + u))
-
-
-def parse_choice(
-    data: dict[str, Any], *, chat: bool, tokenizer: Any, want_logprobs: bool
-) -> tuple[Generation, str | None]:
-    """One OpenAI-shaped reply (chat or completions, first choice) -> (Generation, a note when
-    log-probs were asked for but cannot be used). `prompt_token_ids` is set only when the server
-    returned them."""
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        raise BackendError(f"the server's reply has no choices: {str(data)[:200]}")
-    c = choices[0]
-    text = ((c.get("message") or {}).get("content") if chat else c.get("text")) or ""
-    finish = "length" if c.get("finish_reason") == "length" else "stop"
-    lp = c.get("logprobs") or {}
-    if chat:
-        entries = lp.get("content") or []
-        tokens = [e.get("token") for e in entries]
-        values = [e.get("logprob") for e in entries]
-    else:
-        tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
-
-    ids = c.get("token_ids")  # vLLM >= 0.10.2, return_token_ids
-    if ids is None and tokens and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
-        ids = [int(t[len(_TOKEN_ID_PREFIX):]) for t in tokens]  # vLLM, return_tokens_as_token_ids
-    exact = ids is not None
-    if ids is None:  # re-tokenise; the EOS the server stopped on is not in the text
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if finish == "stop" and tokenizer.eos_token_id is not None:
-            ids = ids + [tokenizer.eos_token_id]
-    ids = [int(i) for i in ids]  # [T_out]
-
-    logprobs, note = None, None
-    if want_logprobs:
-        if not values or any(v is None for v in values):
-            note = "the server returned no log-probs"
-        elif len(values) != len(ids):
-            note = (f"the server returned {len(values)} log-probs for {len(ids)} "
-                    f"{'token ids' if exact else 're-tokenised ids'}; they were dropped "
-                    "(with vLLM, pass request_token_ids=True for exact ids)")
-        else:
-            logprobs = [float(v) for v in values]  # [T_out]
-    prompt_ids = data.get("prompt_token_ids") or c.get("prompt_token_ids")
-    return Generation(
-        text=text, token_ids=ids, logprobs=logprobs,
-        prompt_token_ids=[int(i) for i in prompt_ids] if prompt_ids else None, finish_reason=finish,
-    ), note
 
 
 def load_tokenizer(source: Any, model: str) -> Any:
@@ -149,7 +105,8 @@ class OpenAIBackend:
     tokenizer: HF id, local directory or tokenizer object for chunking; default the model name.
     api_key_env: environment variable holding the key (sent as a Bearer token; optional).
     max_concurrency: requests in flight at once, across all calls of this backend.
-    timeout: seconds to wait for one reply (a reply takes as long as its whole generation).
+    timeout: seconds one try of a request may take in all, from connecting to the reply's last byte
+        (a reply takes as long as its whole generation).
     max_retries / backoff / max_backoff / retry_seed: retries after the first try, the first
         back-off in seconds (doubling, jittered), its cap, and the jitter's seed.
     use_chat: chat-completions endpoint (the server applies the chat template) or completions.
@@ -186,7 +143,7 @@ class OpenAIBackend:
     ) -> None:
         if max_concurrency < 1:
             raise BackendError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        if timeout <= 0 or connect_timeout <= 0:
+        if not (math.isfinite(timeout) and math.isfinite(connect_timeout)) or timeout <= 0 or connect_timeout <= 0:
             raise BackendError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_retries < 0:
             raise BackendError(f"max_retries must be >= 0, got {max_retries}")
@@ -222,7 +179,8 @@ class OpenAIBackend:
         self._client = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+            transport=DeadlineTransport(httpx.Limits(max_connections=max_concurrency,
+                                                     max_keepalive_connections=max_concurrency)),
         )
         self.tokenizer = load_tokenizer(tokenizer, model)
         self.use_chat_template = use_chat and resolve_chat_template(self.tokenizer, "auto")
@@ -258,14 +216,13 @@ class OpenAIBackend:
         listing = self._request("GET", "/models", None, allow_404=True)
         if listing is None:  # some servers have no /models; generation will tell
             return None
-        data = listing.get("data") if isinstance(listing, dict) else None
-        served = [m for m in data or [] if isinstance(m, dict)]
-        ids = [m.get("id") for m in served]
+        served = served_models(listing, public_url(self.base_url + "/models"))
+        ids = [m["id"] for m in served]
         if served and self.model not in ids:
             raise BackendError(f"the server at {public_url(self.base_url)} does not serve model "
                                f"{self.model!r}; it serves: {', '.join(map(str, ids))}. Pass one as --model")
         window = next((m.get("max_model_len") for m in served if m.get("id") == self.model), None)
-        return int(window) if window else None
+        return window
 
     def _body(self, prompt: str, params: SamplingParams, index: int) -> dict[str, Any]:
         body: dict[str, Any] = dict(model=self.model, max_tokens=params.max_new_tokens,
@@ -288,16 +245,16 @@ class OpenAIBackend:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         path = "/chat/completions" if self.use_chat else "/completions"
         replies = self._post_all(path, [self._body(p, params, i) for i, p in enumerate(prompts)])
-        out = []
+        out, where = [], public_url(self.base_url + path)
         for prompt, data in zip(prompts, replies):  # tokenizers are not shared across threads
             gen, note = parse_choice(data, chat=self.use_chat, tokenizer=self.tokenizer,
-                                     want_logprobs=self.want_logprobs)
+                                     want_logprobs=self.want_logprobs, where=where)
             if note and note not in self._notes:
                 self._notes.add(note)
                 log.warning("openai backend: %s", note)
             if gen.prompt_token_ids is None:
                 local = self.encode(prompt)
-                if (data.get("usage") or {}).get("prompt_tokens") == len(local):
+                if prompt_tokens(data, where) == len(local):
                     gen.prompt_token_ids = local  # the server counted as many: same rendering
             out.append(gen)
         return out
@@ -348,14 +305,15 @@ class OpenAIBackend:
                     raise _Cancelled("cancelled: another request of the batch failed")
             retry_after = None
             try:
-                with self._slots:
+                with self._slots, deadline(self.timeout):  # the whole try, not each read
                     r = self._client.request(method, url, json=body)
             except httpx.TimeoutException as e:
                 failure = f"timeout: {type(e).__name__} after {self.timeout:g} s"
                 log.info("openai backend: %s from %s (try %d of %d)", failure, public_url(url), attempt + 1, tries)
                 continue
             except httpx.TransportError as e:
-                failure = f"unreachable: {self._scrub(str(e)) or type(e).__name__}"
+                what = "unreachable" if isinstance(e, httpx.ConnectError) else "connection broke"
+                failure = f"{what}: {self._scrub(str(e)) or type(e).__name__}"
                 log.info("openai backend: %s (try %d of %d)", failure, attempt + 1, tries)
                 continue
             if r.status_code == 200:
@@ -406,6 +364,9 @@ class OpenAIBackend:
         if failure.startswith("unreachable"):
             return BackendError(f"the server at {where} is unreachable after {tries} tries "
                                 f"({failure.split(': ', 1)[1]}): start it, or fix --base-url / OPENAI_BASE_URL")
+        if failure.startswith("connection broke"):
+            return BackendError(f"the connection to {where} broke during the request, {tries} tries "
+                                f"({failure.split(': ', 1)[1]}): check the server's log, or retry with more max_retries")
         if failure.startswith("timeout"):
             return BackendError(f"no reply from {where} within {self.timeout:g} s, {tries} tries: the server "
                                 "is overloaded or the generation is long; raise the timeout or lower "

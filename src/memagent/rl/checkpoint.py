@@ -13,10 +13,16 @@ Atomicity: everything is written into `step_000010.tmp`, each file fsync'ed, the
 renamed to `step_000010` and its parent fsync'ed. A run killed while saving leaves a `.tmp`
 directory that `latest_checkpoint` ignores (and the next save removes), so the previous
 checkpoint stays the latest. Loading uses safetensors and json only (nothing is unpickled).
+
+Resuming (`resume_checkpoint`) takes the newest checkpoint whose files are whole: every JSON file
+parses and every safetensors file is as long as its header says; a damaged one (a truncated
+file, bad JSON) is skipped with a warning naming it, and the one before it is used. A save that
+cannot write (disk full, read-only folder) is a `TrainOutputError`, its temporary directory removed.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -26,11 +32,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from memagent.config import ConfigError
+from memagent.errors import MemAgentError
 from memagent.rl.distributed import DistInfo, barrier
+
+log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
@@ -55,9 +65,78 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return [p for _, p in sorted(found) if (p / "trainer_state.json").is_file()]
 
 
+class TrainOutputError(MemAgentError):
+    """A training run cannot write its files (disk full, file too large, read-only folder)."""
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
     ckpts = list_checkpoints(root)
     return ckpts[-1] if ckpts else None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why `path` is not a whole safetensors file (header read, length checked; no tensor is loaded)."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n > size - 8:
+                return f"{path.name} is truncated ({size} bytes)"
+            header = json.loads(f.read(n))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return f"{path.name} is not a safetensors file"
+    if 8 + n + end != size:
+        cut = " (truncated)" if size < 8 + n + end else ""
+        return f"{path.name} is {size} bytes where its header says {8 + n + end}{cut}"
+    return None
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why checkpoint `ckpt` cannot be resumed from (a file missing, truncated or not parseable), or None."""
+    try:
+        try:
+            state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return "trainer_state.json is not valid JSON"
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            return "trainer_state.json has no integer step"
+        needed = ["model/config.json", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
+                                        for ext in ("json", "safetensors"))]
+        if (ckpt / "optimizer.json").exists() or (ckpt / "optimizer.safetensors").exists():
+            needed += ["optimizer.json", "optimizer.safetensors"]
+        missing = [name for name in needed if not (ckpt / name).is_file()]
+        if missing:
+            return f"{', '.join(missing)} missing"
+        if not list((ckpt / "model").glob("*.safetensors")):
+            return "model/ holds no *.safetensors"
+        for f in sorted([*ckpt.glob("*.json"), *(ckpt / "model").glob("*.json")]):
+            try:
+                json.loads(f.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                return f"{f.relative_to(ckpt)} is not valid JSON"
+        for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors")]):
+            problem = _safetensors_problem(f)
+            if problem:
+                return problem if f.parent == ckpt else f"model/{problem}"
+    except (OSError, ValueError) as e:
+        return f"unreadable ({e})"
+    return None
+
+
+def resume_checkpoint(root: str | Path) -> Path | None:
+    """The newest complete checkpoint under `root` whose files are whole; each damaged newer one is
+    skipped with a warning naming it. None when there is none at all; an error when all are damaged."""
+    ckpts = list_checkpoints(root)
+    for ckpt in reversed(ckpts):
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            return ckpt
+        log.warning("checkpoint %s is damaged (%s); resuming from an earlier one", ckpt, problem)
+    if ckpts:
+        raise CheckpointError(f"every checkpoint under {root} is damaged (see the warnings above); move "
+                              f"{root} away to start the run over")
+    return None
 
 
 # -- low-level writers --------------------------------------------------------------------------
@@ -129,8 +208,8 @@ def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple
 def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    tensors = load_file(ckpt / "optimizer.safetensors")
-    meta = json.loads((ckpt / "optimizer.json").read_text())
+    tensors = _read(ckpt / "optimizer.safetensors", load_file)
+    meta = _read(ckpt / "optimizer.json", _load_json)
     state: dict[str, dict[str, Any]] = {}
     for key, value in tensors.items():
         fqn, _, name = key.rpartition("/")
@@ -145,7 +224,24 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ckp
 # -- save / load ----------------------------------------------------------------------------------
 
 
-def save_checkpoint(
+def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> Path:
+    """Write checkpoint `step` under `root` atomically; every rank must call this (collectives).
+
+    Keyword arguments as `write_checkpoint`. A write that fails (disk full, file too large,
+    read-only folder) removes the temporary directory and raises TrainOutputError; the earlier
+    checkpoints are untouched.
+    """
+    try:
+        return write_checkpoint(root, step, info, **kw)
+    except (OSError, SafetensorError) as e:
+        if info.is_main:
+            shutil.rmtree(checkpoint_dir(root, step).with_name(f"step_{step:06d}.tmp"), ignore_errors=True)
+        raise TrainOutputError(f"cannot write checkpoint step_{step:06d} under {root}: {e}. Free disk space (or "
+                               "raise the file-size limit) or choose another out_dir, then resume; the earlier "
+                               "checkpoints are intact") from None
+
+
+def write_checkpoint(
     root: str | Path,
     step: int,
     info: DistInfo,
@@ -158,7 +254,7 @@ def save_checkpoint(
     config: dict[str, Any] | None = None,
     keep_last: int = 0,
 ) -> Path:
-    """Write checkpoint `step` under `root` atomically; every rank must call this (collectives).
+    """Write checkpoint `step` under `root` atomically (no error mapping; see `save_checkpoint`).
 
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
@@ -225,7 +321,7 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
         raise CheckpointError(f"no *.safetensors in {model_dir}; is it a save_pretrained directory?")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(f))
+        state.update(_read(f, load_file))
     result = model.load_state_dict(state, strict=False)
     by_id: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -257,7 +353,7 @@ def load_checkpoint(
     if not state_file.is_file():
         raise CheckpointError(f"{ckpt} is not a complete checkpoint (no trainer_state.json); "
                               "resume from an earlier step_* directory")
-    state = json.loads(state_file.read_text())
+    state = _read(state_file, _load_json)
     if restore_rng and state.get("world_size", 1) != info.world_size:
         raise CheckpointError(f"{ckpt} was written by {state.get('world_size')} process(es); resume it with "
                               f"the same --nproc-per-node (got {info.world_size})")
@@ -268,7 +364,20 @@ def load_checkpoint(
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
     if restore_rng:
-        tensors = load_file(ckpt / f"rng_rank{info.rank}.safetensors")
-        meta = json.loads((ckpt / f"rng_rank{info.rank}.json").read_text())
+        tensors = _read(ckpt / f"rng_rank{info.rank}.safetensors", load_file)
+        meta = _read(ckpt / f"rng_rank{info.rank}.json", _load_json)
         set_rng_state(tensors, meta)
     return state
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read(path: Path, reader: Any) -> Any:
+    """reader(path), a damaged or missing file a CheckpointError naming it."""
+    try:
+        return reader(path)
+    except (OSError, ValueError, SafetensorError) as e:
+        raise CheckpointError(f"cannot read {path}: {e}; the checkpoint is damaged: move it away to resume "
+                              "from an earlier one") from None

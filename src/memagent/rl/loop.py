@@ -3,15 +3,21 @@ data order, optimiser + schedule, seeds, metrics files, progress bar."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from memagent.config import ConfigError
+from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo
+
+log = logging.getLogger(__name__)
 
 
 class DataStream:
@@ -87,7 +93,10 @@ class MetricsLog:
     """metrics.jsonl (one record a step) and optional TensorBoard scalars, written by rank 0.
 
     resume_step: records of later steps (written before a crash, after the checkpoint resumed
-    from) are dropped, so the file reads as one uninterrupted run.
+    from) are dropped, so the file reads as one uninterrupted run; a last line cut short by a
+    crash is dropped too. The file is never rewritten in place: when lines go, the kept ones are
+    written to a temporary file that replaces it (os.replace), else it is only appended to.
+    A fresh run (resume_step 0) starts an empty file the same way.
     """
 
     def __init__(self, out_dir: Path, info: DistInfo, tensorboard: bool = False, resume_step: int = 0,
@@ -97,12 +106,15 @@ class MetricsLog:
         self._tb = None
         if not self.enabled:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = []
-        if resume_step and self.path.is_file():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            kept, whole = kept_records(self.path, resume_step) if resume_step else ([], not self.path.exists())
+            if not whole:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+                os.replace(tmp, self.path)
+        except OSError as e:
+            raise TrainOutputError(f"cannot write {self.path}: {e}; free disk space or choose another out_dir") from None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -113,8 +125,12 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise TrainOutputError(f"cannot append step {record.get('step')} to {self.path}: {e}; free disk space "
+                                   "and resume (the last checkpoint is intact)") from None
         if self._tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
@@ -123,6 +139,35 @@ class MetricsLog:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def kept_records(path: Path, resume_step: int) -> tuple[list[str], bool]:
+    """(the lines of `path` of steps <= resume_step, whether the file already holds exactly those).
+
+    A last line without its newline that is not JSON was cut short by a crash: dropped with a
+    warning. Any other line that is not a JSON record is an error naming it."""
+    if not path.is_file():
+        return [], False
+    data = path.read_bytes()
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline
+    kept = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            step = json.loads(line).get("step", 0)
+        except (ValueError, AttributeError):
+            raise ConfigError(f"{path}:{n} is not a metrics record; move the file away to resume") from None
+        if step <= resume_step:
+            kept.append(line)
+    if torn.strip():
+        try:
+            if json.loads(torn).get("step", 0) <= resume_step:
+                kept.append(torn)
+        except (ValueError, AttributeError):
+            log.warning("%s: dropped its last line, cut short by a crash: %r", path, torn[:80])
+    return kept, not torn and len(kept) == sum(1 for line in lines if line.strip())
 
 
 class Progress:

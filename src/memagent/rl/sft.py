@@ -20,7 +20,13 @@ from torch import nn
 
 from memagent.config import ConfigError
 from memagent.rl.algos import loss_denominator, row_loss_weights, token_logprobs
-from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
+from memagent.rl.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from memagent.rl.config import OptimConfig, config_to_dict
 from memagent.rl.distributed import DistInfo, all_reduce, clip_grad_norm, init_distributed, no_grad_sync, unwrap, wrap_model
 from memagent.rl.forward import dummy_forward_loss, micro_batches, pack_rows, response_logits
@@ -134,7 +140,7 @@ def train_sft(
     info = init_distributed(config.device)
     out = Path(config.out_dir)
     ckpt_root = out / "checkpoints"
-    resume_from = latest_checkpoint(ckpt_root) if config.resume else None
+    resume_from = resume_checkpoint(ckpt_root) if config.resume else None  # damaged newer ones skipped
     if not config.resume and latest_checkpoint(ckpt_root) is not None:
         raise ConfigError(f"{out} already holds checkpoints; pass resume=True or choose another out_dir")
     if tokenizer.pad_token_id is None:

@@ -19,20 +19,23 @@ parameters (as verl's actor does); `sample-mean` aggregation is an option of our
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from memagent.config import ConfigError
+from memagent.errors import MemAgentError
 from memagent.jsonl import iter_jsonl
+from memagent.lock import run_lock
 from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
 from memagent.rl.config import TrainConfig, config_to_dict, save_config
 from memagent.rl.distributed import (
@@ -44,6 +47,7 @@ from memagent.rl.distributed import (
     unwrap,
     wrap_model,
 )
+from memagent.rl.checkpoint import TrainOutputError, resume_checkpoint
 from memagent.rl.forward import rows_logprobs
 from memagent.rl.loop import DataStream, MetricsLog, Progress, make_optimizer, step_seed
 from memagent.rl.rollout import QASample, RewardFn, RolloutBatch, dynamic_sampling_filter, generate_rollouts, get_reward, load_samples
@@ -89,7 +93,8 @@ def assign_rank(position: int, mini_batch_size: int, world_size: int) -> int:
 
 
 class Trainer:
-    """One training run; `train()` below is the usual entry point."""
+    """One training run; `train()` below is the usual entry point. It holds its out_dir's lock
+    (`out_dir_lock`) from construction to the end of `run()`, so a second run there refuses."""
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn,
                  model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
@@ -100,6 +105,17 @@ class Trainer:
         if config.update.mini_batch_size % self.info.world_size:
             raise ConfigError(f"update.mini_batch_size ({config.update.mini_batch_size}) must be a multiple of "
                               f"the number of processes ({self.info.world_size}) so each holds whole groups")
+        self._held = contextlib.ExitStack()  # the out_dir lock: released by run(), or here when setup fails
+        self._held.enter_context(out_dir_lock(config.out_dir, self.info))
+        try:
+            self._setup(model, tokenizer)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _setup(self, model: Any, tokenizer: Any) -> None:
+        """Policy (resumed when asked), reference model, optimiser, data order, rollout engine, run files."""
+        config, samples = self.cfg, self.samples
         self.out = Path(config.out_dir)
         self.ckpt_root = self.out / "checkpoints"
         plain, self.tokenizer = load_policy(config, model, tokenizer, self.info.device)
@@ -164,11 +180,12 @@ class Trainer:
         return {"sft_loss": out["loss"], "sft_token_accuracy": out["token_accuracy"]}
 
     def _resume_point(self) -> Path | None:
+        """The checkpoint to resume from: the newest whole one (damaged newer ones are skipped with a warning)."""
         latest = latest_checkpoint(self.ckpt_root)
         if self.cfg.resume:
             if latest is None:
                 log.warning("resume=true but %s holds no checkpoint: starting from step 0", self.ckpt_root)
-            return latest
+            return resume_checkpoint(self.ckpt_root)
         if latest is not None:
             raise ConfigError(f"{self.out} already holds checkpoints (latest {latest.name}); pass resume=true "
                               "to continue that run, or choose another out_dir")
@@ -305,6 +322,7 @@ class Trainer:
         finally:
             progress.close()
             self.metrics.close()
+            self._held.close()
         return result
 
 
@@ -343,6 +361,25 @@ def train(
     return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
 
 
+@contextlib.contextmanager
+def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
+    """Hold `memagent.lock.run_lock(out_dir)` on rank 0 for the block, so a second run on the same out_dir
+    refuses; under torchrun every rank learns rank 0's outcome, and all refuse together."""
+    with contextlib.ExitStack() as stack:
+        refusal = None
+        if info.is_main:
+            try:
+                stack.enter_context(run_lock(out_dir, "training run"))
+            except OSError as e:
+                refusal = TrainOutputError(f"cannot create or lock out_dir {out_dir}: {e}; choose a folder you can write")
+            except MemAgentError as e:
+                refusal = e
+        agreed = all_gather_objects(None if refusal is None else str(refusal), info)[0]
+        if agreed is not None:
+            raise refusal if refusal is not None else TrainOutputError(agreed)
+        yield
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Records of a JSONL file; a clear error names the bad line."""
     p = Path(path)
@@ -351,4 +388,4 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [record for _, record in iter_jsonl(p, ConfigError)]
 
 
-__all__ = ["TrainResult", "Trainer", "assign_rank", "load_policy", "read_jsonl", "train"]
+__all__ = ["TrainResult", "Trainer", "assign_rank", "load_policy", "out_dir_lock", "read_jsonl", "train"]
