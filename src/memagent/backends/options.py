@@ -25,7 +25,7 @@ class BackendOptions:
     dtype: str = "auto"  # transformers, vllm: auto | float32 | bfloat16 | float16
     tensor_parallel: int = 1  # vllm: GPUs the model is split over
     max_concurrency: int = 8  # openai: requests in flight at once
-    request_timeout: float = 600.0  # openai: seconds to wait for one reply
+    request_timeout: float = 600.0  # openai: seconds one try may take in all
     max_retries: int = 4  # openai: retries on 5xx, 429, timeouts and refused connections
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # from the profile
     yarn_factor: float | None = None  # from the profile: YaRN rope scaling (transformers, vllm)
