@@ -1,6 +1,7 @@
 """Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow")."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memagent.agent.prompts import (
@@ -42,9 +43,9 @@ class AgentConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.temperature < 0:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         try:
             check_template(self.memory_template, MEMORY_FIELDS, "memory")
