@@ -301,21 +301,20 @@ def run(args: Optional[list[str]] = None) -> int:
     path under a file, ...) and text that is not UTF-8. Anything else is a bug: its traceback, then a
     line asking to report it, and code 1.
     """
-    import click
-
     from memagent.errors import MemAgentError
     from memagent.io import os_error_message
 
+    usage_errors, aborts = _click_exceptions()
     try:
         code = app(args=args, prog_name="memagent", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as e:
-        typer.echo(e.format_message(), err=True)
-        return 2
-    except click.exceptions.ClickException as e:
+    except usage_errors as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `memagent` alone: the help text
+            typer.echo(e.format_message(), err=True)
+            return 2
         ctx = getattr(e, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         return _fail(e.format_message() + hint)
-    except click.exceptions.Abort:
+    except aborts:
         typer.echo("aborted", err=True)
         return 1
     except MemAgentError as e:
@@ -336,6 +335,27 @@ def run(args: Optional[list[str]] = None) -> int:
     if code == 130:
         typer.echo("interrupted", err=True)
     return code if isinstance(code, int) else 0
+
+
+def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(usage errors, aborts) of click and of the click copy newer typer versions carry (typer._click)."""
+    usage: list[type[BaseException]] = []
+    aborts: list[type[BaseException]] = [typer.Abort]
+    try:
+        import click
+
+        usage.append(click.exceptions.ClickException)
+        aborts.append(click.exceptions.Abort)
+    except ImportError:
+        pass
+    try:
+        from typer._click import exceptions as vendored  # typer >= 0.2x
+
+        usage.append(vendored.ClickException)
+        aborts.append(getattr(vendored, "Abort", typer.Abort))
+    except ImportError:
+        pass
+    return tuple(usage), tuple(aborts)
 
 
 def _bug() -> int:

@@ -73,8 +73,8 @@ def check_not_input(output: PathLike, inputs: Mapping[str, PathLike | None], fla
         if path is None or str(path) == "-":
             continue
         if same_path(output, path):
-            raise OutputError(f"{flag} {output} is the same file as {what} {path}: writing it would destroy "
-                              f"the input; choose another output path")
+            raise OutputError(f"{flag} {output} is the same path as {what} {path}: writing there would "
+                              f"destroy the input; choose another output path")
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -122,7 +122,8 @@ def run_ask(o: AskOptions) -> None:
         if isinstance(doc, Path) and not doc.exists():
             raise InputError(f"document file not found: {doc}")
         items = [AgentInput(o.question, doc, "0")]
-    check_ask_outputs(o.output, o.trace, o.model, {"--input": o.input, **document_inputs(items)})
+    inputs = {"--input": o.input, **document_inputs(items)} if o.input is not None else {"--document": items[0].document}
+    check_ask_outputs(o.output, o.trace, o.model, inputs)
     results = ResultLog(o.output if o.input is not None else None)
     todo = [it for it in items if it.doc_id not in results.done]
     if not todo:

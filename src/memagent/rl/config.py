@@ -226,6 +226,10 @@ def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise ConfigError(f"{prefix or 'config'}: {e}") from None
 
 
+class _NotFinite(Exception):
+    """A float config value that is NaN or infinite."""
+
+
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
@@ -254,12 +258,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 raise ValueError
             number = float(value)  # also "1e-6", which YAML 1.1 reads as a string
             if not math.isfinite(number):
-                raise ConfigError(f"{key} must be a finite number, got {value!r}")
+                raise _NotFinite
             return number
         if tp is str:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
+    except _NotFinite:
+        raise ConfigError(f"{key} must be a finite number, got {value!r}") from None
     except (ValueError, OverflowError):
         raise ConfigError(f"{key} must be {tp.__name__}, got {value!r}") from None
     return value
