@@ -181,6 +181,7 @@ CASES = [
     ("flops-lengths-0", ["flops", "--lengths", "0"], "expected positive integers"),
     ("flops-lengths-comma", ["flops", "--lengths", ","], "expected positive integers"),
     ("flops-plot-is-config", ["flops", "--model", "{m}", "--plot", "{m}/config.json"], "same path as --model"),
+    ("flops-plot-format", ["flops", "--plot", "{w}/f.xyz"], "write a .png, .pdf or .svg"),
     ("flops-plot-under-file", ["flops", "--plot", "{w}/doc.txt/f.png"], "is a file, not a folder"),
     # tiny-model
     ("tiny-over-model", ["tiny-model", "{m}"], "already holds a model"),

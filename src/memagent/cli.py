@@ -190,6 +190,8 @@ def flops(
 
     if plot is not None:
         check_output_file(plot, "--plot", {f"--model {m}": _model_config(m) for m in model})
+        if plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
+            raise typer.BadParameter(f"{plot.name}: write a .png, .pdf or .svg", param_hint="--plot")
     report = flops_report(model, _int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
     if as_json:
         typer.echo(report)

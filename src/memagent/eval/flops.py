@@ -195,9 +195,11 @@ def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    from memagent.io import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_write(path, "wb") as fh:  # a temp file renamed over `path`: a failed write leaves no half PNG
+        fig.savefig(fh, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
     plt.close(fig)
     return path
 
