@@ -371,9 +371,7 @@ def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
     _quiet_libraries()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    code = run()
-    if code:
-        sys.exit(code)
+    sys.exit(run())
 
 
 if __name__ == "__main__":
