@@ -46,6 +46,9 @@ def world(tmp_path_factory, tiny_model_dir):
     _jsonl(w / "evalout" / "results.jsonl", toy)
     (w / "hotpot.json").write_text(json.dumps(HOTPOT))
     (w / "notjson.json").write_text("{this is not json")
+    (w / "list.json").write_text("[1, 2]")
+    (w / "strlayers.json").write_text(json.dumps({"num_hidden_layers": "two", "hidden_size": 8, "vocab_size": 9,
+                                                  "num_attention_heads": 2, "intermediate_size": 16}))
     (w / "hotpot_latin1.json").write_bytes(b'[{"question": "' + LATIN1 + b'"}]')
     _jsonl(w / "train.jsonl", [{"id": "1", "question": "q", "answers": ["a"], "context": "text"}])
     (w / "train.yaml").write_text(f"model: {tiny_model_dir}\ndata: {w / 'train.jsonl'}\nout_dir: {w / 'runs'}\n")
@@ -93,6 +96,7 @@ CASES = [
     ("ask-errors", [*ONE, "--errors", "ignore"], "unknown errors"),
     ("ask-backend", [*ONE, "--backend", "nope"], "unknown backend"),
     ("ask-int-text", [*ONE, "--batch-docs", "many"], "Invalid value for '--batch-docs'"),
+    ("ask-document-folder", [*ASK, "--document", "{w}/folder", "--question", "q"], "is a folder"),
     ("ask-no-question", [*ASK, "--document", "{w}/doc.txt"], "give --question"),
     ("ask-output-one", [*ONE, "--output", "{w}/o.jsonl"], "--output is for --input"),
     # ask: outputs that would destroy inputs or cannot be written
@@ -138,6 +142,8 @@ CASES = [
      "is a file, not a folder"),
     ("eval-data-is-results", ["eval", "--model", "{m}", "--data", "{w}/evalout/results.jsonl", "--out", "{w}/evalout"],
      "--out (its results.jsonl)"),
+    ("eval-data-missing", ["eval", "--model", "{m}", "--data", "{w}/nope.jsonl", "--out", "{w}/e"], "does not exist"),
+    ("eval-data-folder", ["eval", "--model", "{m}", "--data", "{w}/folder", "--out", "{w}/e"], "is a folder"),
     ("eval-missing-model-flag", ["eval", "--data", "{w}/toy.jsonl", "--out", "{w}/e"], "Missing option '--model'"),
     # train: config file, overrides, out_dir
     ("train-yaml-latin1", ["train", "{w}/latin1.yaml"], "is not valid UTF-8"),
@@ -148,6 +154,7 @@ CASES = [
     ("train-lr-nan", [*TRAIN, "optim.lr=nan"], "optim.lr must be a finite number"),
     ("train-lr-inf", [*TRAIN, "optim.lr=.inf"], "optim.lr must be a finite number"),
     ("train-temp-nan", [*TRAIN, "agent.temperature=.nan"], "agent.temperature must be a finite number"),
+    ("train-seed-huge", [*TRAIN, "seed=99999999999999999999"], "seed must be in [0, 2**32)"),
     ("train-steps-neg", [*TRAIN, "total_steps=-1"], "total_steps must be a positive"),
     ("train-batch-text", [*TRAIN, "rollout.batch_size=abc"], "rollout.batch_size must be int"),
     ("train-bad-yaml-value", [*TRAIN, "seed=[1,"], "not valid YAML"),
@@ -181,6 +188,9 @@ CASES = [
     ("flops-lengths-0", ["flops", "--lengths", "0"], "expected positive integers"),
     ("flops-lengths-comma", ["flops", "--lengths", ","], "expected positive integers"),
     ("flops-plot-is-config", ["flops", "--model", "{m}", "--plot", "{m}/config.json"], "same path as --model"),
+    ("flops-config-not-json", ["flops", "--model", "{w}/notjson.json"], "notjson.json is not valid JSON"),
+    ("flops-config-list", ["flops", "--model", "{w}/list.json"], "must be a JSON object"),
+    ("flops-config-str-field", ["flops", "--model", "{w}/strlayers.json"], "layers must be a positive integer"),
     ("flops-plot-format", ["flops", "--plot", "{w}/f.xyz"], "write a .png, .pdf or .svg"),
     ("flops-plot-under-file", ["flops", "--plot", "{w}/doc.txt/f.png"], "is a file, not a folder"),
     # tiny-model
@@ -188,6 +198,7 @@ CASES = [
     ("tiny-over-run", ["tiny-model", "{w}/oldrun"], "already holds a run"),
     ("tiny-dir-is-file", ["tiny-model", "{w}/doc.txt"], "is a file, not a folder"),
     ("tiny-under-file", ["tiny-model", "{w}/doc.txt/m"], "is a file, not a folder"),
+    ("tiny-seed-huge", ["tiny-model", "{w}/new", "--seed", "99999999999999999999"], "--seed must be below 2**32"),
     ("tiny-seed-neg", ["tiny-model", "{w}/new", "--seed", "-1"], "--seed must be >= 0"),
     # demo (all refused before any work starts)
     ("demo-seed-neg", ["demo", "--seed", "-1", "--out", "{w}/demo"], "--seed must be >= 0"),

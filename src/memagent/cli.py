@@ -203,6 +203,10 @@ def _check_eval_out(out: Path, data: list[str]) -> None:
     """--out is a writable folder, and no --data file is one of the files eval writes there."""
     from memagent.io import check_not_input, check_output_dir
 
+    for d in data:
+        if not Path(d).is_file():
+            raise typer.BadParameter(f"{d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
+                                     "files made by `memagent data ...`", param_hint="--data")
     inputs = {f"--data file {d!r}": d for d in data}
     check_output_dir(out, "--out", inputs)
     for name in ("results.jsonl", "table.md"):

@@ -40,6 +40,8 @@ def check_flags(values: Mapping[str, Any]) -> None:
             raise InputError(f"{flag} must be a positive integer, got {value}")
         if name in NON_NEGATIVE_INTS and value < 0:
             raise InputError(f"{flag} must be >= 0, got {value}")
+        if name == "seed" and value >= 2**32:
+            raise InputError(f"{flag} must be below 2**32 (NumPy's limit), got {value}")
         if name in NON_NEGATIVE_FLOATS and not (math.isfinite(value) and value >= 0):
             raise InputError(f"{flag} must be a finite number >= 0 (0 = greedy), got {value}")
         if name in POSITIVE_FLOATS and not (math.isfinite(value) and value > 0):

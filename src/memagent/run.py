@@ -121,6 +121,8 @@ def run_ask(o: AskOptions) -> None:
         doc = open_document(o.document)
         if isinstance(doc, Path) and not doc.exists():
             raise InputError(f"document file not found: {doc}")
+        if isinstance(doc, Path) and doc.is_dir():
+            raise InputError(f"--document {doc} is a folder; give a text file (or - for stdin)")
         items = [AgentInput(o.question, doc, "0")]
     inputs = {"--input": o.input, **document_inputs(items)} if o.input is not None else {"--document": items[0].document}
     check_ask_outputs(o.output, o.trace, o.model, inputs)

@@ -154,6 +154,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "total_steps")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32) (NumPy's limit), got {self.seed}")
         if self.save_every < 0 or self.keep_last < 0:
             raise ConfigError("save_every and keep_last must be >= 0")
         if self.rollout.batch_size % self.update.mini_batch_size:
