@@ -54,6 +54,7 @@ def world(tmp_path_factory, tiny_model_dir):
     (w / "train.yaml").write_text(f"model: {tiny_model_dir}\ndata: {w / 'train.jsonl'}\nout_dir: {w / 'runs'}\n")
     (w / "latin1.yaml").write_bytes(b"model: " + LATIN1 + b"\n")
     (w / "list.yaml").write_text("- 1\n- 2\n")
+    (w / "intkey.yaml").write_text("1: 2\nseed: 3\n")
     (w / "oldrun").mkdir()
     (w / "oldrun" / "metrics.jsonl").write_text('{"step": 1}\n')
     for name, settings in (("m_list", b"[1, 2]"), ("m_str", b'{"chunk_tokens": "5"}'), ("m_latin1", LATIN1)):
@@ -148,6 +149,8 @@ CASES = [
     # train: config file, overrides, out_dir
     ("train-yaml-latin1", ["train", "{w}/latin1.yaml"], "is not valid UTF-8"),
     ("train-yaml-list", ["train", "{w}/list.yaml"], "must be a YAML mapping"),
+    ("train-yaml-int-key", ["train", "{w}/intkey.yaml"], "unknown key(s) 1"),
+    ("train-yaml-folder", ["train", "{w}/folder"], "is a folder"),
     ("train-yaml-missing", ["train", "{w}/nope.yaml"], "does not exist"),
     ("train-seed-list", [*TRAIN, "seed=[1,2]"], "seed must be int"),
     ("train-seed-dict", [*TRAIN, "seed={a: 1}"], "seed must be int"),

@@ -309,7 +309,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist; pass a YAML file of TrainConfig fields")
+            raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
+                              "file of TrainConfig fields")
         try:
             data = yaml.safe_load(read_text(p, "config file", ConfigError))
         except yaml.YAMLError as e:
