@@ -118,3 +118,14 @@ def test_input_line_fields_are_type_checked(tmp_path, line, message):
     p.write_text(json.dumps(line) + "\n")
     with pytest.raises(InputError, match=message):
         read_jsonl_inputs(p)
+
+
+def test_a_document_from_stdin_with_a_trace(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"river city " * 30)))
+    trace = tmp_path / "t.jsonl"
+    assert run(["ask", "--model", str(tiny_model_dir), "--document", "-", "--question", "q", "--trace", str(trace),
+                *SMALL]) == 0
+    assert capsys.readouterr().out.strip() and _lines(trace)[-1]["kind"] == "final"

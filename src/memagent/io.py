@@ -70,8 +70,8 @@ def same_path(a: PathLike, b: PathLike) -> bool:
 def check_not_input(output: PathLike, inputs: Mapping[str, PathLike | None], flag: str) -> None:
     """Refuse `output` when it is one of `inputs` ({what: path}); nothing is written."""
     for what, path in inputs.items():
-        if path is None or str(path) == "-":
-            continue
+        if not isinstance(path, (str, os.PathLike)) or str(path) == "-":
+            continue  # None, or a stream such as stdin
         if same_path(output, path):
             raise OutputError(f"{flag} {output} is the same path as {what} {path}: writing there would "
                               f"destroy the input; choose another output path")

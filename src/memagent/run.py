@@ -124,7 +124,10 @@ def run_ask(o: AskOptions) -> None:
         if isinstance(doc, Path) and doc.is_dir():
             raise InputError(f"--document {doc} is a folder; give a text file (or - for stdin)")
         items = [AgentInput(o.question, doc, "0")]
-    inputs = {"--input": o.input, **document_inputs(items)} if o.input is not None else {"--document": items[0].document}
+    if o.input is not None:
+        inputs = {"--input": o.input, **document_inputs(items)}
+    else:
+        inputs = {"--document": items[0].document}
     check_ask_outputs(o.output, o.trace, o.model, inputs)
     results = ResultLog(o.output if o.input is not None else None)
     todo = [it for it in items if it.doc_id not in results.done]
