@@ -140,5 +140,10 @@ def test_os_errors_the_user_can_fix_have_a_message(code, expected):
     assert os_error_message(OSError(code, os.strerror(code), "/x/o.jsonl")).startswith(expected)
 
 
+def test_an_os_error_raised_with_our_own_message_keeps_it():
+    assert os_error_message(FileExistsError("runs/demo already holds a demo run; choose another --out")) == \
+        "runs/demo already holds a demo run; choose another --out"
+
+
 def test_other_os_errors_are_not_dressed_up_as_user_errors():
     assert os_error_message(OSError(errno.EBADF, "Bad file descriptor")) is None

@@ -45,8 +45,13 @@ _ERRNO_HINTS = {
 }
 
 
+_USER_OS_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
 def os_error_message(e: OSError) -> str | None:
     """'PATH: what went wrong; what to do' for an OS error the user can fix; None for any other."""
+    if e.errno is None and isinstance(e, _USER_OS_ERRORS) and str(e):
+        return str(e)  # raised by our code with its own message, e.g. FileExistsError("... choose another --out")
     hint = _ERRNO_HINTS.get(e.errno) if e.errno is not None else None
     if hint is None:
         return None
