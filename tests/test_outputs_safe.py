@@ -147,3 +147,25 @@ def test_an_os_error_raised_with_our_own_message_keeps_it():
 
 def test_other_os_errors_are_not_dressed_up_as_user_errors():
     assert os_error_message(OSError(errno.EBADF, "Bad file descriptor")) is None
+
+
+def test_train_out_dir_rules(tmp_path):
+    from memagent.config import ConfigError
+    from memagent.rl.config import TrainConfig, check_out_dir
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"x")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "metrics.jsonl").write_text('{"step": 1}\n')
+    check_out_dir(TrainConfig(out_dir=str(tmp_path / "new")))  # a new folder: fine
+    with pytest.raises(ConfigError, match="holds a model"):
+        check_out_dir(TrainConfig(out_dir=str(model)))
+    check_out_dir(TrainConfig(out_dir=str(model), force=True))  # forced
+    with pytest.raises(ConfigError, match="holds an earlier run"):
+        check_out_dir(TrainConfig(out_dir=str(old)))
+    check_out_dir(TrainConfig(out_dir=str(old), resume=True))  # continuing it
+    check_out_dir(TrainConfig(out_dir=str(old), force=True))  # starting over in it
+    with pytest.raises(OutputError, match="its config.json"):
+        check_out_dir(TrainConfig(out_dir=str(tmp_path), data=str(tmp_path / "config.json")))
