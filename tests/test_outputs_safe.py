@@ -169,3 +169,24 @@ def test_train_out_dir_rules(tmp_path):
     check_out_dir(TrainConfig(out_dir=str(old), force=True))  # starting over in it
     with pytest.raises(OutputError, match="its config.json"):
         check_out_dir(TrainConfig(out_dir=str(tmp_path), data=str(tmp_path / "config.json")))
+
+
+def test_a_full_disk_mid_write_is_one_line_and_keeps_the_old_file(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE) stands in for a full disk: the write fails with EFBIG part way."""
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "toy.jsonl"
+    out.write_text("old\n")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-m", "memagent.cli", "data", "toy", "--chunks", "4", "--samples", "200",
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("error: ") and f"error: {out}: the file is too large" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert out.read_text() == "old\n" and sorted(x.name for x in tmp_path.iterdir()) == ["toy.jsonl"]

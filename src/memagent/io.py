@@ -168,11 +168,13 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         else:
             os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(target)  # a failed write() names no file: name the one being written
         raise
 
 
