@@ -109,9 +109,15 @@ class ResultLog:
 
     def write(self, r: AgentResult) -> None:
         assert self._f is not None, "open() first"
-        self._f.write(json.dumps(dict(id=r.doc_id, question=r.question, answer=r.answer, raw_answer=r.raw_answer,
-                                      memory=r.memory, num_chunks=r.num_chunks), ensure_ascii=False) + "\n")
-        self._f.flush()
+        line = json.dumps(dict(id=r.doc_id, question=r.question, answer=r.answer, raw_answer=r.raw_answer,
+                               memory=r.memory, num_chunks=r.num_chunks), ensure_ascii=False)
+        try:
+            self._f.write(line + "\n")
+            self._f.flush()
+        except OSError as e:  # e.g. the disk is full: name the file (a rerun trims the torn line and resumes)
+            if e.filename is None and self.path is not None:
+                e.filename = str(self.path)
+            raise
 
     def close(self) -> None:
         if self._f is not None and self.path is not None:
