@@ -64,7 +64,7 @@ def test_jsonl_input_runs_as_one_batch(run_cli, tmp_path, tiny_model_dir):
         (None, ["--document", "{tmp}/missing.txt", "--question", "q"], "not found"),
         ("binary", ["--document", "{tmp}/bin.dat", "--question", "q"], "not valid UTF-8"),
         ("text", ["--document", "{tmp}/doc.txt", "--question", "why " * 2000], "over its budget"),
-        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "0"], "chunk_tokens must be a positive"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "0"], "--chunk-tokens must be a positive"),
         ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "20000"], "window"),
         ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--backend", "nope"], "unknown backend"),
         ("text", ["--document", "{tmp}/doc.txt"], "give --question"),

@@ -1,10 +1,11 @@
 """The `memagent` command line: each command parses, builds a config and calls one library function."""
 from __future__ import annotations
 
-import json
+import errno
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -79,10 +80,16 @@ def _split_backend_options(options: dict) -> dict:
 def tiny_model(
     out_dir: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in DIR."),
 ) -> None:
     """Write a tiny randomly initialised Qwen2 model + byte-level tokenizer (safetensors)."""
     from memagent.backends.tiny import build_tiny_model
+    from memagent.flags import check_flags
+    from memagent.io import check_output_dir, refuse_occupied
 
+    check_flags(dict(seed=seed))
+    check_output_dir(out_dir, "DIR")
+    refuse_occupied(out_dir, "DIR", force)
     path = build_tiny_model(out_dir, seed=seed)
     typer.echo(f"wrote a tiny model to {path}")
 
@@ -104,6 +111,16 @@ def _int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
         kind = "positive integers" if minimum == 1 else f"integers >= {minimum}"
         raise typer.BadParameter(f"expected {kind}, got {text!r}", param_hint=option)
     return values
+
+
+def _check_data_flags(values: dict, inputs: dict) -> None:
+    """A data command's counts, and its --out: writable and none of its input files."""
+    from memagent.flags import check_flags
+    from memagent.io import check_output_file
+
+    check_flags({k: v for k, v in values.items() if k not in inputs and k != "out"})
+    if values["out"] != "-":
+        check_output_file(values["out"], "--out", inputs)
 
 
 @data_app.command("ruler-hqa")
@@ -129,6 +146,7 @@ def data_ruler_hqa(
     """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
     from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
 
+    _check_data_flags(locals(), {"--source": source})
     filt = FilterOptions(models=tuple(filter_model or ()), backend=filter_backend,
                          base_urls=tuple(filter_base_url or ()),
                          replies=filter_replies, temperature=filter_temperature, top_p=filter_top_p,
@@ -153,6 +171,8 @@ def data_ruler(
 ) -> None:
     """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
     from memagent.tasks.ruler import write_ruler
+
+    _check_data_flags(locals(), {"--source": source, "--haystack-file": haystack_file})
 
     n = write_ruler(task, out, tokens=_int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
                     haystack_file=haystack_file, haystack=haystack, source=source)
@@ -187,6 +207,7 @@ def data_toy(
     from memagent.tasks.schema import write_samples
     from memagent.tasks.toy import ToySpec, iter_samples
 
+    _check_data_flags(locals(), {})
     try:
         spec = ToySpec(n_keys=keys, n_values=values, facts=facts, slots=slots)
     except ValueError as e:
@@ -226,12 +247,37 @@ def flops(
     from rich.console import Console
 
     from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
+    from memagent.io import check_output_file
 
+    if plot is not None:
+        check_output_file(plot, "--plot", {f"--model {m}": _model_config(m) for m in model})
+        if plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
+            raise typer.BadParameter(f"{plot.name}: write a .png, .pdf or .svg", param_hint="--plot")
     report = flops_report(model, _int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
     if as_json:
         typer.echo(report)
     else:
         Console().print(report)
+
+
+def _check_eval_out(out: Path, data: list[str]) -> None:
+    """--out is a writable folder, and no --data file is one of the files eval writes there."""
+    from memagent.io import check_not_input, check_output_dir
+
+    for d in data:
+        if not Path(d).is_file():
+            raise typer.BadParameter(f"{d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
+                                     "files made by `memagent data ...`", param_hint="--data")
+    inputs = {f"--data file {d!r}": d for d in data}
+    check_output_dir(out, "--out", inputs)
+    for name in ("results.jsonl", "table.md"):
+        check_not_input(out / name, inputs, f"--out (its {name})")
+
+
+def _model_config(model: str) -> Optional[Path]:
+    """The config.json a --model names (the file itself, or the one in a model folder); None for a preset."""
+    p = Path(model)
+    return p / "config.json" if p.is_dir() else p if p.is_file() else None
 
 
 @app.command("eval")
@@ -273,9 +319,12 @@ def eval_(
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
     options = dict(locals())
     from memagent.eval.sweep import EvalOptions, run_eval
+    from memagent.flags import check_flags, split_list
 
-    options["data"] = [d.strip() for d in data.split(",") if d.strip()]
-    options["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
+    check_flags(options)
+    options["data"] = split_list(data, "--data")
+    options["methods"] = split_list(methods, "--methods")
+    _check_eval_out(out, options["data"])
     options["out"] = str(out)
     typer.echo(run_eval(EvalOptions(**_split_backend_options(options))))
 
@@ -286,15 +335,18 @@ def train_cmd(
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
+    force: bool = typer.Option(False, "--force", help="Write into an out_dir that holds a model or another run."),
 ) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.profile import load_profile, train_config_with_profile, write_profile
-    from memagent.rl.config import load_config, parse_overrides
+    from memagent.rl.config import check_out_dir, load_config, parse_overrides
     from memagent.rl.trainer import train
 
-    cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else []))
+    cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else [])
+                      + (["force=true"] if force else []))
     explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
     cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
+    check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
     if int(os.environ.get("RANK", "0")) == 0:
         write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
     result = train(cfg)
@@ -323,24 +375,100 @@ def demo(
         typer.echo(markdown(summary))
         return
     from memagent.demo.pipeline import DemoConfig, run_demo
+    from memagent.flags import check_flags
+    from memagent.io import check_output_dir
 
+    check_flags(dict(seed=seed))
+    check_output_dir(out, "--out")
     run_demo(DemoConfig.for_run(quick, seed, str(out)))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _fail(message: str) -> int:
+    typer.echo(f"error: {_one_line(message)}", err=True)
+    return 2
+
+
+def run(args: Optional[list[str]] = None) -> int:
+    """Run the CLI on `args` (default sys.argv[1:]); returns the exit code.
+
+    Every user-caused failure is one `error: ...` line and code 2: a `MemAgentError`, a bad flag
+    (click's usage errors), an OS error the user can fix (permission, missing folder, disk full, a
+    path under a file, ...) and text that is not UTF-8. Anything else is a bug: its traceback, then a
+    line asking to report it, and code 1.
+    """
+    from memagent.errors import MemAgentError
+    from memagent.io import os_error_message
+
+    usage_errors, aborts = _click_exceptions()
+    try:
+        code = app(args=args, prog_name="memagent", standalone_mode=False)
+    except usage_errors as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `memagent` alone: the help text
+            typer.echo(e.format_message(), err=True)
+            return 2
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        return _fail(e.format_message() + hint)
+    except aborts:
+        typer.echo("aborted", err=True)
+        return 1
+    except MemAgentError as e:
+        return _fail(str(e))
+    except UnicodeDecodeError as e:
+        return _fail(f"an input is not valid UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8")
+    except OSError as e:
+        if e.errno == errno.EPIPE:  # the reader of stdout went away (e.g. `| head`)
+            return 1
+        message = os_error_message(e)
+        if message is None:
+            return _bug()
+        return _fail(message)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:  # noqa: BLE001  (the last resort: a bug)
+        return _bug()
+    if code == 130:
+        typer.echo("interrupted", err=True)
+    return code if isinstance(code, int) else 0
+
+
+def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(usage errors, aborts) of click and of the click copy newer typer versions carry (typer._click)."""
+    usage: list[type[BaseException]] = []
+    aborts: list[type[BaseException]] = [typer.Abort]
+    try:
+        import click
+
+        usage.append(click.exceptions.ClickException)
+        aborts.append(click.exceptions.Abort)
+    except ImportError:
+        pass
+    try:
+        from typer._click import exceptions as vendored  # typer >= 0.2x
+
+        usage.append(vendored.ClickException)
+        aborts.append(getattr(vendored, "Abort", typer.Abort))
+    except ImportError:
+        pass
+    return tuple(usage), tuple(aborts)
+
+
+def _bug() -> int:
+    traceback.print_exc()
+    typer.echo(f"memagent hit an internal error (a bug, not a problem with your input); please report it "
+               "(open an issue on the project) with the command you ran and the traceback above", err=True)
+    return 1
 
 
 def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
     _quiet_libraries()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    from memagent.errors import USER_ERRORS
-
-    try:
-        app()
-    except USER_ERRORS as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow")."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memagent.agent.answer import ANSWER_PROTOCOLS, THINK_MODES
@@ -52,9 +53,9 @@ class AgentConfig:
             raise ConfigError(f"answer_protocol must be one of {', '.join(ANSWER_PROTOCOLS)}; got {self.answer_protocol!r}")
         if self.think not in THINK_MODES:
             raise ConfigError(f"think must be one of {', '.join(THINK_MODES)}; got {self.think!r}")
-        if self.temperature < 0:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         try:
             check_template(self.memory_template, MEMORY_FIELDS, "memory")

@@ -9,8 +9,13 @@ from typing import Any, Iterator
 def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
     """(line number, record) for each non-blank line of `path`; a line that is not JSON raises
     `error` with "PATH:LINE: not valid JSON (...)". The caller checks that the file exists."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{path}:{lineno}: not valid UTF-8 (byte {exc.start} of the line: {exc.reason}); "
+                            "save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

@@ -1,18 +1,22 @@
 """`memagent ask`: build the backend and the agent from CLI options and run one or many questions."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, read_jsonl_inputs
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
-from memagent.jsonl import iter_jsonl
+from memagent.flags import check_flags
+from memagent.io import atomic_write_text, read_text
 from memagent.profile import Profile, profile_from_dict, resolve_profile, write_profile
 
 
@@ -39,26 +43,6 @@ class AskOptions:
     progress: bool = True
 
 
-def read_jsonl_inputs(path: Path) -> Iterator[AgentInput]:
-    """Lines of {id?, question, context | document (a path, relative to the JSONL file), memory? (to start
-    from, e.g. the final memory of an earlier run over the text before)}."""
-    if not path.exists():
-        raise InputError(f"input file not found: {path}")
-    for n, rec in iter_jsonl(path, InputError):
-        if not isinstance(rec, dict) or "question" not in rec:
-            raise InputError(f"{path}:{n}: each line needs a 'question' field")
-        if "context" in rec:
-            doc: Any = rec["context"]
-        elif "document" in rec:
-            doc = Path(rec["document"]) if Path(rec["document"]).is_absolute() else path.parent / rec["document"]
-        else:
-            raise InputError(f"{path}:{n}: each line needs 'context' (text) or 'document' (a file path)")
-        memory = rec.get("memory")
-        if memory is not None and not isinstance(memory, str):
-            raise InputError(f"{path}:{n}: 'memory' (the memory to start from) must be a string")
-        yield AgentInput(rec["question"], doc, str(rec.get("id", n)), memory)
-
-
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
 _SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
                  "final_template", "empty_memory")
@@ -70,20 +54,27 @@ def model_agent_settings(model: str) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "model settings file", InputError))
     except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg})") from None
+        raise InputError(f"{path} is not valid JSON ({e.msg}); fix it or remove it") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must be a JSON object of settings ({', '.join(_SETTING_KEYS)})")
     unknown = sorted(set(data) - set(_SETTING_KEYS))
     if unknown:
         raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(_SETTING_KEYS)}")
+    for key, value in data.items():
+        if key.endswith("_tokens"):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+        elif not isinstance(value, str):
+            raise InputError(f"{path}: {key} must be a string, got {type(value).__name__}")
     return dict(data)
 
 
 def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
     """Write `config`'s prompt settings beside a saved model, where `model_agent_settings` reads them."""
     path = Path(model_dir) / AGENT_SETTINGS_FILE
-    path.write_text(json.dumps({k: getattr(config, k) for k in _SETTING_KEYS}, indent=2) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(path, json.dumps({k: getattr(config, k) for k in _SETTING_KEYS}, indent=2) + "\n")
 
 
 def ask_profile(o: AskOptions) -> Profile:
@@ -104,38 +95,56 @@ def profile_path_for(output: Path) -> Path:
 
 
 def run_ask(o: AskOptions) -> None:
+    """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
+    check_flags({**{k: v for k, v in dataclasses.asdict(o).items() if k not in ("input", "backend")},
+                 **o.backend.flags()})
     if o.input is None and (o.question is None or o.document is None):
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
         raise InputError("--input runs many questions; do not combine it with --question/--document")
+    if o.output is not None and o.input is None:
+        raise InputError("--output is for --input (many questions); one answer is printed to stdout")
     profile = ask_profile(o)
     config = profile.agent_config(max_batch_docs=o.batch_docs)
     if o.input is not None:
-        items = list(read_jsonl_inputs(o.input))
+        items = read_jsonl_inputs(o.input)
         if not items:
             raise InputError(f"{o.input} holds no questions")
     else:
         doc = open_document(o.document)
         if isinstance(doc, Path) and not doc.exists():
             raise InputError(f"document file not found: {doc}")
+        if isinstance(doc, Path) and doc.is_dir():
+            raise InputError(f"--document {doc} is a folder; give a text file (or - for stdin)")
         items = [AgentInput(o.question, doc, "0")]
+    if o.input is not None:
+        inputs = {"--input": o.input, **document_inputs(items)}
+    else:
+        inputs = {"--document": items[0].document}
+    check_ask_outputs(o.output, o.trace, o.model, inputs)
+    results = ResultLog(o.output if o.input is not None else None)
+    todo = [it for it in items if it.doc_id not in results.done]
+    if not todo:
+        print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
+        return
     backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
                       yarn_factor=profile.budgets.yarn_factor).load(o.model)
-    agent = MemoryAgent(backend, config, trace_path=o.trace, progress=o.progress, errors=o.errors)
-    results = agent.run(items)
-    if o.input is None:
-        r = results[0]
-        missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'
-        print(r.answer if r.answer is not None else f"(no answer: the model wrote no {missing}) {r.raw_answer.strip()}")
-        return
     if o.output:
         write_profile(profile, profile_path_for(o.output))
-    out = open(o.output, "w", encoding="utf-8") if o.output else sys.stdout
-    try:
-        for r in results:
-            out.write(json.dumps(dict(id=r.doc_id, question=r.question, answer=r.answer,
-                                      raw_answer=r.raw_answer, memory=r.memory, num_chunks=r.num_chunks),
-                                 ensure_ascii=False) + "\n")
-    finally:
-        if o.output:
-            out.close()
+    with _open_trace(o.trace, append=bool(results.done)) as trace:
+        agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors)
+        if o.input is None:
+            r = agent.run(todo)[0]
+            missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'
+            print(r.answer if r.answer is not None else f"(no answer: the model wrote no {missing}) {r.raw_answer.strip()}")
+            return
+        with results:
+            agent.run(todo, on_result=results.write)
+
+
+def _open_trace(path: Optional[Path], append: bool) -> Any:
+    """The --trace file (appended to when a rerun resumes), or no trace."""
+    if path is None:
+        return nullcontext(None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a" if append else "w", encoding="utf-8")

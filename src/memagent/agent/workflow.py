@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks
@@ -123,7 +123,7 @@ class MemoryAgent:
         backend: Backend,
         config: AgentConfig | None = None,
         *,
-        trace_path: str | Path | None = None,
+        trace_path: str | Path | TextIO | None = None,  # a path (rewritten) or an open text stream
         progress: bool = False,
         errors: str = "strict",
         keep_conversations: bool = False,
@@ -170,8 +170,12 @@ class MemoryAgent:
             )
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, items: Sequence[AgentInput]) -> list[AgentResult]:
-        """Run every (question, document) pair; results come back in input order."""
+    def run(self, items: Sequence[AgentInput],
+            on_result: Callable[[AgentResult], None] | None = None) -> list[AgentResult]:
+        """Run every (question, document) pair; results come back in input order.
+
+        on_result: called with each result as soon as its document finishes (finishing order), e.g. to
+        write it out, so an error in a later document does not lose it."""
         items = [replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items)]
         self.check_budget(items)
         trace = TraceWriter(self.trace_path) if self.trace_path else None
@@ -192,6 +196,8 @@ class MemoryAgent:
                 if done:
                     for d, res in zip(done, self._final_step(done, trace)):
                         results[d.pos] = res
+                        if on_result is not None:
+                            on_result(res)
                     finished = {id(d) for d in done}
                     active = [d for d in active if id(d) not in finished]
                     if bar:

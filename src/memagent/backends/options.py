@@ -30,6 +30,13 @@ class BackendOptions:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # from the profile
     yarn_factor: float | None = None  # from the profile: YaRN rope scaling (transformers, vllm)
 
+    def flags(self) -> dict[str, Any]:
+        """The command-line options these came from ({parameter name: value}, `--backend` for `name`), for
+        `memagent.flags.check_flags`."""
+        values = {f: getattr(self, f) for f in ("base_url", "tokenizer", "device", "dtype", "tensor_parallel",
+                                                  "max_concurrency", "request_timeout", "max_retries")}
+        return dict(backend=self.name, **values)
+
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `load_backend` for the chosen backend."""
         defaults = BackendOptions()

@@ -96,15 +96,28 @@ def load_shape(name_or_path: str) -> ModelShape:
     if not path.is_file():
         raise FlopsError(f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}) "
                          "or a config.json / model directory")
-    cfg = json.loads(path.read_text(encoding="utf-8"))
+    from memagent.io import read_text
+
     try:
-        return ModelShape(
-            name=cfg.get("_name_or_path") or path.parent.name, layers=cfg["num_hidden_layers"],
+        cfg = json.loads(read_text(path, "model config", FlopsError))
+    except json.JSONDecodeError as exc:
+        raise FlopsError(f"{path} is not valid JSON ({exc.msg}); give a Hugging Face config.json") from None
+    if not isinstance(cfg, dict):
+        raise FlopsError(f"{path} must be a JSON object (a Hugging Face config.json)")
+    try:
+        shape = ModelShape(
+            name=str(cfg.get("_name_or_path") or path.parent.name), layers=cfg["num_hidden_layers"],
             hidden=cfg["hidden_size"], heads=cfg["num_attention_heads"],
             kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
             intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"], head_dim=cfg.get("head_dim"))
     except KeyError as exc:
         raise FlopsError(f"{path} lacks {exc.args[0]!r}; a decoder config with layers, sizes and heads is needed") from None
+    for field in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "head_dim"):
+        value = getattr(shape, field)
+        if (value is not None or field != "head_dim") and (
+                isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise FlopsError(f"{path}: the model's {field} must be a positive integer, got {value!r}")
+    return shape
 
 
 def call_flops(shape: ModelShape, tokens: int, output: int) -> int:
@@ -195,9 +208,11 @@ def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    from memagent.io import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_write(path, "wb") as fh:  # a temp file renamed over `path`: a failed write leaves no half PNG
+        fig.savefig(fh, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
     plt.close(fig)
     return path
 

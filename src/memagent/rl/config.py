@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 import yaml
 
 from memagent.config import AgentConfig, ConfigError
+from memagent.errors import MemAgentError
+from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 
 
@@ -137,6 +140,7 @@ class TrainConfig:
     save_every: int = 50  # checkpoint every N steps (and always at the end); 0 = only at the end
     keep_last: int = 2  # checkpoints kept on disk (oldest deleted first); 0 = keep all
     resume: bool = False  # continue from the latest checkpoint in out_dir
+    force: bool = False  # write into an out_dir that holds a model or an earlier run (overwriting it)
     dtype: str = "auto"  # parameters: auto (bf16 on a GPU that has it, else fp32), float32, bfloat16
     device: str = "auto"  # auto, cpu, cuda (with torchrun, each rank uses cuda:LOCAL_RANK)
     strategy: str = "ddp"  # with torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2 fully_shard)
@@ -150,6 +154,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "total_steps")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32) (NumPy's limit), got {self.seed}")
         if self.save_every < 0 or self.keep_last < 0:
             raise ConfigError("save_every and keep_last must be >= 0")
         if self.rollout.batch_size % self.update.mini_batch_size:
@@ -164,6 +170,12 @@ class TrainConfig:
             raise ConfigError(f"strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        from memagent.flags import check_device
+
+        try:
+            check_device(self.device, "device")
+        except MemAgentError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def num_mini_batches(self) -> int:
@@ -200,7 +212,7 @@ def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise ConfigError(f"{prefix or 'config'} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(str(k) for k in set(data) - set(fields))
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(prefix + k for k in unknown)}; valid keys"
                           f"{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(fields)}")
@@ -214,6 +226,10 @@ def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"{prefix or 'config'}: {e}") from None
+
+
+class _NotFinite(Exception):
+    """A float config value that is NaN or infinite."""
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
@@ -235,18 +251,24 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 return value.lower() in ("true", "yes", "1")
             raise ValueError
         if tp is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            if not isinstance(value, (int, float, str)) or isinstance(value, bool) or (
+                    isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
         if tp is float:
-            if isinstance(value, bool):
+            if not isinstance(value, (int, float, str)) or isinstance(value, bool):
                 raise ValueError
-            return float(value)  # also "1e-6", which YAML 1.1 reads as a string
+            number = float(value)  # also "1e-6", which YAML 1.1 reads as a string
+            if not math.isfinite(number):
+                raise _NotFinite
+            return number
         if tp is str:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
-    except ValueError:
+    except _NotFinite:
+        raise ConfigError(f"{key} must be a finite number, got {value!r}") from None
+    except (ValueError, OverflowError):
         raise ConfigError(f"{key} must be {tp.__name__}, got {value!r}") from None
     return value
 
@@ -258,7 +280,12 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML; quote a string value") from None
+        if any(not p.strip() for p in key.split(".")):
+            raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
         parts = key.strip().split(".")
         for p in parts[:-1]:
@@ -282,14 +309,41 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist; pass a YAML file of TrainConfig fields")
+            raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
+                              "file of TrainConfig fields")
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(read_text(p, "config file", ConfigError))
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
+                              f"got a {type(data).__name__}")
     data = _deep_merge(data, parse_overrides(overrides or []))
     return config_from_dict(TrainConfig, data)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(config_to_dict(cfg), indent=2) + "\n")
+
+
+def check_out_dir(cfg: TrainConfig) -> None:
+    """Refuse an out_dir that would destroy an input: the model's folder or any folder holding a model,
+    an earlier run's folder without resume, or one whose config.json / metrics.jsonl is the data file.
+    `force` writes over a model or a run anyway; checkpoints without resume stay an error (the trainer's)."""
+    out = Path(cfg.out_dir)
+    model = cfg.model if cfg.model and Path(cfg.model).exists() else None
+    inputs = {"model": model, "data": cfg.data or None}
+    check_output_dir(out, "out_dir", inputs)
+    for name in ("config.json", "metrics.jsonl"):
+        check_not_input(out / name, inputs, f"out_dir (its {name})")
+    held = folder_holds(out)
+    if held is None or cfg.force:
+        return
+    if held == "a model":
+        raise ConfigError(f"out_dir {out} holds a model (training writes config.json over it); choose another "
+                          f"out_dir, or pass force=true (--force) to overwrite it")
+    if not cfg.resume and not (out / "checkpoints").exists():
+        raise ConfigError(f"out_dir {out} holds an earlier run; pass resume=true (--resume) to continue it, "
+                          f"force=true (--force) to start over in it, or choose another out_dir")

@@ -37,7 +37,7 @@ from memagent.errors import MemAgentError
 from memagent.jsonl import iter_jsonl
 from memagent.lock import run_lock
 from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
-from memagent.rl.config import TrainConfig, config_to_dict, save_config
+from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict, save_config
 from memagent.rl.distributed import (
     DistInfo,
     all_gather_objects,
@@ -100,6 +100,7 @@ class Trainer:
                  model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
                  sft_data: Sequence[Any] | None = None) -> None:
         self.cfg, self.samples, self.reward_fn, self.callback = config, samples, reward_fn, callback
+        check_out_dir(config)
         self.sft_rows = self._sft_rows(config, sft_data)
         self.info = init_distributed(config.device)
         if config.update.mini_batch_size % self.info.world_size:
@@ -137,6 +138,9 @@ class Trainer:
             state = load_checkpoint(resume_from, self.info, model=self.model, optimizer=self.optimizer,
                                     scheduler=self.scheduler)
             self.step, position = int(state["step"]), int(state["data_position"])
+            if self.step > config.total_steps:
+                raise ConfigError(f"resume: the run in {self.out} has done {self.step} steps, more than "
+                                  f"total_steps={config.total_steps}; set total_steps >= {self.step} to go on")
             log.info("resumed from %s (step %d)", resume_from, self.step)
         else:
             torch.manual_seed(config.seed + self.info.rank)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -100,19 +99,13 @@ def write_samples(samples: Iterable[dict], path: str | Path) -> int:
             sys.stdout.write(json.dumps(sample, ensure_ascii=False) + "\n")
             n += 1
         return n
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    from memagent.io import atomic_write
+
     n = 0
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for sample in samples:
-                fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
-                n += 1
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed run leaves neither a partial file nor the old one touched
-        raise
-    os.replace(tmp, path)
+    with atomic_write(path) as fh:  # a temp file beside `path`, removed if the run fails
+        for sample in samples:
+            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
+            n += 1
     return n
 
 

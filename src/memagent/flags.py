@@ -1,0 +1,81 @@
+"""Checks of command-line values where they enter: counts, finite numbers, names, devices.
+
+`check_flags(values)` takes a command's parsed options ({parameter name: value}) and refuses
+nonsense with an `InputError` naming the flag: a negative or zero count, a NaN or infinite
+temperature or timeout, an unknown dtype, a device this machine does not have. The rules are keyed
+by parameter name, so every command that has a `--samples` checks it the same way.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from memagent.errors import InputError
+
+POSITIVE_INTS = ("samples", "limit", "window", "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens",
+                 "batch_docs", "max_concurrency", "passage_tokens", "tensor_parallel", "keys", "values", "slots")
+NON_NEGATIVE_INTS = ("seed", "max_retries", "facts")
+NON_NEGATIVE_FLOATS = ("temperature",)  # 0 = greedy
+POSITIVE_FLOATS = ("request_timeout",)
+CHOICES = {
+    "backend": ("transformers", "openai", "vllm"),
+    "filter_backend": ("transformers", "openai", "vllm"),
+    "dtype": ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"),
+    "errors": ("strict", "replace"),
+}
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+def flag_name(param: str) -> str:
+    return "--" + param.replace("_", "-")
+
+
+def check_flags(values: Mapping[str, Any]) -> None:
+    """Raise InputError for the first option value in `values` that breaks its rule; None values are unset."""
+    for name, value in values.items():
+        if value is None or isinstance(value, bool):
+            continue
+        flag = flag_name(name)
+        if name in POSITIVE_INTS and value <= 0:
+            raise InputError(f"{flag} must be a positive integer, got {value}")
+        if name in NON_NEGATIVE_INTS and value < 0:
+            raise InputError(f"{flag} must be >= 0, got {value}")
+        if name == "seed" and value >= 2**32:
+            raise InputError(f"{flag} must be below 2**32 (NumPy's limit), got {value}")
+        if name in NON_NEGATIVE_FLOATS and not (math.isfinite(value) and value >= 0):
+            raise InputError(f"{flag} must be a finite number >= 0 (0 = greedy), got {value}")
+        if name in POSITIVE_FLOATS and not (math.isfinite(value) and value > 0):
+            raise InputError(f"{flag} must be a finite number of seconds > 0, got {value}")
+        if name in CHOICES and value not in CHOICES[name]:
+            raise InputError(f"unknown {name.replace('_', ' ')} {value!r} ({flag}); choose one of: "
+                             f"{', '.join(CHOICES[name])}")
+        if name == "device":
+            check_device(value, flag)
+
+
+def check_device(device: str, flag: str = "--device") -> None:
+    """Refuse a device name torch does not know, or one this machine does not have."""
+    if device in ("auto", "cpu"):
+        return
+    kind, _, index = device.partition(":")
+    if kind not in ("cuda", "mps") or (index and not index.isdigit()) or (kind == "mps" and index):
+        raise InputError(f"{flag} {device!r} is unknown; choose one of: {', '.join(DEVICES)}")
+    import torch
+
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"{flag} {device}: this machine has no CUDA GPU (or torch was built without CUDA); "
+                             "use --device cpu or auto")
+        if index and int(index) >= count:
+            raise InputError(f"{flag} {device}: this machine has {count} CUDA GPU(s), cuda:0 .. cuda:{count - 1}")
+    elif not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise InputError(f"{flag} mps: this machine has no Apple GPU (MPS); use --device cpu or auto")
+
+
+def split_list(text: str, flag: str) -> list[str]:
+    """'a.jsonl, b.jsonl' -> ['a.jsonl', 'b.jsonl']; a list with no item (e.g. ',') is refused."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise InputError(f"{flag} {text!r} names nothing; give one or more values separated by commas")
+    return items
