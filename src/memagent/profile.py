@@ -266,6 +266,7 @@ def write_profile(profile: Profile, path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         p = p / PROFILE_FILE
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(dump_profile(profile), encoding="utf-8")
+    from memagent.io import atomic_write_text
+
+    atomic_write_text(p, dump_profile(profile))
     return p
