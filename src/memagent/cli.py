@@ -380,7 +380,10 @@ def demo(
 
     check_flags(dict(seed=seed))
     check_output_dir(out, "--out")
-    run_demo(DemoConfig.for_run(quick, seed, str(out)))
+    from memagent.lock import run_lock
+
+    with run_lock(out, "demo"):  # one demo per --out
+        run_demo(DemoConfig.for_run(quick, seed, str(out)))
 
 
 def _one_line(text: str) -> str:

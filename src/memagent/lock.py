@@ -36,3 +36,22 @@ def run_lock(folder: str | Path, what: str = "run") -> Iterator[Path]:
         yield path
     finally:
         lock.release()
+
+
+@contextmanager
+def file_lock(path: str | Path, what: str = "run") -> Iterator[Path]:
+    """Hold the lock of one output file (`.NAME.lock` beside it) for the body; refuse at once if another process
+    holds it (two `ask --output X` runs would interleave their results)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(f".{path.name}.lock")
+    lock = FileLock(str(lock_path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunLockedError(f"another {what} is writing to {path} (it holds {lock_path}); wait for it to finish "
+                             f"or choose another output file") from None
+    try:
+        yield lock_path
+    finally:
+        lock.release()

@@ -17,6 +17,7 @@ from memagent.config import AgentConfig
 from memagent.errors import InputError
 from memagent.flags import check_flags
 from memagent.io import atomic_write_text, read_text
+from memagent.lock import file_lock
 from memagent.profile import Profile, profile_from_dict, resolve_profile, write_profile
 
 
@@ -105,7 +106,7 @@ def run_ask(o: AskOptions) -> None:
     if o.output is not None and o.input is None:
         raise InputError("--output is for --input (many questions); one answer is printed to stdout")
     profile = ask_profile(o)
-    config = profile.agent_config(max_batch_docs=o.batch_docs)
+    profile.agent_config(max_batch_docs=o.batch_docs)  # settings checked before any file is read
     if o.input is not None:
         items = read_jsonl_inputs(o.input)
         if not items:
@@ -122,6 +123,13 @@ def run_ask(o: AskOptions) -> None:
     else:
         inputs = {"--document": items[0].document}
     check_ask_outputs(o.output, o.trace, o.model, inputs)
+    with file_lock(o.output, "ask") if o.output is not None else nullcontext():  # one run per --output
+        _answer(o, items, profile)
+
+
+def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
+    """Run the questions not yet answered in --output (all of them without it); print or write the results."""
+    config = profile.agent_config(max_batch_docs=o.batch_docs)
     results = ResultLog(o.output if o.input is not None else None)
     todo = [it for it in items if it.doc_id not in results.done]
     if not todo:
