@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import memagent.backends
 import memagent.run
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.cli import run
@@ -45,7 +46,7 @@ def test_a_bad_output_path_is_found_before_any_model_call(tmp_path, tiny_model_d
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"question": "q", "context": "text"}) + "\n")
     (tmp_path / "file.txt").write_text("x")
-    monkeypatch.setattr(memagent.run, "load_backend", _no_model)
+    monkeypatch.setattr(memagent.backends, "load_backend", _no_model)  # BackendOptions.load calls it
     code = run(["ask", "--model", str(tiny_model_dir), "--input", str(inp),
                 "--output", str(tmp_path / "file.txt" / "out.jsonl"), *SMALL])
     err = capsys.readouterr().err
@@ -85,7 +86,7 @@ def test_a_rerun_trims_a_torn_last_line_and_skips_the_ids_already_answered(tmp_p
     assert run(args) == 0
     lines = out.read_text().splitlines()
     assert lines[0] == done and sorted(json.loads(x)["id"] for x in lines[1:]) == ["b", "c"]
-    monkeypatch.setattr(memagent.run, "load_backend", _no_model)
+    monkeypatch.setattr(memagent.backends, "load_backend", _no_model)  # BackendOptions.load calls it
     assert run(args) == 0  # everything answered: no model is loaded
     assert "already answered" in capsys.readouterr().err and out.read_text().splitlines() == lines
 

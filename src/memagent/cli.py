@@ -339,6 +339,7 @@ def train_cmd(
 ) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.profile import load_profile, train_config_with_profile, write_profile
+    from memagent.config import ConfigError
     from memagent.rl.config import check_out_dir, load_config, parse_overrides
     from memagent.rl.trainer import train
 
@@ -347,6 +348,8 @@ def train_cmd(
     explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
     cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
     check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
+    if cfg.data and not Path(cfg.data).is_file():
+        raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
     if int(os.environ.get("RANK", "0")) == 0:
         write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
     result = train(cfg)
