@@ -57,6 +57,8 @@ def stub():
 
 
 def test_page_upload_ask_watch_timeline(browser, stub, tmp_path):
+    from playwright.sync_api import expect
+
     doc = tmp_path / "doc.txt"
     doc.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     page = browser.new_page(viewport={"width": 1100, "height": 900})
@@ -67,7 +69,7 @@ def test_page_upload_ask_watch_timeline(browser, stub, tmp_path):
     page.fill("#questions", "What is the vault code?")
     page.click("#start")
     page.wait_for_selector(".answer-text", timeout=10_000)
-    page.wait_for_function("document.getElementById('status').textContent === 'done'", timeout=10_000)
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
 
     assert ("POST", "/v1/documents") in stub.requests and ("POST", "/v1/jobs") in stub.requests
     rows = page.locator(".row")
