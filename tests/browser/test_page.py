@@ -138,3 +138,21 @@ def test_report_renders_in_the_browser(browser, tmp_path):
     assert errors == []
     page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
     page.close()
+
+
+PAIRS = [("a b c d e", "a X c d Y Z e"), ("", "one two"), ("one two", ""), ("x x y x", "x x z z x"),
+         ("k1 v1 filler", "k1 v1 k2 v2"), ("the cat sat on the mat", "the mat sat on the cat"),
+         ("a b a b a b", "b a b a"), ("fact one. fact two.", "fact two. fact three. fact one.")]
+
+
+def test_timeline_js_diff_matches_python(browser):
+    from memagent.report import STATIC
+    from memagent.timeline import word_diff
+
+    page = browser.new_page()
+    page.set_content("<!doctype html><title>diff</title>")
+    page.add_script_tag(content=(STATIC / "timeline.js").read_text(encoding="utf-8"))
+    for old, new in PAIRS:
+        row = page.evaluate("([o, n]) => MemTimeline.makeRow(o, {step: 0, memory: n})", [old, new])
+        assert (row["added"], row["removed"]) == word_diff(old, new), (old, new)
+    page.close()
