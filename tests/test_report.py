@@ -99,6 +99,12 @@ def test_report_refuses_its_trace_as_out_and_bad_traces(tmp_path, capsys):
     other = _trace(tmp_path / "other.jsonl", [{"id": 1, "question": "q"}])
     assert run(["report", str(other), "--out", str(tmp_path / "r.html")]) == 2
     assert "other.jsonl:1: not a memagent trace record" in capsys.readouterr().err
+    steps = _trace(tmp_path / "steps.jsonl", [{"doc_id": "a", "step": "zero", "memory": "x"}])
+    assert run(["report", str(steps), "--out", str(tmp_path / "r.html")]) == 2
+    assert "steps.jsonl:1: step must be an integer >= 0, got 'zero'" in capsys.readouterr().err
+    nomem = _trace(tmp_path / "nomem.jsonl", [{"doc_id": "a", "step": 0, "memory": None}])
+    assert run(["report", str(nomem), "--out", str(tmp_path / "r.html")]) == 2
+    assert "nomem.jsonl:1: memory record without a 'memory' text" in capsys.readouterr().err
     assert run(["report", str(trace), "--out", str(tmp_path / "r.html"), "--doc", "nope"]) == 2
     assert "--doc 'nope': no such document" in capsys.readouterr().err
     assert run(["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r.html")]) == 2

@@ -50,8 +50,10 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
         if not isinstance(rec, dict) or "step" not in rec or "doc_id" not in rec:
             raise ReportError(f"{path}:{lineno}: not a memagent trace record (an object with doc_id and step "
                               "expected); give the file written by `ask --trace`")
-        if rec.get("kind") != "final" and "memory" not in rec:
-            raise ReportError(f"{path}:{lineno}: memory record without a 'memory' field; is it a memagent trace?")
+        if isinstance(rec["step"], bool) or not isinstance(rec["step"], int) or rec["step"] < 0:
+            raise ReportError(f"{path}:{lineno}: step must be an integer >= 0, got {rec['step']!r}")
+        if rec.get("kind") != "final" and not isinstance(rec.get("memory"), str):
+            raise ReportError(f"{path}:{lineno}: memory record without a 'memory' text; is it a memagent trace?")
         records.append(rec)
     if not records:
         raise ReportError(f"{path}: the trace holds no records")
