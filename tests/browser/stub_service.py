@@ -24,8 +24,10 @@ _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=
 class StubService:
     """Start with `.start()`, stop with `.stop()`; `url` is the base address; `requests` logs (method, path)."""
 
-    def __init__(self, memories: list[str], answer: str, truncated_steps: tuple[int, ...] = (), delay: float = 0.05):
+    def __init__(self, memories: list[str], answer: str, truncated_steps: tuple[int, ...] = (), delay: float = 0.05,
+                 max_document_bytes: int = 1 << 20):
         self.memories, self.answer, self.truncated_steps, self.delay = memories, answer, truncated_steps, delay
+        self.max_document_bytes = max_document_bytes
         self.documents: dict[str, str] = {}
         self.jobs: dict[str, dict] = {}
         self.requests: list[tuple[str, str]] = []
@@ -55,7 +57,7 @@ class StubService:
                      raw_answer=f"\\boxed{{{self.answer}}}", seconds=0.01, batch_size=1)
         events.append(("answer", dict(final, question_index=0, evidence=evidence_steps(records))))
         events.append(("state", dict(state="done", error=None)))
-        job = dict(id="job_" + secrets.token_hex(6), state="done", questions=body["questions"], events=events)
+        job = dict(id="job_" + secrets.token_hex(6), state="running", questions=body["questions"], events=events)
         self.jobs[job["id"]] = job
         return job
 
@@ -105,8 +107,13 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             for name, data in job["events"]:
+                if job["state"] == "cancelled":
+                    name, data = "state", dict(state="cancelled", error=None)
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
+                if name == "state":
+                    job["state"] = data["state"]
+                    break
                 time.sleep(stub.delay)
             self.close_connection = True
 
@@ -114,6 +121,8 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
             stub.requests.append(("POST", self.path))
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path == "/v1/documents":
+                if len(body) > stub.max_document_bytes:
+                    return self._error(413, f"the document is over {stub.max_document_bytes} bytes")
                 doc_id = "doc_" + secrets.token_hex(6)
                 stub.documents[doc_id] = body.decode("utf-8")
                 return self._json(200, dict(id=doc_id, bytes=len(body)))
@@ -129,6 +138,10 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
 
         def do_DELETE(self) -> None:
             stub.requests.append(("DELETE", self.path))
-            self._json(200, dict(id=self.path.rsplit("/", 1)[-1], state="cancelled"))
+            job = stub.jobs.get(self.path.rsplit("/", 1)[-1])
+            if job is None:
+                return self._error(404, f"no job {self.path}")
+            job["state"] = "cancelled"
+            self._json(200, dict(id=job["id"], state="cancelled"))
 
     return Handler

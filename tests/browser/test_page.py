@@ -156,3 +156,32 @@ def test_timeline_js_diff_matches_python(browser):
         row = page.evaluate("([o, n]) => MemTimeline.makeRow(o, {step: 0, memory: n})", [old, new])
         assert (row["added"], row["removed"]) == word_diff(old, new), (old, new)
     page.close()
+
+
+def test_page_cancel_and_server_error(browser, tmp_path):
+    from playwright.sync_api import expect
+    from stub_service import StubService
+
+    service = StubService(MEMORIES, answer="x", delay=0.4, max_document_bytes=200).start()
+    try:
+        page = browser.new_page()
+        page.goto(service.url + "/")
+        page.fill("#doc-text", "\n".join(f"line {i}" for i in range(10)))
+        page.fill("#questions", "Which line?")
+        page.click("#start")
+        page.wait_for_selector(".row")
+        page.click("#cancel")
+        expect(page.locator("#status")).to_have_text("cancelled", timeout=10_000)
+        assert any(m == "DELETE" and p.startswith("/v1/jobs/job_") for m, p in service.requests)
+        assert 1 <= page.locator(".row").count() < 10 and page.locator(".answer-text").count() == 0
+        assert not page.locator("#start").is_disabled() and page.locator("#cancel").is_disabled()
+
+        big = tmp_path / "big.txt"
+        big.write_text("word " * 100, encoding="utf-8")  # 500 bytes: over the stub's limit
+        page.fill("#doc-text", "")
+        page.set_input_files("#doc-file", str(big))
+        page.click("#start")
+        expect(page.locator("#status")).to_have_text("error: the document is over 200 bytes", timeout=10_000)
+        page.close()
+    finally:
+        service.stop()
