@@ -126,10 +126,13 @@
     });
     if (!row.memory) memory.appendChild(el("em", "empty", "(empty memory)"));
     item.appendChild(memory);
-    var chunk = el("pre", "chunk-text", row.chunk_text == null ? "This trace does not hold the chunk's text." : row.chunk_text);
-    chunk.hidden = true;
-    item.appendChild(chunk);
+    var chunk = null;  // made on the first click: a long document's chunks stay out of the DOM until asked for
     head.addEventListener("click", function () {
+      if (!chunk) {
+        chunk = el("pre", "chunk-text", row.chunk_text == null ? "This trace does not hold the chunk's text." : row.chunk_text);
+        chunk.hidden = true;
+        item.appendChild(chunk);
+      }
       chunk.hidden = !chunk.hidden;
       head.setAttribute("aria-expanded", chunk.hidden ? "false" : "true");
     });
