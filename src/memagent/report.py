@@ -32,6 +32,7 @@ _BOOT = """
     doc.rows.forEach(function (row) { t.addRow(row); });
     t.setProgress(doc.rows.length, doc.rows.length);
     if (doc.final) t.setAnswer(doc.final, doc.evidence);
+    else t.answerBox.textContent = "The trace has no final answer for this document (the run stopped before it).";
   });
 })();
 """

@@ -185,3 +185,23 @@ def test_page_cancel_and_server_error(browser, tmp_path):
         page.close()
     finally:
         service.stop()
+
+
+def test_report_of_two_documents_one_unfinished(browser, tmp_path):
+    from memagent.cli import run
+
+    records = [dict(doc_id="a", step=0, chunk_start=0, chunk_tokens=5, memory="alpha", truncated=False),
+               dict(doc_id="b", step=0, chunk_start=0, chunk_tokens=5, memory="beta", truncated=False),
+               dict(doc_id="a", step=1, kind="final", answer="alpha", raw_answer="alpha")]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "report.html"
+    assert run(["report", str(trace), "--out", str(out)]) == 0
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    assert page.locator(".timeline-title").all_inner_texts() == ["document a", "document b"]
+    answers = page.locator(".answer").all_inner_texts()
+    assert "alpha" in answers[0] and "no final answer" in answers[1]
+    page.locator(".row-head").first.click()
+    assert "ask --trace-chunks" in page.locator(".chunk-text").inner_text()  # this trace holds no chunk text
+    page.close()

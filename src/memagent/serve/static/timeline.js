@@ -129,7 +129,7 @@
     var chunk = null;  // made on the first click: a long document's chunks stay out of the DOM until asked for
     head.addEventListener("click", function () {
       if (!chunk) {
-        chunk = el("pre", "chunk-text", row.chunk_text == null ? "This trace does not hold the chunk's text." : row.chunk_text);
+        chunk = el("pre", "chunk-text", row.chunk_text == null ? "This trace does not hold the chunk's text (ask --trace-chunks writes it)." : row.chunk_text);
         chunk.hidden = true;
         item.appendChild(chunk);
       }
