@@ -25,9 +25,10 @@ class StubService:
     """Start with `.start()`, stop with `.stop()`; `url` is the base address; `requests` logs (method, path)."""
 
     def __init__(self, memories: list[str], answer: str, truncated_steps: tuple[int, ...] = (), delay: float = 0.05,
-                 max_document_bytes: int = 1 << 20):
+                 max_document_bytes: int = 1 << 20, drop_after: int | None = None):
         self.memories, self.answer, self.truncated_steps, self.delay = memories, answer, truncated_steps, delay
         self.max_document_bytes = max_document_bytes
+        self.drop_after = drop_after  # end the event stream after this many events, as a killed server would
         self.documents: dict[str, str] = {}
         self.jobs: dict[str, dict] = {}
         self.requests: list[tuple[str, str]] = []
@@ -106,7 +107,9 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
-            for name, data in job["events"]:
+            for k, (name, data) in enumerate(job["events"]):
+                if k == stub.drop_after:
+                    break
                 if job["state"] == "cancelled":
                     name, data = "state", dict(state="cancelled", error=None)
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())

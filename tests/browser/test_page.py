@@ -176,6 +176,11 @@ def test_page_cancel_and_server_error(browser, tmp_path):
         assert 1 <= page.locator(".row").count() < 10 and page.locator(".answer-text").count() == 0
         assert not page.locator("#start").is_disabled() and page.locator("#cancel").is_disabled()
 
+        service.drop_after, service.delay = 2, 0.0  # the stream ends after two rows, no final state
+        page.click("#start")
+        expect(page.locator("#status")).to_contain_text("the event stream ended before the job did", timeout=10_000)
+        assert page.locator(".row").count() == 2
+
         big = tmp_path / "big.txt"
         big.write_text("word " * 100, encoding="utf-8")  # 500 bytes: over the stub's limit
         page.fill("#doc-text", "")

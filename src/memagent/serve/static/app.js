@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var job = null, timelines = [], abort = null;
+  var job = null, timelines = [], abort = null, ended = false;
 
   function headers(extra) {
     var h = Object.assign({}, extra || {}), key = $("api-key").value.trim();
@@ -20,13 +20,16 @@
   async function call(method, path, body, contentType) {
     var init = { method: method, headers: headers(contentType ? { "Content-Type": contentType } : {}) };
     if (body !== undefined) init.body = body;
-    var res = await fetch(path, init), data = null;
+    var res = await fetch(path, init);
+    if (!res.ok) throw new Error(await errorOf(res));
+    return res.json();
+  }
+
+  /* The service's message of a failed response ({"error": {"message"}}), else its status line. */
+  async function errorOf(res) {
+    var data = null;
     try { data = await res.json(); } catch (e) { data = null; }
-    if (!res.ok) {
-      var msg = data && data.error && data.error.message ? data.error.message : res.status + " " + res.statusText;
-      throw new Error(msg);
-    }
-    return data;
+    return data && data.error && data.error.message ? data.error.message : res.status + " " + res.statusText;
   }
 
   function questionsOf() {
@@ -57,16 +60,17 @@
     } else if (name === "state") {
       var done = ["done", "failed", "cancelled"].indexOf(data.state) >= 0;
       setStatus(data.state + (data.error ? ": " + data.error : ""), data.state === "failed");
-      if (done) finish();
+      if (done) { ended = true; finish(); }
     }
   }
 
   /* Parse a text/event-stream body: blocks separated by a blank line, `event:` and `data:` lines. */
   async function follow(jobId) {
     abort = new AbortController();
+    ended = false;
     var res = await fetch("/v1/jobs/" + encodeURIComponent(jobId) + "/events",
                           { headers: headers({ Accept: "text/event-stream" }), signal: abort.signal });
-    if (!res.ok || !res.body) throw new Error("events: " + res.status + " " + res.statusText);
+    if (!res.ok || !res.body) throw new Error(await errorOf(res));
     var reader = res.body.getReader(), decoder = new TextDecoder(), buf = "";
     for (;;) {
       var chunk = await reader.read();
@@ -83,6 +87,7 @@
         if (data.length) onEvent(name, JSON.parse(data.join("\n")));
       }
     }
+    if (!ended) setStatus("the event stream ended before the job did; reload the page to follow it again", true);
   }
 
   function finish() {
