@@ -76,6 +76,19 @@ def _split_backend_options(options: dict) -> dict:
     return dict(options, backend=BackendOptions(**backend))
 
 
+@app.command("report")
+def report_cmd(
+    trace: Path = typer.Argument(..., help="A JSONL trace (`ask --trace FILE`)."),
+    out: Path = typer.Option(..., "--out", help="HTML file to write (one self-contained file)."),
+    doc: Optional[str] = typer.Option(None, "--doc", help="Only this document (its doc_id); default: every document."),
+) -> None:
+    """The memory timeline of a trace as one static HTML file: each chunk, the memory after it, what changed."""
+    from memagent.report import write_report
+
+    n = write_report(trace, out, doc)
+    typer.echo(f"wrote the timeline of {n} document(s) to {out}", err=True)
+
+
 @app.command("tiny-model")
 def tiny_model(
     out_dir: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
