@@ -41,6 +41,7 @@ def ask(
     answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer (default: the profile's, 1024, or memagent.json)."),
     query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question (default: the profile's, 1024, or memagent.json)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSONL record per model call."),
+    trace_chunks: bool = typer.Option(False, "--trace-chunks", help="With --trace: also write each chunk's text (chunk_text), for `memagent report`."),
     errors: str = typer.Option("strict", "--errors", help="strict: invalid UTF-8 is an error; replace: substitute U+FFFD."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy (default: the profile's, 0)."),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (default: the profile's, 1.0)."),
