@@ -91,7 +91,8 @@ def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
     from memagent.serve.chat import chat_routes
 
     chat_routes(app, manager, settings)
-    app.mount("/", StaticFiles(directory=STATIC, html=True, check_dir=False), name="page")
+    if STATIC.is_dir():
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app
 
 
