@@ -27,7 +27,7 @@ def reference(backend, doc: str, question: str) -> tuple[str, list[dict]]:
 
 @pytest.fixture
 def server(tiny_backend, tmp_path):
-    with ThreadServer(tiny_backend, tmp_path / "state", max_body_bytes=64_000) as s:
+    with ThreadServer(tiny_backend, tmp_path / "state", max_body_bytes=64_000, max_document_bytes=100_000) as s:
         yield s
 
 
@@ -134,6 +134,9 @@ def test_bad_input_is_a_4xx_json_error_and_the_server_goes_on(server):
     _is_error(httpx.get(u + "/v1/documents/doc_" + "0" * 32), 404, "no document")
     _is_error(httpx.post(u + "/v1/jobs", json={"document": "x", "questions": ["word " * 200]}), 400, "tokens")
     _is_error(httpx.get(u + "/v1/nothing"), 404, "no route")
+    _is_error(httpx.post(u + "/v1/documents", content=b"x " * 60_000), 413, "limit of 100000 bytes")
+    _is_error(httpx.post(u + "/v1/documents", content=iter([b"y " * 30_000] * 3)), 413, "limit")  # no length given
+    assert not list((server.manager.docs.folder).glob(".*.part"))  # a refused upload leaves nothing behind
     assert httpx.get(u + "/health").json()["status"] == "ok"
     r = httpx.post(u + "/v1/chat/completions", json={"messages": _chat(words(20), "still there?")})
     assert r.status_code == 200 and r.json()["usage"]["calls"] >= 2
@@ -177,3 +180,17 @@ def test_metrics_count_requests_calls_and_tokens(server):
     assert values['memagent_requests_total{route="/v1/chat/completions",status="200"}'] == "1"
     assert values["memagent_queue_length"] == "0"
     assert int(values["memagent_model_call_seconds_count"]) >= 1
+
+
+def test_a_client_that_goes_away_cancels_its_job(server):
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={"messages": _chat(words(3000), "Who?"), "stream": True}) as resp:
+        first = next(line for line in resp.iter_lines() if line.startswith("data: "))
+        job = "job_" + json.loads(first[6:])["id"].removeprefix("chatcmpl-")
+    for _ in range(200):
+        view = httpx.get(f"{server.url}/v1/jobs/{job}").json()
+        if view["state"] != "running":
+            break
+        threading.Event().wait(0.05)
+    assert view["state"] == "cancelled"
+    assert view["questions"][0]["chunks_done"] < view["questions"][0]["chunks_total"]
