@@ -194,3 +194,19 @@ def test_a_client_that_goes_away_cancels_its_job(server):
         threading.Event().wait(0.05)
     assert view["state"] == "cancelled"
     assert view["questions"][0]["chunks_done"] < view["questions"][0]["chunks_total"]
+
+
+def test_a_large_upload_is_streamed_to_disk_not_held_in_memory(tiny_backend, tmp_path):
+    import tracemalloc
+
+    block, n_blocks = b"river city album song " * 2979, 512  # 64 KiB x 512 = 32 MiB, sent without a length
+    with ThreadServer(tiny_backend, tmp_path / "state") as s:
+        tracemalloc.start()
+        try:
+            up = httpx.post(s.url + "/v1/documents", content=iter([block] * n_blocks), timeout=120).json()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert up["bytes"] == len(block) * n_blocks
+        assert (s.manager.docs.folder / f"{up['id']}.txt").stat().st_size == up["bytes"]
+    assert peak < 8 << 20  # Python allocations of client and server together stay far below the 32 MiB
