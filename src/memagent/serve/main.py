@@ -109,6 +109,7 @@ def run_serve(o: ServeOptions) -> None:
         app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai")
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
-            uvicorn.run(app, host=o.host, port=o.port, log_level="warning", access_log=False)
+            uvicorn.run(app, host=o.host, port=o.port, log_level="warning", access_log=False,
+                        timeout_graceful_shutdown=5)  # open event streams must not hold a stop
         finally:
             manager.shutdown()
