@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.02, help="seconds per simulated model call")
     ap.add_argument("--chunks", type=int, default=4, help="chunks per document")
     ap.add_argument("--requests", type=int, default=128, help="requests per concurrency level")
+    ap.add_argument("--max-jobs", type=int, default=32, help="the server's --max-jobs (jobs run at once)")
     args = ap.parse_args()
     from serve_helpers import ThreadServer
 
@@ -89,7 +90,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as state:
         backend = DelayBackend(tok, args.delay)
-        with ThreadServer(backend, Path(state), serialize=False, max_jobs=32, max_queue=64) as server:
+        with ThreadServer(backend, Path(state), serialize=False, max_jobs=args.max_jobs, max_queue=64) as server:
             run_level(server.url, 2, 2, doc)  # warm-up
             for clients in (1, 8, 32):
                 rows.append(run_level(server.url, clients, max(1, args.requests // clients), doc))

@@ -6,7 +6,6 @@ but `/health` and the page's files needs `Authorization: Bearer KEY`.
 """
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
@@ -38,7 +37,7 @@ class ServeSettings:
     max_body_bytes: int = 16 << 20  # JSON requests (a document in a chat request included)
     max_question_chars: int = 8192
     max_questions: int = 32
-    poll_seconds: float = 0.02  # how often a waiting request looks at its job
+    wait_seconds: float = 0.5  # a waiting request wakes on each event, and at least this often (disconnects)
 
 
 def _needs_key(path: str) -> bool:
@@ -160,11 +159,11 @@ def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
     @app.get("/v1/jobs/{job_id}/events")
     async def job_events(job_id: str) -> StreamingResponse:
         live = manager.subscribe(job_id)
-        return StreamingResponse(_sse(live, settings.poll_seconds), media_type="text/event-stream",
+        return StreamingResponse(_sse(live, settings.wait_seconds), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _sse(live: Any, poll: float) -> AsyncIterator[str]:
+async def _sse(live: Any, wait: float) -> AsyncIterator[str]:
     """Every event so far, then the live ones, until the job ends (its last event is `state`)."""
     i = 0
     while True:
@@ -172,10 +171,9 @@ async def _sse(live: Any, poll: float) -> AsyncIterator[str]:
         for name, data in events:
             yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
         i += len(events)
-        if ended:  # `state` is emitted before the job is marked ended: nothing comes after
+        if ended:  # the last event and the end are set together: nothing comes after
             return
-        if not events:
-            await asyncio.sleep(poll)
+        await live.wait(i, wait)
 
 
 def _info_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:

@@ -6,7 +6,6 @@ A client that goes away cancels its job.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, AsyncIterator
@@ -57,13 +56,13 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
         model = body.get("model") if isinstance(body.get("model"), str) else settings.model_name
         head = dict(id=f"chatcmpl-{job_id[4:]}", created=int(time.time()), model=model)
         if body.get("stream"):
-            return StreamingResponse(_stream(manager, job_id, live, head, settings.poll_seconds),
+            return StreamingResponse(_stream(manager, job_id, live, head, settings.wait_seconds),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         while not live.done.is_set():
             if await request.is_disconnected():
                 manager.cancel(job_id)
                 return JSONResponse({"error": {"message": "client went away", "type": "cancelled"}}, 499)
-            await asyncio.sleep(settings.poll_seconds)
+            await live.wait(len(live.events), settings.wait_seconds)
         answer, extra = _outcome(manager, job_id)
         return dict(head, object="chat.completion",
                     choices=[dict(index=0, message=dict(role="assistant", content=answer), finish_reason="stop")],
@@ -100,7 +99,8 @@ def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = Non
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, Any], poll: float) -> AsyncIterator[str]:
+async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, Any],
+                  wait: float) -> AsyncIterator[str]:
     """OpenAI chunks: the role, progress comments while reading, the answer, the finish with usage, [DONE]."""
     try:
         yield _chunk(head, dict(role="assistant", content=""))
@@ -113,8 +113,7 @@ async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, 
                     yield f": progress {data['step'] + 1}/{data['chunks_total']}\n\n"
             if ended:
                 break
-            if not events:
-                await asyncio.sleep(poll)
+            await live.wait(i, wait)
         try:
             answer, extra = _outcome(manager, job_id)
         except ApiError as e:

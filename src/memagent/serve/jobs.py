@@ -7,6 +7,7 @@ every event so far, then the live ones.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import OrderedDict
@@ -44,22 +45,49 @@ def evidence(steps: list[dict[str, Any]], empty_memory: str) -> list[int]:
 
 @dataclass
 class Live:
-    """A job's in-memory side: its events so far, and the flags its thread and subscribers share."""
+    """A job's in-memory side: its events so far, and the flags its thread and subscribers share.
+
+    Subscribers are async (the app's event loop) while the job runs in a thread: `emit` wakes every
+    waiting subscriber through its loop (`call_soon_threadsafe`), so nobody polls.
+    """
 
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     state: str = "queued"
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    waiters: list[tuple[Any, Any]] = field(default_factory=list)  # (event loop, asyncio.Event)
 
-    def emit(self, event: str, data: dict[str, Any]) -> None:
+    def emit(self, event: str, data: dict[str, Any], last: bool = False) -> None:
+        """Add an event (`last`: the job's final one, marking it ended in the same step) and wake subscribers."""
         with self.lock:
             self.events.append((event, data))
+            if last:
+                self.done.set()
+            waiters, self.waiters = self.waiters, []
+        for loop, ev in waiters:
+            loop.call_soon_threadsafe(ev.set)
 
     def since(self, i: int) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
         """Events from index `i` on, and whether the job has ended (no more will come)."""
         with self.lock:
             return self.events[i:], self.done.is_set()
+
+    async def wait(self, i: int, timeout: float) -> None:
+        """Return when there is an event past index `i`, the job has ended, or after `timeout` seconds."""
+        loop, ev = asyncio.get_running_loop(), asyncio.Event()
+        with self.lock:
+            if len(self.events) > i or self.done.is_set():
+                return
+            self.waiters.append((loop, ev))
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self.lock:
+                if (loop, ev) in self.waiters:
+                    self.waiters.remove((loop, ev))
 
 
 class JobManager:
@@ -156,8 +184,7 @@ class JobManager:
     def _finish(self, job_id: str, live: Live, state: str, error: str | None = None) -> None:
         self.store.set_state(job_id, state, error)
         live.state = state
-        live.emit("state", dict(state=state, error=error))
-        live.done.set()
+        live.emit("state", dict(state=state, error=error), last=True)
 
     def _run(self, job_id: str, live: Live) -> None:
         if live.cancel.is_set():
