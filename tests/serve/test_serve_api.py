@@ -210,3 +210,24 @@ def test_a_large_upload_is_streamed_to_disk_not_held_in_memory(tiny_backend, tmp
         assert up["bytes"] == len(block) * n_blocks
         assert (s.manager.docs.folder / f"{up['id']}.txt").stat().st_size == up["bytes"]
     assert peak < 8 << 20  # Python allocations of client and server together stay far below the 32 MiB
+
+
+def test_a_restart_resumes_jobs_but_cancels_chat_jobs_whose_client_is_gone(tiny_backend, tmp_path):
+    from memagent.serve.documents import DocumentStore
+    from memagent.serve.store import Store
+
+    state = tmp_path / "state"
+    docs = DocumentStore(state / "documents", 1 << 20)
+    doc_id, _ = docs.save_text(words(30))
+    store = Store(state / "serve.sqlite3")  # what a dead server left: two jobs marked running
+    store.add_job("job_" + "a" * 32, doc_id, ["q?"])
+    store.add_job("job_" + "b" * 32, doc_id, ["q?"], chat=True)
+    store.set_state("job_" + "a" * 32, "running")
+    store.set_state("job_" + "b" * 32, "running")
+    store.close()
+    with ThreadServer(tiny_backend, state) as s:
+        events = httpx.get(f"{s.url}/v1/jobs/job_{'a' * 32}/events", timeout=60).text
+        assert events.rstrip().endswith('{"state": "done", "error": null}')
+        chat = httpx.get(f"{s.url}/v1/jobs/job_{'b' * 32}").json()
+        assert chat["state"] == "cancelled" and "chat client" in chat["error"]
+        assert chat["usage"]["calls"] == 0

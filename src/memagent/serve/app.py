@@ -145,6 +145,7 @@ def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
     async def create_job(request: Request) -> JSONResponse:
         body = await read_json(request, settings.max_body_bytes)
         questions = check_questions(body.get("questions"), manager, settings)
+        manager.check_room()  # before a document is saved for nothing
         job_id, _ = manager.submit(document_of(body, manager), questions)
         return JSONResponse({"id": job_id}, status_code=201)
 

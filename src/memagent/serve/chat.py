@@ -51,8 +51,9 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
         body = await read_body(request, settings)
         question, text = split_messages(body)
         check_questions([question], manager, settings)
+        manager.check_room()  # before a document is saved for nothing
         doc_id = document_of(body if text is None else {"document": text}, manager)
-        job_id, live = manager.submit(doc_id, [question])
+        job_id, live = manager.submit(doc_id, [question], chat=True)
         model = body.get("model") if isinstance(body.get("model"), str) else settings.model_name
         head = dict(id=f"chatcmpl-{job_id[4:]}", created=int(time.time()), model=model)
         if body.get("stream"):

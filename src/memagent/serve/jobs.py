@@ -108,22 +108,36 @@ class JobManager:
             return sum(1 for lv in self.live.values() if lv.state == state)
 
     # -- submit / resume / cancel ---------------------------------------------------------------
-    def submit(self, document_id: str, questions: list[str]) -> tuple[str, Live]:
-        """Queue a new job; 429 (with Retry-After) when `max_running + max_queued` jobs are in flight."""
+    def check_room(self) -> None:
+        """429 (with Retry-After) when `max_running + max_queued` jobs are in flight."""
         with self._lock:
-            active = sum(1 for lv in self.live.values() if lv.state in UNFINISHED)
-            if active >= self.max_running + self.max_queued:
-                raise ApiError(429, f"the server is full ({active} jobs in flight, the limit of --max-jobs "
-                                    f"{self.max_running} + --max-queue {self.max_queued}); retry later",
-                               "rate_limit_error", {"Retry-After": "1"})
+            self._check_room()
+
+    def _check_room(self) -> None:  # under self._lock
+        active = sum(1 for lv in self.live.values() if lv.state in UNFINISHED)
+        if active >= self.max_running + self.max_queued:
+            raise ApiError(429, f"the server is full ({active} jobs in flight, the limit of --max-jobs "
+                                f"{self.max_running} + --max-queue {self.max_queued}); retry later",
+                           "rate_limit_error", {"Retry-After": "1"})
+
+    def submit(self, document_id: str, questions: list[str], chat: bool = False) -> tuple[str, Live]:
+        """Queue a new job (429 when full); `chat`: a chat completion's, not resumed after a restart."""
+        with self._lock:
+            self._check_room()
             job_id = new_id("job")
-            self.store.add_job(job_id, document_id, questions)
+            self.store.add_job(job_id, document_id, questions, chat)
             live = self._schedule(job_id)
         return job_id, live
 
     def resume_all(self) -> int:
-        """Start again every job a previous server left queued or running; returns how many."""
-        ids = self.store.unfinished()
+        """Start again every job a previous server left queued or running; returns how many. A chat
+        completion's job is cancelled instead: its client's connection died with that server."""
+        ids = []
+        for job_id, chat in self.store.unfinished():
+            if chat:
+                self.store.set_state(job_id, "cancelled", "the server stopped while its chat client waited")
+            else:
+                ids.append(job_id)
         with self._lock:
             for job_id in ids:
                 self._schedule(job_id)

@@ -17,7 +17,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, state TEXT NOT NULL, document_id TEXT NOT NULL, error TEXT,
     created REAL NOT NULL, calls INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0);
+    completion_tokens INTEGER NOT NULL DEFAULT 0, chat INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS questions (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, question TEXT NOT NULL, chunks_total INTEGER,
     final TEXT, PRIMARY KEY (job_id, idx));
@@ -42,11 +42,12 @@ class Store:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
-    def add_job(self, job_id: str, document_id: str, questions: list[str]) -> None:
+    def add_job(self, job_id: str, document_id: str, questions: list[str], chat: bool = False) -> None:
+        """A queued job; `chat`: made by a chat completion (its client waits on the connection)."""
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.execute("INSERT INTO jobs (id, state, document_id, created) VALUES (?, 'queued', ?, ?)",
-                             (job_id, document_id, time.time()))
+            self._db.execute("INSERT INTO jobs (id, state, document_id, created, chat) VALUES (?, 'queued', ?, ?, ?)",
+                             (job_id, document_id, time.time(), int(chat)))
             self._db.executemany("INSERT INTO questions (job_id, idx, question) VALUES (?, ?, ?)",
                                  [(job_id, i, q) for i, q in enumerate(questions)])
             self._db.execute("COMMIT")
@@ -91,9 +92,10 @@ class Store:
         return [dict(index=i, question=q, chunks_total=t, final=json.loads(f) if f else None,
                      steps=by_q.get(i, [])) for i, q, t, f in qs]
 
-    def unfinished(self) -> list[str]:
-        """Ids of the jobs queued or running, oldest first (to resume after a restart)."""
-        return [r[0] for r in self._run("SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY created", UNFINISHED)]
+    def unfinished(self) -> list[tuple[str, bool]]:
+        """(id, made by a chat completion) of the jobs queued or running, oldest first (after a restart)."""
+        rows = self._run("SELECT id, chat FROM jobs WHERE state IN (?, ?) ORDER BY created", UNFINISHED)
+        return [(r[0], bool(r[1])) for r in rows]
 
     def close(self) -> None:
         with self._lock:
