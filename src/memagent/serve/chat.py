@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from memagent.serve.app import ServeSettings, check_questions, document_of
 from memagent.serve.errors import ApiError
+from memagent.serve.http import read_json
 from memagent.serve.jobs import JobManager, Live
 
 
@@ -48,7 +49,7 @@ def split_messages(body: dict[str, Any]) -> tuple[str, str | None]:
 def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await read_body(request, settings)
+        body = await read_json(request, settings.max_body_bytes)
         question, text = split_messages(body)
         check_questions([question], manager, settings)
         manager.check_room()  # before a document is saved for nothing
@@ -68,12 +69,6 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
         return dict(head, object="chat.completion",
                     choices=[dict(index=0, message=dict(role="assistant", content=answer), finish_reason="stop")],
                     usage=_usage(manager, job_id), memagent=extra)
-
-
-async def read_body(request: Request, settings: ServeSettings) -> dict[str, Any]:
-    from memagent.serve.http import read_json
-
-    return await read_json(request, settings.max_body_bytes)
 
 
 def _usage(manager: JobManager, job_id: str) -> dict[str, int]:

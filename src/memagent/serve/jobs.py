@@ -68,6 +68,20 @@ class Live:
         for loop, ev in waiters:
             loop.call_soon_threadsafe(ev.set)
 
+    def start(self) -> bool:
+        """queued -> running, unless cancelled first (then whoever cancelled finishes the job)."""
+        with self.lock:
+            if self.cancel.is_set():
+                return False
+            self.state = "running"
+            return True
+
+    def cancel_if_queued(self) -> bool:
+        """Ask the job to stop; True when it had not started (the caller finishes it: no thread will)."""
+        with self.lock:
+            self.cancel.set()
+            return self.state == "queued"
+
     def since(self, i: int) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
         """Events from index `i` on, and whether the job has ended (no more will come)."""
         with self.lock:
@@ -161,10 +175,8 @@ class JobManager:
         """Ask a job to stop (it stops before its next model call); its view. 404 for an unknown job."""
         self.job_or_404(job_id)
         live = self.live.get(job_id)
-        if live is not None and not live.done.is_set():
-            live.cancel.set()
-            if live.state == "queued":  # not started: cancelled now, its thread will do nothing
-                self._finish(job_id, live, "cancelled")
+        if live is not None and not live.done.is_set() and live.cancel_if_queued():
+            self._finish(job_id, live, "cancelled")  # not started: cancelled now, its thread does nothing
         return self.view(job_id)
 
     def subscribe(self, job_id: str) -> Live:
@@ -181,7 +193,7 @@ class JobManager:
 
     # -- the job's thread ---------------------------------------------------------------------
     def _run_safely(self, job_id: str, live: Live) -> None:
-        if live.done.is_set():
+        if not live.start():
             return
         try:
             self._run(job_id, live)
@@ -201,12 +213,9 @@ class JobManager:
         live.emit("state", dict(state=state, error=error), last=True)
 
     def _run(self, job_id: str, live: Live) -> None:
-        if live.cancel.is_set():
-            raise JobCancelled()
         job = self.store.job(job_id)
         path = self.docs.path(job["document_id"])
         self.store.set_state(job_id, "running")
-        live.state = "running"
         live.emit("state", dict(state="running", error=None))
         questions = self.store.questions(job_id)
         total = questions[0]["chunks_total"] if questions else 0
