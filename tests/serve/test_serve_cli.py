@@ -43,3 +43,17 @@ def test_serve_refuses_a_public_host_without_a_key(run_cli, tmp_path, monkeypatc
     assert code == 2 and "MEMAGENT_TEST_KEY" in err and "not set" in err
     code, _, err = run_cli("serve", "--model", tmp_path, "--port", 70000, "--state-dir", tmp_path / "s")
     assert code == 2 and "--port" in err
+
+
+def test_serve_without_its_extra_names_the_extra(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi now fails
+    code, _, err = run_cli("serve", "--model", tmp_path, "--state-dir", tmp_path / "s")
+    assert code == 2 and "fastapi" in err and "memagent[serve]" in err
+
+
+def test_a_second_server_on_one_state_dir_is_refused(run_cli, tmp_path, tiny_model_dir):
+    from memagent.lock import run_lock
+
+    with run_lock(tmp_path / "s", "memagent serve"):
+        code, _, err = run_cli("serve", "--model", tiny_model_dir, "--state-dir", tmp_path / "s")
+    assert code == 2 and "another memagent serve" in err
