@@ -41,6 +41,7 @@ def ask(
     answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer (default: the profile's, 1024, or memagent.json)."),
     query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of the question (default: the profile's, 1024, or memagent.json)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSONL record per model call."),
+    trace_chunks: bool = typer.Option(False, "--trace-chunks", help="With --trace: also write each chunk's text (chunk_text), for `memagent report`."),
     errors: str = typer.Option("strict", "--errors", help="strict: invalid UTF-8 is an error; replace: substitute U+FFFD."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy (default: the profile's, 0)."),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (default: the profile's, 1.0)."),
@@ -87,6 +88,40 @@ def report_cmd(
 
     n = write_report(trace, out, doc)
     typer.echo(f"wrote the timeline of {n} document(s) to {out}", err=True)
+
+
+@app.command()
+def serve(
+    model: str = typer.Option(..., "--model", help="Hugging Face id, local directory, or served model name."),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | openai | vllm"),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; another than loopback needs --api-key-env."),
+    port: int = typer.Option(8000, "--port", help="TCP port."),
+    state_dir: Path = typer.Option(Path("memagent-state"), "--state-dir", help="Folder of the SQLite job store and the uploaded documents (a restart resumes its jobs)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the key clients send as 'Authorization: Bearer KEY'."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML); flags override it."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="C: document tokens per memory call."),
+    memory_tokens: Optional[int] = typer.Option(None, "--memory-tokens", help="M: hard cap on the memory."),
+    answer_tokens: Optional[int] = typer.Option(None, "--answer-tokens", help="Max new tokens of the final answer."),
+    query_tokens: Optional[int] = typer.Option(None, "--query-tokens", help="Budget of a question."),
+    max_jobs: int = typer.Option(4, "--max-jobs", help="Jobs run at once."),
+    max_queue: int = typer.Option(64, "--max-queue", help="Jobs waiting beyond --max-jobs; more get 429 with Retry-After."),
+    max_body_bytes: int = typer.Option(16 << 20, "--max-body-bytes", help="Largest JSON request (a document sent inline included)."),
+    max_document_bytes: int = typer.Option(8 << 30, "--max-document-bytes", help="Largest uploaded document."),
+    max_question_chars: int = typer.Option(8192, "--max-question-chars", help="Longest question."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai backend: server URL, e.g. http://localhost:8001/v1"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai (and vllm) backend: the served model's tokenizer."),
+    max_concurrency: int = typer.Option(8, "--max-concurrency", help="openai backend: requests in flight at once."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="openai backend: seconds one try may take in all."),
+    max_retries: int = typer.Option(4, "--max-retries", help="openai backend: retries on 5xx, 429, timeouts and refused connections."),
+    device: str = typer.Option("auto", "--device", help="transformers backend: auto | cpu | cuda | mps"),
+    dtype: str = typer.Option("auto", "--dtype", help="transformers / vllm backend: auto | float32 | bfloat16 | float16"),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vllm backend: tensor-parallel size (GPUs)."),
+) -> None:
+    """Serve long-document QA over HTTP: OpenAI chat completions, jobs with live events, and the page at /."""
+    options = dict(locals())
+    from memagent.serve.main import ServeOptions, run_serve
+
+    run_serve(ServeOptions(**_split_backend_options(options)))
 
 
 @app.command("tiny-model")

@@ -39,6 +39,7 @@ class AskOptions:
     top_p: Optional[float] = None
     seed: Optional[int] = None
     trace: Optional[Path] = None
+    trace_chunks: bool = False  # the trace's memory records also hold their chunk's text
     errors: str = "strict"
     batch_docs: int = 16
     progress: bool = True
@@ -140,7 +141,8 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if o.output:
         write_profile(profile, profile_path_for(o.output))
     with _open_trace(o.trace, append=bool(results.done)) as trace:
-        agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors)
+        agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
+                            trace_chunks=o.trace_chunks)
         if o.input is None:
             r = agent.run(todo)[0]
             missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'

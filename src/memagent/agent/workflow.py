@@ -44,6 +44,8 @@ class AgentInput:
     document: DocumentSource  # text, a path, an open file, or an iterable of text blocks
     doc_id: str = ""
     memory: str | None = None  # the memory to start from (e.g. one saved to go on reading); None: empty_memory
+    start_token: int = 0  # go on reading at this token offset (a chunk boundary: step * chunk_tokens)
+    start_step: int = 0  # the step number of the chunk at start_token (resuming: the steps already done)
 
 
 @dataclass
@@ -116,6 +118,9 @@ class MemoryAgent:
 
     keep_conversations: keep every call's prompt/response ids in the result (the trainer needs
     them; for inference over long documents leave it off, so RAM does not grow with length).
+    on_step: called with each trace record as it is made (memory records carry `chunk_text`); an
+    exception it raises stops the run (e.g. a cancelled job).
+    trace_chunks: also write each memory record's `chunk_text` to the trace file.
     """
 
     def __init__(
@@ -127,6 +132,8 @@ class MemoryAgent:
         progress: bool = False,
         errors: str = "strict",
         keep_conversations: bool = False,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        trace_chunks: bool = False,
     ) -> None:
         self.backend = backend
         self.config = config or AgentConfig()
@@ -134,6 +141,8 @@ class MemoryAgent:
         self.progress = progress
         self.errors = errors
         self.keep_conversations = keep_conversations
+        self.on_step = on_step
+        self.trace_chunks = trace_chunks
         self._calls = 0
 
     # -- checks before any model call -----------------------------------------------------
@@ -217,9 +226,20 @@ class MemoryAgent:
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
         chunks = iter_chunks(document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
         first = next(chunks, None)
-        if first is None:
+        while first is not None and first.start_token < item.start_token:  # resuming: skip the chunks read
+            first = next(chunks, None)
+        if first is None and item.start_token == 0:
             log.warning("document %s is empty: answering from an empty memory", item.doc_id)
-        return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory)
+        return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory,
+                    step=item.start_step)
+
+    def _emit(self, trace: TraceWriter | None, record: dict[str, Any], chunk_text: str | None = None) -> None:
+        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
+        full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
+        if trace:
+            trace.write(full if self.trace_chunks else record)
+        if self.on_step is not None:
+            self.on_step(full)
 
     def _params(self, max_new_tokens: int) -> SamplingParams:
         cfg = self.config
@@ -243,11 +263,12 @@ class MemoryAgent:
             if truncated:
                 log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            if trace:
-                trace.write(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
-                                 chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt,
-                                 memory_tokens=n_mem, memory=memory, truncated=truncated,
-                                 think_removed=think_removed, seconds=round(seconds, 6), batch_size=len(docs)))
+            if trace or self.on_step:
+                self._emit(trace, dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
+                                       chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt,
+                                       memory_tokens=n_mem, memory=memory, truncated=truncated,
+                                       think_removed=think_removed, seconds=round(seconds, 6),
+                                       batch_size=len(docs)), chunk.text)
             if self.keep_conversations:
                 d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                     gen.token_ids, gen.logprobs, memory, truncated))
@@ -265,8 +286,8 @@ class MemoryAgent:
         for d, prompt, gen in zip(docs, prompts, gens):
             answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            if trace:
-                trace.write(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
+            if trace or self.on_step:
+                self._emit(trace, dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
                                  memory_tokens=d.memory_tokens if d.memory_tokens is not None else
                                  len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
                                  answer=answer, raw_answer=gen.text, think_removed=think_removed, seconds=round(seconds, 6),

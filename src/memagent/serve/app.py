@@ -1,0 +1,193 @@
+"""The FastAPI app: documents, jobs (with an SSE event stream), OpenAI-style chat completions, health,
+models and Prometheus metrics; the page at `/` (files of `static/`).
+
+Every error is `{"error": {"message", "type"}}` with a 4xx/5xx status. With an API key, every route
+but `/health` and the page's files needs `Authorization: Bearer KEY`.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from memagent.serve.errors import ApiError
+from memagent.serve.http import error_response, read_json, upload_blocks
+from memagent.serve.jobs import JobManager
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+_OPEN = ("/health",)  # routes that need no key (the page's files are outside /v1 and /metrics too)
+
+
+@dataclass
+class ServeSettings:
+    """Limits and identity of one server."""
+
+    model_name: str
+    api_key: str | None = None  # None: no auth (loopback only)
+    max_body_bytes: int = 16 << 20  # JSON requests (a document in a chat request included)
+    max_question_chars: int = 8192
+    max_questions: int = 32
+    wait_seconds: float = 0.5  # a waiting request wakes on each event, and at least this often (disconnects)
+
+
+def _needs_key(path: str) -> bool:
+    return (path.startswith("/v1") or path == "/metrics") and path not in _OPEN
+
+
+def _route(request: Request) -> str:
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or ("/static" if not request.url.path.startswith("/v1") else "unknown")
+
+
+def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
+    """The app over a running JobManager."""
+    app = FastAPI(title="memagent serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.manager, app.state.settings = manager, settings
+    metrics = manager.metrics
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        t0 = time.perf_counter()
+        if settings.api_key is not None and _needs_key(request.url.path):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {settings.api_key}".encode()):
+                what = "a wrong API key" if given else "no API key"
+                response = error_response(401, f"{what}: send the header 'Authorization: Bearer <key>' with the "
+                                               "key of the server's --api-key-env variable", "authentication_error")
+                metrics.request("unauthorized", 401, time.perf_counter() - t0)
+                return response
+        response = await call_next(request)
+        metrics.request(_route(request), response.status_code, time.perf_counter() - t0)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> JSONResponse:
+        return error_response(e.status, e.message, e.type, e.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        message = f"no route {request.method} {request.url.path}" if e.status_code in (404, 405) else str(e.detail)
+        return error_response(e.status_code, message, "not_found_error" if e.status_code == 404 else "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, e: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return error_response(500, f"internal error ({type(e).__name__}); see the server log", "server_error")
+
+    _document_routes(app, manager)
+    _job_routes(app, manager, settings)
+    _info_routes(app, manager, settings)
+    from memagent.serve.chat import chat_routes
+
+    chat_routes(app, manager, settings)
+    if STATIC.is_dir():
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    return app
+
+
+def _document_routes(app: FastAPI, manager: JobManager) -> None:
+    @app.post("/v1/documents")
+    async def upload(request: Request) -> JSONResponse:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > manager.docs.max_bytes + (1 << 16):
+            raise ApiError(413, f"document over the limit of {manager.docs.max_bytes} bytes "
+                                "(the server's --max-document-bytes)")
+        doc_id, n = await manager.docs.save_stream(upload_blocks(request))
+        return JSONResponse({"id": doc_id, "bytes": n}, status_code=201)
+
+    @app.get("/v1/documents/{doc_id}")
+    async def document(doc_id: str) -> dict[str, Any]:
+        return {"id": doc_id, "bytes": manager.docs.size(doc_id)}
+
+
+def check_questions(questions: Any, manager: JobManager, settings: ServeSettings) -> list[str]:
+    """A non-empty list of non-empty questions within the length limits; 400 otherwise."""
+    if not isinstance(questions, list) or not questions:
+        raise ApiError(400, "missing question: give \"questions\": a non-empty list of strings")
+    if len(questions) > settings.max_questions:
+        raise ApiError(400, f"{len(questions)} questions, over the limit of {settings.max_questions} per job")
+    tok, budget = manager.backend.tokenizer, manager.config.query_tokens
+    for i, q in enumerate(questions):
+        if not isinstance(q, str) or not q.strip():
+            raise ApiError(400, f"questions[{i}] must be a non-empty string")
+        if len(q) > settings.max_question_chars:
+            raise ApiError(400, f"questions[{i}] has {len(q)} characters, over the limit of "
+                                f"{settings.max_question_chars}; shorten it")
+        n = len(tok(q, add_special_tokens=False)["input_ids"])
+        if n > budget:
+            raise ApiError(400, f"questions[{i}] has {n} tokens, over the question budget of {budget}; shorten it")
+    return questions
+
+
+def document_of(body: dict[str, Any], manager: JobManager) -> str:
+    """The job's document id: `document_id` (checked), or `document` text saved as a new document."""
+    if body.get("document_id") is not None:
+        manager.docs.path(body["document_id"])
+        return body["document_id"]
+    text = body.get("document")
+    if not isinstance(text, str):
+        raise ApiError(400, "missing document: give \"document_id\" (from POST /v1/documents) or \"document\" (text)")
+    return manager.docs.save_text(text)[0]
+
+
+def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
+    @app.post("/v1/jobs")
+    async def create_job(request: Request) -> JSONResponse:
+        body = await read_json(request, settings.max_body_bytes)
+        questions = check_questions(body.get("questions"), manager, settings)
+        manager.check_room()  # before a document is saved for nothing
+        job_id, _ = manager.submit(document_of(body, manager), questions)
+        return JSONResponse({"id": job_id}, status_code=201)
+
+    @app.get("/v1/jobs/{job_id}")
+    async def get_job(job_id: str) -> dict[str, Any]:
+        return manager.view(job_id)
+
+    @app.delete("/v1/jobs/{job_id}")
+    async def cancel_job(job_id: str) -> dict[str, Any]:
+        return manager.cancel(job_id)
+
+    @app.get("/v1/jobs/{job_id}/events")
+    async def job_events(job_id: str) -> StreamingResponse:
+        live = manager.subscribe(job_id)
+        return StreamingResponse(_sse(live, settings.wait_seconds), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _sse(live: Any, wait: float) -> AsyncIterator[str]:
+    """Every event so far, then the live ones, until the job ends (its last event is `state`)."""
+    i = 0
+    while True:
+        events, ended = live.since(i)
+        for name, data in events:
+            yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+        i += len(events)
+        if ended:  # the last event and the end are set together: nothing comes after
+            return
+        await live.wait(i, wait)
+
+
+def _info_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": settings.model_name, "jobs_running": manager.count("running"),
+                "jobs_queued": manager.count("queued")}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": 0,
+                                            "owned_by": "memagent"}]}
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(manager.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -1,0 +1,123 @@
+"""`POST /v1/chat/completions`, OpenAI-compatible: the last user message is the question, the messages
+before it (or a `document` / `document_id` field of the body) the document. The reply's `usage`
+counts every model call of the run (`usage.calls` the number of calls). With `stream: true` the reply
+is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip.
+A client that goes away cancels its job.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from memagent.serve.app import ServeSettings, check_questions, document_of
+from memagent.serve.errors import ApiError
+from memagent.serve.http import read_json
+from memagent.serve.jobs import JobManager, Live
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content: a string, or OpenAI's list of parts ({"type": "text", "text": ...})."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise ApiError(400, f"{where}.content must be a string or a list of text parts")
+
+
+def split_messages(body: dict[str, Any]) -> tuple[str, str | None]:
+    """(question, document text or None when the body names its own document) of a chat request."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "missing messages: give \"messages\": a list with at least one user message (the question)")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(400, f"messages[{i}] must be an object with a \"role\" and a \"content\"")
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last is None:
+        raise ApiError(400, "missing question: no message has role \"user\" (the last user message is the question)")
+    question = _text(messages[last].get("content"), f"messages[{last}]")
+    if body.get("document") is not None or body.get("document_id") is not None:
+        return question, None
+    before = [_text(m.get("content"), f"messages[{i}]") for i, m in enumerate(messages[:last])]
+    return question, "\n\n".join(t for t in before if t)
+
+
+def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body = await read_json(request, settings.max_body_bytes)
+        question, text = split_messages(body)
+        check_questions([question], manager, settings)
+        manager.check_room()  # before a document is saved for nothing
+        doc_id = document_of(body if text is None else {"document": text}, manager)
+        job_id, live = manager.submit(doc_id, [question], chat=True)
+        model = body.get("model") if isinstance(body.get("model"), str) else settings.model_name
+        head = dict(id=f"chatcmpl-{job_id[4:]}", created=int(time.time()), model=model)
+        if body.get("stream"):
+            return StreamingResponse(_stream(manager, job_id, live, head, settings.wait_seconds),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        while not live.done.is_set():
+            if await request.is_disconnected():
+                manager.cancel(job_id)
+                return JSONResponse({"error": {"message": "client went away", "type": "cancelled"}}, 499)
+            await live.wait(len(live.events), settings.wait_seconds)
+        answer, extra = _outcome(manager, job_id)
+        return dict(head, object="chat.completion",
+                    choices=[dict(index=0, message=dict(role="assistant", content=answer), finish_reason="stop")],
+                    usage=_usage(manager, job_id), memagent=extra)
+
+
+def _usage(manager: JobManager, job_id: str) -> dict[str, int]:
+    u = manager.store.job(job_id)["usage"]
+    return dict(prompt_tokens=u["prompt_tokens"], completion_tokens=u["completion_tokens"],
+                total_tokens=u["total_tokens"], calls=u["calls"])
+
+
+def _outcome(manager: JobManager, job_id: str) -> tuple[str, dict[str, Any]]:
+    """(the answer text, memagent's extra fields) of a finished chat job; a failed job is an ApiError."""
+    view = manager.view(job_id)
+    if view["state"] != "done":
+        user = view["error"] is not None and not view["error"].startswith("internal error")
+        raise ApiError(400 if user else 500, f"the job {view['state']}: {view['error']}",
+                       "invalid_request_error" if user else "server_error")
+    q = view["questions"][0]
+    answer = q["answer"] if q["answer"] is not None else (q["raw_answer"] or "").strip()
+    return answer, dict(job_id=job_id, chunks=q["chunks_done"], evidence=q["evidence"], raw_answer=q["raw_answer"])
+
+
+def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+    data = dict(head, object="chat.completion.chunk",
+                choices=[dict(index=0, delta=delta, finish_reason=finish)], **extra)
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, Any],
+                  wait: float) -> AsyncIterator[str]:
+    """OpenAI chunks: the role, progress comments while reading, the answer, the finish with usage, [DONE]."""
+    try:
+        yield _chunk(head, dict(role="assistant", content=""))
+        i = 0
+        while True:
+            events, ended = live.since(i)
+            i += len(events)
+            for name, data in events:
+                if name == "step":
+                    yield f": progress {data['step'] + 1}/{data['chunks_total']}\n\n"
+            if ended:
+                break
+            await live.wait(i, wait)
+        try:
+            answer, extra = _outcome(manager, job_id)
+        except ApiError as e:
+            yield f"data: {json.dumps({'error': {'message': e.message, 'type': e.type}})}\n\n"
+            return
+        yield _chunk(head, dict(content=answer))
+        yield _chunk(head, {}, "stop", usage=_usage(manager, job_id), memagent=extra)
+        yield "data: [DONE]\n\n"
+    finally:
+        if not live.done.is_set():  # the client went away: stop its work
+            manager.cancel(job_id)

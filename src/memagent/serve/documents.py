@@ -1,0 +1,70 @@
+"""Documents stored as files under `STATE_DIR/documents/`, named by an id `doc_<32 hex>` that can
+never name a path. Uploads are streamed to a temporary file and renamed when complete, so a
+multi-gigabyte document is never held whole in memory and a cut upload leaves nothing behind.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import AsyncIterator
+
+from memagent.serve.errors import ApiError
+
+DOC_ID = re.compile(r"doc_[0-9a-f]{32}")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+class DocumentStore:
+    """Save and find documents by id; `max_bytes` bounds one document."""
+
+    def __init__(self, folder: Path, max_bytes: int) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, doc_id: str) -> Path:
+        """The file of `doc_id`; 400 for an id that is not `doc_<32 hex>`, 404 for an unknown one."""
+        if not isinstance(doc_id, str) or not DOC_ID.fullmatch(doc_id):
+            raise ApiError(400, f"document id {str(doc_id)[:80]!r} is not a document id (doc_ then 32 hex "
+                                "digits, as POST /v1/documents returns)", "invalid_request_error")
+        path = self.folder / f"{doc_id}.txt"
+        if not path.is_file():
+            raise ApiError(404, f"no document {doc_id}; upload it with POST /v1/documents", "not_found_error")
+        return path
+
+    def size(self, doc_id: str) -> int:
+        return self.path(doc_id).stat().st_size
+
+    async def save_stream(self, blocks: AsyncIterator[bytes]) -> tuple[str, int]:
+        """Write the byte blocks to a new document; returns (id, bytes). 413 past `max_bytes`."""
+        doc_id = new_id("doc")
+        final = self.folder / f"{doc_id}.txt"
+        tmp = self.folder / f".{doc_id}.part"
+        n = 0
+        try:
+            with open(tmp, "wb") as f:
+                async for block in blocks:
+                    n += len(block)
+                    if n > self.max_bytes:
+                        raise ApiError(413, f"document over the limit of {self.max_bytes} bytes "
+                                            "(the server's --max-document-bytes)", "invalid_request_error")
+                    f.write(block)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return doc_id, n
+
+    def save_text(self, text: str) -> tuple[str, int]:
+        data = text.encode("utf-8")
+        if len(data) > self.max_bytes:
+            raise ApiError(413, f"document over the limit of {self.max_bytes} bytes", "invalid_request_error")
+        doc_id = new_id("doc")
+        tmp = self.folder / f".{doc_id}.part"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.folder / f"{doc_id}.txt")
+        return doc_id, len(data)

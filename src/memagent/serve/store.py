@@ -1,0 +1,102 @@
+"""The service's state in SQLite (`STATE_DIR/serve.sqlite3`): jobs, their questions, and one row per
+finished chunk (the trace record, with the memory and token offset after it), so a restarted server
+resumes every unfinished job at its last finished chunk.
+
+Every write is its own transaction; one connection is shared by the threads under a lock.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, state TEXT NOT NULL, document_id TEXT NOT NULL, error TEXT,
+    created REAL NOT NULL, calls INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0, chat INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS questions (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, question TEXT NOT NULL, chunks_total INTEGER,
+    final TEXT, PRIMARY KEY (job_id, idx));
+CREATE TABLE IF NOT EXISTS steps (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx, step));
+"""
+UNFINISHED = ("queued", "running")
+
+
+class Store:
+    """Jobs, questions and per-chunk progress; thread-safe."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def add_job(self, job_id: str, document_id: str, questions: list[str], chat: bool = False) -> None:
+        """A queued job; `chat`: made by a chat completion (its client waits on the connection)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT INTO jobs (id, state, document_id, created, chat) VALUES (?, 'queued', ?, ?, ?)",
+                             (job_id, document_id, time.time(), int(chat)))
+            self._db.executemany("INSERT INTO questions (job_id, idx, question) VALUES (?, ?, ?)",
+                                 [(job_id, i, q) for i, q in enumerate(questions)])
+            self._db.execute("COMMIT")
+
+    def set_state(self, job_id: str, state: str, error: str | None = None) -> None:
+        self._run("UPDATE jobs SET state = ?, error = ? WHERE id = ?", (state, error, job_id))
+
+    def set_total(self, job_id: str, chunks_total: int) -> None:
+        self._run("UPDATE questions SET chunks_total = ? WHERE job_id = ?", (chunks_total, job_id))
+
+    def add_usage(self, job_id: str, calls: int, prompt_tokens: int, completion_tokens: int) -> None:
+        self._run("UPDATE jobs SET calls = calls + ?, prompt_tokens = prompt_tokens + ?, "
+                  "completion_tokens = completion_tokens + ? WHERE id = ?",
+                  (calls, prompt_tokens, completion_tokens, job_id))
+
+    def add_step(self, job_id: str, idx: int, record: dict[str, Any]) -> None:
+        self._run("INSERT OR REPLACE INTO steps (job_id, idx, step, record) VALUES (?, ?, ?, ?)",
+                  (job_id, idx, record["step"], json.dumps(record, ensure_ascii=False)))
+
+    def set_final(self, job_id: str, idx: int, record: dict[str, Any]) -> None:
+        self._run("UPDATE questions SET final = ? WHERE job_id = ? AND idx = ?",
+                  (json.dumps(record, ensure_ascii=False), job_id, idx))
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """{id, state, document_id, error, usage} or None."""
+        rows = self._run("SELECT id, state, document_id, error, calls, prompt_tokens, completion_tokens "
+                         "FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None
+        jid, state, doc, error, calls, p, c = rows[0]
+        return dict(id=jid, state=state, document_id=doc, error=error,
+                    usage=dict(calls=calls, prompt_tokens=p, completion_tokens=c, total_tokens=p + c))
+
+    def questions(self, job_id: str) -> list[dict[str, Any]]:
+        """Each question: {index, question, chunks_total, final (record or None), steps [records, in order]}."""
+        qs = self._run("SELECT idx, question, chunks_total, final FROM questions WHERE job_id = ? ORDER BY idx",
+                       (job_id,))
+        steps = self._run("SELECT idx, record FROM steps WHERE job_id = ? ORDER BY idx, step", (job_id,))
+        by_q: dict[int, list[dict]] = {}
+        for idx, rec in steps:
+            by_q.setdefault(idx, []).append(json.loads(rec))
+        return [dict(index=i, question=q, chunks_total=t, final=json.loads(f) if f else None,
+                     steps=by_q.get(i, [])) for i, q, t, f in qs]
+
+    def unfinished(self) -> list[tuple[str, bool]]:
+        """(id, made by a chat completion) of the jobs queued or running, oldest first (after a restart)."""
+        rows = self._run("SELECT id, chat FROM jobs WHERE state IN (?, ?) ORDER BY created", UNFINISHED)
+        return [(r[0], bool(r[1])) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
