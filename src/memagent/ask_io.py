@@ -14,7 +14,7 @@ from typing import Any, Optional, TextIO
 from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.errors import InputError
 from memagent.io import check_output_file, existing_files
-from memagent.jsonl import iter_jsonl
+from memagent.jsonl import iter_jsonl, trim_torn_tail
 
 
 def read_jsonl_inputs(path: Path) -> list[AgentInput]:
@@ -133,12 +133,7 @@ class ResultLog:
 
 def _done_ids(path: Path) -> set[str]:
     """The ids in an earlier `--output`; a torn last line (no newline at the end) is cut off the file."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-        data = data[:keep]
+    trim_torn_tail(path)
     done = set()
     for n, rec in iter_jsonl(path, InputError):
         if not isinstance(rec, dict) or "id" not in rec:

@@ -22,3 +22,15 @@ def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+
+
+def trim_torn_tail(path: Path) -> bytes:
+    """The bytes of `path` up to its last newline; a last line cut short by a crash (no newline at the end) is
+    cut off the file too, so appending goes on after the last whole record."""
+    data = Path(path).read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+        data = data[:keep]
+    return data

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from memagent.agent.answer import final_answer
-from memagent.eval.baselines import EvalError
 from memagent.errors import MemAgentError
+from memagent.eval.baselines import EvalError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
+from memagent.jsonl import trim_torn_tail
 from memagent.tasks.schema import file_sha256, read_samples
 
 log = logging.getLogger(__name__)
@@ -117,12 +118,7 @@ def load_records(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(path, "r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
+    data = trim_torn_tail(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
