@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import pytest
 
@@ -52,3 +53,21 @@ def refused_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """Run `memagent ARGS...` in-process through `memagent.cli.main`: (exit code, stdout, stderr)."""
+    from memagent.cli import main
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["memagent", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

@@ -1,26 +1,9 @@
 """The CLI end to end, in process: real tiny model, real files, errors as one clear line."""
 import json
 import math
-import sys
 
 import pytest
 
-from memagent.cli import main
-
-
-@pytest.fixture
-def run_cli(capsys, monkeypatch):
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["memagent", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def test_tiny_model_then_ask_with_trace(run_cli, tmp_path, tiny_tokenizer):

@@ -3,28 +3,11 @@ loopback OpenAI server; the resolved profile is written next to the results."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import yaml
 
-from memagent.cli import main
 from memagent.profile import Profile, load_profile
-
-
-@pytest.fixture
-def run_cli(capsys, monkeypatch):
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["memagent", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 @pytest.fixture

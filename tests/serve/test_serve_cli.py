@@ -2,24 +2,7 @@
 import json
 import sys
 
-import pytest
 
-from memagent.cli import main
-
-
-@pytest.fixture
-def run_cli(capsys, monkeypatch):
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["memagent", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def test_ask_trace_chunks_writes_each_chunks_text(run_cli, tmp_path, tiny_model_dir):
