@@ -5,7 +5,6 @@ import math
 import pytest
 
 
-
 def test_tiny_model_then_ask_with_trace(run_cli, tmp_path, tiny_tokenizer):
     model = tmp_path / "m"
     code, out, _ = run_cli("tiny-model", model, "--seed", 3)

@@ -3,8 +3,6 @@ import json
 import sys
 
 
-
-
 def test_ask_trace_chunks_writes_each_chunks_text(run_cli, tmp_path, tiny_model_dir):
     doc = tmp_path / "doc.txt"
     doc.write_text("river city album " * 30)
