@@ -49,3 +49,34 @@ def test_run_seeds_reuses_finished_seeds_without_running_anything(tmp_path):
     assert summary["seeds"] == [100, 101]
     assert (tmp_path / "seeds.md").read_text() == markdown(summary)
     assert json.loads((tmp_path / "seeds.json").read_text())["accuracy"]["full-context"]["1"]["min"] == pytest.approx(93.0)
+
+
+def test_run_seeds_passes_the_ablation_flag_to_every_seed(tmp_path, monkeypatch):
+    import subprocess
+
+    started = []
+
+    class FakeProc:
+        def __init__(self, cmd, **kw):
+            started.append(cmd)
+            out = tmp_path / f"seed-{cmd[cmd.index('--seed') + 1]}"
+            out.mkdir()
+            (out / "results.json").write_text(json.dumps(RUNS[int(out.name[5:])]))
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    run_seeds([100, 101], tmp_path, jobs=2, log=lambda m: None, pure_dapo=True)
+    assert len(started) == 2 and all(cmd[-1] == "--pure-dapo" for cmd in started)
+
+
+def test_pure_dapo_config_drops_only_the_value_copy_loss():
+    from memagent.demo.pipeline import DemoConfig
+
+    full, pure = DemoConfig.for_run(False, 200, "x"), DemoConfig.for_run(False, 200, "x", pure_dapo=True)
+    assert full.rl_copy_coef > 0 and pure.rl_copy_coef == 0.0
+    assert {k: v for k, v in vars(full).items() if k != "rl_copy_coef"} == \
+        {k: v for k, v in vars(pure).items() if k != "rl_copy_coef"}
+    assert DemoConfig.for_run(True, 1234, "x", pure_dapo=True).quick

@@ -414,13 +414,16 @@ def demo(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every seed of this list (e.g. 100,101,102,103,104, "
                                         "the evaluation seeds) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min)."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
+    pure_dapo: bool = typer.Option(False, "--pure-dapo", help="The ablation: Multi-Conv DAPO alone, without the "
+                                   "demo's value-copy loss (rl_copy_coef 0)."),
 ) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
     if seeds is not None:
         from memagent.demo.seeds import run_seeds
 
-        summary = run_seeds(_int_list(seeds, "--seeds", minimum=0), out, quick=quick, jobs=jobs, log=lambda m: typer.echo(m, err=True))
+        summary = run_seeds(_int_list(seeds, "--seeds", minimum=0), out, quick=quick, jobs=jobs,
+                            log=lambda m: typer.echo(m, err=True), pure_dapo=pure_dapo)
         from memagent.demo.seeds import markdown
 
         typer.echo(markdown(summary))
@@ -434,7 +437,7 @@ def demo(
     from memagent.lock import run_lock
 
     with run_lock(out, "demo"):  # one demo per --out
-        run_demo(DemoConfig.for_run(quick, seed, str(out)))
+        run_demo(DemoConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
 
 
 def _one_line(text: str) -> str:

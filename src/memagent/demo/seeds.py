@@ -88,7 +88,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: int = 1,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, pure_dapo: bool = False) -> dict[str, Any]:
     """`memagent demo --seed S --out OUT/seed-S` for each seed (`jobs` at a time, the cores shared out), skipping
     seeds that already have results; writes OUT/seeds.json and OUT/seeds.md and returns the summary."""
     out = Path(out)
@@ -102,7 +102,8 @@ def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: 
             s = todo.pop(0)
             cmd = [sys.executable, "-m", "memagent.cli", "demo", "--seed", str(s), "--out", str(out / f"seed-{s}")]
             log_file = open(out / f"seed-{s}.log", "w", encoding="utf-8")
-            running.append((s, subprocess.Popen(cmd + (["--quick"] if quick else []), env=env, stdout=log_file,
+            cmd += (["--quick"] if quick else []) + (["--pure-dapo"] if pure_dapo else [])
+            running.append((s, subprocess.Popen(cmd, env=env, stdout=log_file,
                                                 stderr=subprocess.STDOUT)))
             log(f"seed {s}: started ({threads} thread(s)); log {out / f'seed-{s}.log'}")
         s, proc = running.pop(0)
