@@ -234,7 +234,7 @@ def data_import(
     source: Optional[str] = typer.Option(None, "--source", help="The HotpotQA dev JSON that index contexts point into (eval_{N}.json, N >= 12800)."),
 ) -> None:
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
-    from memagent.tasks.released import import_released
+    from memagent.tasks.schema import import_released
 
     n, kind = import_released(src, out, source)
     typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)

@@ -1,22 +1,78 @@
-"""Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow")."""
+"""Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow").
+
+The values a config is checked against live here too, so that this module imports nothing above
+`memagent.errors`: the paper's prompt templates and their placeholders (filled by
+`memagent.agent.prompts.render`), the answer protocols and think modes (applied by
+`memagent.agent.answer`).
+"""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
-from memagent.agent.answer import ANSWER_PROTOCOLS, THINK_MODES
-from memagent.agent.prompts import (
-    FINAL_FIELDS,
-    MEMORY_FIELDS,
-    PAPER_FINAL_TEMPLATE,
-    PAPER_MEMORY_TEMPLATE,
-    check_template,
-)
 from memagent.errors import MemAgentError
 
 
 class ConfigError(MemAgentError, ValueError):
     """A configuration value is invalid; the message says which and what to do."""
+
+
+ANSWER_PROTOCOLS = ("boxed", "phrase")
+THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is
+
+# The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:".
+PAPER_MEMORY_TEMPLATE = """You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one.
+
+<problem>
+{question}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+<section>
+{chunk}
+</section>
+
+Updated memory:
+"""
+
+PAPER_FINAL_TEMPLATE = """You are given a problem and your memory of a long article. Answer the problem from the memory and put the final answer in \\boxed{}.
+
+<problem>
+{question}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+Your answer:
+"""
+
+MEMORY_FIELDS = ("question", "memory", "chunk")
+FINAL_FIELDS = ("question", "memory")
+PLACEHOLDER = re.compile(r"\{(question|memory|chunk)\}")
+
+
+def check_template(template: str, fields: tuple[str, ...], name: str) -> None:
+    """Raise ConfigError unless `template` holds each of `fields` and no other placeholder."""
+    found = set(PLACEHOLDER.findall(template))
+    missing = [f for f in fields if f not in found]
+    if missing:
+        raise ConfigError(
+            f"the {name} template lacks the placeholder(s) "
+            + ", ".join("{" + f + "}" for f in missing)
+            + "; it must contain " + ", ".join("{" + f + "}" for f in fields)
+        )
+    extra = sorted(found - set(fields))
+    if extra:
+        raise ConfigError(
+            f"the {name} template has placeholder(s) {', '.join('{' + f + '}' for f in extra)} "
+            f"that it cannot fill; allowed: {', '.join('{' + f + '}' for f in fields)}"
+        )
 
 
 @dataclass
@@ -57,8 +113,5 @@ class AgentConfig:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        try:
-            check_template(self.memory_template, MEMORY_FIELDS, "memory")
-            check_template(self.final_template, FINAL_FIELDS, "final")
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_template(self.memory_template, MEMORY_FIELDS, "memory")
+        check_template(self.final_template, FINAL_FIELDS, "final")

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import re
 
-ANSWER_PROTOCOLS = ("boxed", "phrase")
-THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is
+from memagent.config import ANSWER_PROTOCOLS, THINK_MODES
 
 _MARKER = re.compile(r"\\(?:boxed|fbox)\{")
 _THINK_END = "</think>"

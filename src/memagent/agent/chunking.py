@@ -16,6 +16,7 @@ import io
 import os
 import re
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, TextIO, Union
@@ -197,3 +198,34 @@ def open_document(path: str, stdin: BinaryIO | None = None) -> DocumentSource:
     if path == "-":
         return stdin if stdin is not None else sys.stdin.buffer
     return Path(path)
+
+
+@dataclass
+class Prepared:
+    """A document made to fit a token budget (cut in the middle here, or retrieved passages in eval)."""
+
+    context: str  # what goes into the prompt
+    document_tokens: int  # tokens of the whole document
+    kept_tokens: int  # tokens of it in the prompt
+    note: str = ""  # "cut" / "retrieved k of n passages" / ""
+
+
+def middle_truncate(document: DocumentSource, tokenizer: Any, budget: int) -> Prepared:
+    """The document if it fits `budget` tokens, else its first budget//2 and last budget - budget//2
+    tokens decoded and joined (LongBench), reading the document as a stream."""
+    head: list[int] = []
+    tail: deque[int] = deque(maxlen=budget - budget // 2)
+    total = 0
+    whole: list[int] = []
+    for chunk in iter_chunks(document, tokenizer, max(1, budget)):
+        ids = chunk.token_ids  # [<= budget]
+        total += len(ids)
+        if total <= budget:
+            whole.extend(ids)
+        if len(head) < budget // 2:
+            head.extend(ids[: budget // 2 - len(head)])
+        tail.extend(ids)
+    if total <= budget:
+        return Prepared(tokenizer.decode(whole), total, total)
+    text = tokenizer.decode(head + list(tail))  # one decode: correct for word-level tokenizers too
+    return Prepared(text, total, len(head) + len(tail), "cut")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
-from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks
+from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
 from memagent.agent.prompts import render
 from memagent.agent.trace import TraceWriter
 from memagent.backends.base import Backend, SamplingParams
@@ -221,8 +221,6 @@ class MemoryAgent:
     def _start(self, pos: int, item: AgentInput) -> _Doc:
         document = item.document
         if self.config.document_tokens is not None:
-            from memagent.eval.baselines import middle_truncate
-
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
         chunks = iter_chunks(document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
         first = next(chunks, None)

@@ -1,8 +1,8 @@
 """How one user message becomes model input, shared by the backends that render prompts locally.
 
 A prompt goes through the tokenizer's chat template (as a single user turn, with the generation
-prompt) when the model has one, else it is used as raw text. The `transformers` backend keeps its
-own copy of these few lines; the `openai` and `vllm` backends use these.
+prompt) when the model has one, else it is used as raw text. Every backend that renders prompts locally
+(`transformers`, `openai`, `vllm`) and every trainer that builds model input uses `render_prompt`.
 """
 from __future__ import annotations
 

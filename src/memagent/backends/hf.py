@@ -15,6 +15,8 @@ from typing import Any, Sequence
 import torch
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
+from memagent.backends.chat import render_prompt, resolve_chat_template
+from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +76,8 @@ class TransformersBackend:
     ) -> None:
         self.model = model
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.tokenizer = tokenizer
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        has_template = bool(getattr(tokenizer, "chat_template", None))
-        if use_chat_template == "auto":
-            self.use_chat_template = has_template
-        elif use_chat_template and not has_template:
-            raise BackendError("use_chat_template=True but the tokenizer has no chat template")
-        else:
-            self.use_chat_template = bool(use_chat_template)
+        self.tokenizer = ensure_pad_token(tokenizer)
+        self.use_chat_template = resolve_chat_template(tokenizer, use_chat_template)
         self.max_batch_size = max_batch_size
         self.want_logprobs = want_logprobs
         cfg = getattr(model, "config", None)
@@ -99,11 +93,10 @@ class TransformersBackend:
         **kwargs: Any,
     ) -> "TransformersBackend":
         """Load `name`; `yarn_factor` extends the model's window by YaRN rope scaling (e.g. 4.0)."""
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         dev = pick_device(device)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(name))
             extra: dict[str, Any] = {}
             if yarn_factor is not None:
                 config = AutoConfig.from_pretrained(str(name))
@@ -119,17 +112,14 @@ class TransformersBackend:
                 "Pass a local directory saved with save_pretrained, or a Hugging Face id "
                 "(which needs network access or a filled cache)."
             ) from None
+        tokenizer = load_tokenizer(str(name))
         model.to(dev).eval()
         return cls(model, tokenizer, **kwargs)
 
     # -- prompts ---------------------------------------------------------------------------
     def render(self, prompt: str) -> str:
-        if not self.use_chat_template:
-            return prompt
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True,
-            **self.chat_template_kwargs,
-        )
+        """The text the model reads for `prompt` (`memagent.backends.chat.render_prompt`)."""
+        return render_prompt(self.tokenizer, prompt, self.use_chat_template, self.chat_template_kwargs)
 
     def encode(self, prompt: str) -> list[int]:
         return self.encode_many([prompt])[0]

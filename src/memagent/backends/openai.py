@@ -30,7 +30,6 @@ import os
 import random
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -40,6 +39,7 @@ from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import encode_prompt, resolve_chat_template
 from memagent.backends.deadline import DeadlineTransport, deadline
 from memagent.backends.openai_reply import parse_choice, prompt_tokens, served_models
+from memagent.backends.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +63,6 @@ def backoff_delay(attempt: int, base: float, cap: float, u: float) -> float:
     """Seconds to wait before retry `attempt` (1, 2, ...): base * 2^(attempt-1), jittered by the
     factor 0.5 + u (u uniform in [0, 1)) so that clients do not retry in lock-step, capped at `cap`."""
     return min(cap, base * 2 ** (attempt - 1) * (0.5 + u))
-
-
-def load_tokenizer(source: Any, model: str) -> Any:
-    """A tokenizer object as is, else AutoTokenizer of `source` (or of `model` when None)."""
-    if source is not None and not isinstance(source, (str, Path)):
-        return source
-    name = str(source) if source is not None else model
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(name)
-    except Exception as e:  # noqa: BLE001 - any failure to load becomes one clear message
-        tried = "" if source is not None else " (no tokenizer was named, so the model name was tried)"
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BackendError(
-            f"cannot load the tokenizer {name!r}{tried}: {first_line}\n"
-            "The openai backend chunks documents with the served model's own tokenizer: pass "
-            "--tokenizer (tokenizer=...) with its Hugging Face id or a local directory."
-        ) from None
 
 
 def _config_window(tokenizer: Any) -> int | None:

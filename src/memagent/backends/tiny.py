@@ -34,7 +34,7 @@ _WORDS = (
 
 
 def _corpus(extra_words: Iterable[str], seed: int = 0) -> list[str]:
-    from memagent.agent.prompts import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE
+    from memagent.config import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE
 
     rng = random.Random(seed)
     words = list(_WORDS) + list(extra_words)

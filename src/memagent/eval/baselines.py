@@ -18,11 +18,9 @@ reference evaluation lets them answer in up to 10K tokens over 120K of input.
 from __future__ import annotations
 
 import re
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
-from memagent.agent.chunking import DocumentSource, iter_chunks
+from memagent.agent.chunking import DocumentSource, Prepared, iter_chunks, middle_truncate
 from memagent.errors import MemAgentError
 
 __all__ = ["BASELINE_TEMPLATE", "EvalError", "Prepared", "bm25_context", "check_baseline_template", "context_budget",
@@ -70,35 +68,6 @@ def context_budget(backend: Any, question: str, answer_tokens: int, window: int 
         raise EvalError(f"a window of {window} tokens leaves no room for the document after the "
                         f"prompt and {answer_tokens} answer tokens; raise --window or lower --answer-tokens")
     return budget
-
-
-@dataclass
-class Prepared:
-    context: str  # what goes into the prompt
-    document_tokens: int  # tokens of the whole document
-    kept_tokens: int  # tokens of it in the prompt
-    note: str = ""  # "cut" / "retrieved k of n passages" / ""
-
-
-def middle_truncate(document: DocumentSource, tokenizer: Any, budget: int) -> Prepared:
-    """The document if it fits `budget` tokens, else its first budget//2 and last budget - budget//2
-    tokens decoded and joined (LongBench), reading the document as a stream."""
-    head: list[int] = []
-    tail: deque[int] = deque(maxlen=budget - budget // 2)
-    total = 0
-    whole: list[int] = []
-    for chunk in iter_chunks(document, tokenizer, max(1, budget)):
-        ids = chunk.token_ids  # [<= budget]
-        total += len(ids)
-        if total <= budget:
-            whole.extend(ids)
-        if len(head) < budget // 2:
-            head.extend(ids[: budget // 2 - len(head)])
-        tail.extend(ids)
-    if total <= budget:
-        return Prepared(tokenizer.decode(whole), total, total)
-    text = tokenizer.decode(head + list(tail))  # one decode: correct for word-level tokenizers too
-    return Prepared(text, total, len(head) + len(tail), "cut")
 
 
 def bm25_context(question: str, document: DocumentSource, tokenizer: Any, budget: int,

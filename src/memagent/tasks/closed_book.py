@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from memagent.tasks.corpora import QAEntry
-from memagent.tasks.schema import DataError
+from memagent.tasks.base import DataError
 
 __all__ = ["CLOSED_BOOK_PROMPT", "FILTER_RULES", "NoContextFilter", "closed_book_filter"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memagent.tasks.schema import DataError, file_sha256
+from memagent.tasks.base import DataError, file_sha256
 
 __all__ = ["ParagraphCorpus", "QAEntry", "load_hotpotqa", "load_squad", "paragraph_table", "read_json_source"]
 

@@ -24,7 +24,7 @@ from itertools import accumulate
 from typing import Any, Sequence
 
 from memagent.tasks.corpora import QAEntry
-from memagent.tasks.schema import DataError, count_tokens
+from memagent.tasks.base import DataError, count_tokens
 
 __all__ = ["DocumentPlan", "document_block", "plan_by_docs", "plan_by_tokens", "render_documents"]
 

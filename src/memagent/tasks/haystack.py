@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memagent.tasks.schema import DataError, count_tokens
+from memagent.tasks.base import DataError, count_tokens
 
 __all__ = [
     "NOISE",

@@ -26,9 +26,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from memagent.tasks.schema import DataError, file_sha256
+from memagent.tasks.base import DataError, file_sha256
 
-__all__ = ["FORMATS", "LONGBENCH_METRICS", "detect_container", "import_released", "iter_records", "read_released",
+__all__ = ["FORMATS", "LONGBENCH_METRICS", "detect_container", "iter_records", "read_released",
            "record_format", "sniff_format"]
 
 FORMATS = ("memagent", "hotpotqa-eval", "verl", "ruler", "longbench")
@@ -329,16 +329,3 @@ def sniff_format(path: str | Path) -> tuple[str, str]:
     for pos, rec in iter_records(path):
         return detect_container(path), record_format(rec, _where(path, pos)(None))
     raise DataError(f"{path} holds no records")
-
-
-def import_released(src: str | Path, out: str | Path, source: str | Path | None = None) -> tuple[int, str]:
-    """`memagent data import`: any readable data file -> our JSONL (index contexts as lazy samples
-    pointing at `source`); returns the sample count and the format read."""
-    from memagent.tasks.schema import read_samples, write_samples
-
-    if str(out) != "-" and Path(out).resolve() == Path(src).resolve():
-        raise DataError(f"--out {out} is the file being imported; write to another file")
-    if not Path(src).is_file():
-        raise DataError(f"{src} does not exist; give a released data file")
-    container, fmt = sniff_format(src)
-    return write_samples(read_samples(src, source), out), f"{fmt}, {container}"

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 from memagent.tasks.haystack import (
     ADJECTIVES, NOISE, NOUNS, coded_words, essay_units, fit_to_tokens, insert_at_depths, make_keys, make_values, pseudo_words,
 )
-from memagent.tasks.schema import DataError
+from memagent.tasks.base import DataError
 
 __all__ = ["NiahSpec", "TASKS", "synthesize_ruler", "write_ruler"]
 
@@ -240,7 +240,8 @@ def synthesize_ruler(
 def write_ruler(task: str, out: str, *, tokens: list[int], samples: int, seed: int, tokenizer: str,
                 haystack_file: str | None = None, haystack: str | None = None, source: str | None = None) -> int:
     """`memagent data ruler`: synthesize `task` under the named tokenizer and write JSONL."""
-    from memagent.tasks.schema import load_tokenizer, write_samples
+    from memagent.backends.tokenizer import load_tokenizer
+    from memagent.tasks.base import write_samples
 
     if task not in TASKS:  # before loading a tokenizer
         raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")

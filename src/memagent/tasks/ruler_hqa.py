@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 from memagent.tasks.closed_book import CLOSED_BOOK_PROMPT, NoContextFilter, closed_book_filter
 from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
 from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
-from memagent.tasks.schema import LAZY_DOC_THRESHOLD, DataError
+from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError
 
 __all__ = ["CLOSED_BOOK_PROMPT", "PLACEMENTS", "SELECTIONS", "FilterOptions", "closed_book_filter", "load_hotpotqa",
            "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
@@ -200,7 +200,8 @@ def write_ruler_hqa(
     optional with document counts (the samples then record their token counts).
     filter: drop questions these models answer with no context (`closed_book_filter`).
     """
-    from memagent.tasks.schema import load_tokenizer, write_samples
+    from memagent.backends.tokenizer import load_tokenizer
+    from memagent.tasks.base import write_samples
 
     tok = load_tokenizer(tokenizer) if tokenizer else None
     corpus = load_hotpotqa(source)

@@ -22,12 +22,15 @@ Extra fields a task adds (gold document positions, the needles, ...) ride along 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-from memagent.errors import MemAgentError
+from memagent.backends.tokenizer import load_tokenizer
+from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError, count_tokens, file_sha256, write_samples
+from memagent.tasks.corpora import LOADERS, paragraph_table
+from memagent.tasks.documents import document_block
+from memagent.tasks.metrics import METRIC_ALIASES, METRICS
+from memagent.tasks.released import check_answers, check_context, check_text, read_released, sniff_format
 
 __all__ = [
     "DataError",
@@ -36,86 +39,18 @@ __all__ = [
     "ParagraphCache",
     "count_tokens",
     "file_sha256",
+    "import_released",
     "load_tokenizer",
     "read_samples",
     "sample_document",
     "write_samples",
 ]
 
-LAZY_DOC_THRESHOLD = 10_000  # samples with this many documents or more are stored lazily
-
-
-class DataError(MemAgentError, ValueError):
-    """Input data is malformed or cannot make the requested sample; the message names the entry."""
-
-
-def load_tokenizer(name: str) -> Any:
-    """A Hugging Face tokenizer by hub id or local path; "tiny" is the project's tiny tokenizer."""
-    if name == "tiny":
-        from memagent.backends.tiny import build_tokenizer
-
-        return build_tokenizer()
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as exc:
-        raise DataError(
-            f"cannot load tokenizer {name!r} ({exc}); give a Hugging Face id reachable from here "
-            "or a local directory holding tokenizer files, or 'tiny'"
-        ) from exc
-
-
-def count_tokens(tokenizer: Any, text: str) -> int:
-    """Number of tokens of `text` under `tokenizer`, without special tokens.
-
-    Uses the Rust tokenizer directly when there is one (no length warnings, no Python lists of
-    special-token handling); otherwise `tokenizer.encode`.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return len(backend.encode(text, add_special_tokens=False).ids)
-    return len(tokenizer.encode(text, add_special_tokens=False))
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_samples(samples: Iterable[dict], path: str | Path) -> int:
-    """Write samples as JSONL (UTF-8, keys in insertion order), atomically; returns the count.
-
-    Same samples give byte-identical files. `-` writes to stdout.
-    """
-    if str(path) == "-":
-        import sys
-
-        n = 0
-        for sample in samples:
-            sys.stdout.write(json.dumps(sample, ensure_ascii=False) + "\n")
-            n += 1
-        return n
-    from memagent.io import atomic_write
-
-    n = 0
-    with atomic_write(path) as fh:  # a temp file beside `path`, removed if the run fails
-        for sample in samples:
-            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
 _REQUIRED = ("id", "question", "answers", "task")
 
 
 def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     """Check the types of one of our sample records where it enters; `where(field)` names the place."""
-    from memagent.tasks.released import check_answers, check_context, check_text
-
     if not isinstance(sample, dict):
         raise DataError(f"{where(None)}: a sample must be a JSON object, got {type(sample).__name__}")
     missing = [k for k in _REQUIRED if k not in sample]
@@ -133,8 +68,6 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
         raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
     metric = sample.get("metric")
     if metric is not None:
-        from memagent.tasks.metrics import METRIC_ALIASES, METRICS
-
         if metric not in METRICS and metric not in METRIC_ALIASES:
             raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     return sample
@@ -145,8 +78,6 @@ def read_samples(path: str | Path, source: str | Path | None = None) -> Iterator
     (`memagent.tasks.released`: JSON arrays streamed, parquet by row batches); errors name the
     file, the line or record, and the field. `source`: the paragraph file that index contexts
     point into. Sample ids must be unique within the file."""
-    from memagent.tasks.released import read_released
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
@@ -181,8 +112,6 @@ def sample_document(
 
 
 def _stream_documents(table: list[str], doc_ids: list[int], sample_id: Any) -> Iterator[str]:
-    from memagent.tasks.documents import document_block
-
     for position, doc_id in enumerate(doc_ids):
         if not 0 <= doc_id < len(table):
             raise DataError(f"sample {sample_id!r}: paragraph index {doc_id} outside the source's {len(table)}")
@@ -199,8 +128,6 @@ class ParagraphCache:
     def __call__(self, format: str, source: str, sha256: str) -> list[str]:
         key = (source, sha256)
         if key not in self._tables:
-            from memagent.tasks.corpora import LOADERS, paragraph_table
-
             if format not in LOADERS:
                 raise DataError(f"lazy sample of unknown source format {format!r}; known: {', '.join(LOADERS)}")
 
@@ -214,3 +141,14 @@ class ParagraphCache:
                 )
             self._tables[key] = paragraph_table(format, source)
         return self._tables[key]
+
+
+def import_released(src: str | Path, out: str | Path, source: str | Path | None = None) -> tuple[int, str]:
+    """`memagent data import`: any readable data file -> our JSONL (index contexts as lazy samples
+    pointing at `source`); returns the sample count and the format read."""
+    if str(out) != "-" and Path(out).resolve() == Path(src).resolve():
+        raise DataError(f"--out {out} is the file being imported; write to another file")
+    if not Path(src).is_file():
+        raise DataError(f"{src} does not exist; give a released data file")
+    container, fmt = sniff_format(src)
+    return write_samples(read_samples(src, source), out), f"{fmt}, {container}"
