@@ -4,7 +4,9 @@ Every module of `src/memagent` is parsed with `ast` (nothing is imported). Every
 is written: module level, inside a function, under `if TYPE_CHECKING:`. `from . import x` and `from ..a import b`
 are resolved against the importing module; `from memagent.p import name` is an arrow to `memagent.p.name` when
 that is a module, else to `memagent.p`. Importing `memagent.p.q` is an arrow to `memagent.p.q` only (the package's
-`__init__` runs too, but an `__init__` that re-exports its own submodules is no cycle worth reporting).
+`__init__` runs too, but an `__init__` that re-exports its own submodules is no cycle worth reporting). In a
+module that calls `import_module` or `__import__`, every string constant that is exactly a module's dotted name
+counts as an arrow too (lazy export tables such as `memagent.rl.__init__`'s).
 
 The layers, lowest first. A module may import from its own layer and from lower-ranked ones; two layers of
 the same rank (`rl` and `eval`) may not import each other.
@@ -98,10 +100,17 @@ def import_graph(root: Path) -> Graph:
     graph: Graph = {}
     for module, (path, is_pkg) in files.items():
         deps: set[str] = set()
+        names: set[str] = set()  # string constants that name one of the package's modules
+        dynamic = False  # the module calls import_module / __import__
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 deps |= _targets(node, module, is_pkg, known, root.name)
-        graph[module] = deps - {module}
+            elif isinstance(node, ast.Constant) and node.value in known:
+                names.add(node.value)
+            elif isinstance(node, ast.Call):
+                func = node.func
+                dynamic |= getattr(func, "id", getattr(func, "attr", None)) in ("import_module", "__import__")
+        graph[module] = (deps | (names if dynamic else set())) - {module}
     return graph
 
 
@@ -253,11 +262,23 @@ def test_checker_finds_upward_and_sibling_imports():
     assert "sibling" in why[("memagent.rl.trainer", "memagent.eval.records")]
 
 
+def test_an_arrow_added_to_the_package_graph_is_caught(graph):
+    cycle = without(graph, PENDING)
+    cycle["memagent.agent.chunking"] = cycle["memagent.agent.chunking"] | {"memagent.agent.workflow"}
+    assert find_cycles(cycle) == [["memagent.agent.chunking", "memagent.agent.workflow", "memagent.agent.chunking"]]
+    upward = without(graph, PENDING)
+    upward["memagent.backends.hf"] = upward["memagent.backends.hf"] | {"memagent.tasks.metrics"}
+    assert [(s, d) for s, d, _ in layer_violations(upward, PLACES, RANKS)] == [
+        ("memagent.backends.hf", "memagent.tasks.metrics")]
+
+
 def test_parser_counts_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / "memagent"
     (pkg / "tasks").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "errors.py").write_text("import os\n")
+    (pkg / "lazy.py").write_text("from importlib import import_module\nTABLE = {'x': 'memagent.errors'}\n"
+                                 "NOT_A_MODULE = 'memagent.nothing'\ndef get(n):\n    return import_module(TABLE[n])\n")
     (pkg / "tasks" / "__init__.py").write_text("from . import schema\n")
     (pkg / "tasks" / "schema.py").write_text(
         "from ..errors import X\n"
@@ -265,7 +286,8 @@ def test_parser_counts_function_level_and_relative_imports(tmp_path):
     (pkg / "tasks" / "corpora.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .schema import Y\nfrom memagent import errors\n")
     g = import_graph(pkg)
-    assert g == {"memagent": set(), "memagent.errors": set(), "memagent.tasks": {"memagent.tasks.schema"},
+    assert g == {"memagent": set(), "memagent.errors": set(), "memagent.lazy": {"memagent.errors"},
+                 "memagent.tasks": {"memagent.tasks.schema"},
                  "memagent.tasks.schema": {"memagent.errors", "memagent.tasks.corpora", "memagent.agent.workflow"},
                  "memagent.tasks.corpora": {"memagent.tasks.schema", "memagent.errors"}}
     assert find_cycles(g) == [["memagent.tasks.corpora", "memagent.tasks.schema", "memagent.tasks.corpora"]]
