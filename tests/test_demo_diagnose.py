@@ -73,7 +73,8 @@ def test_memory_updates_equal_the_workflow_memory_step_of_a_real_model():
     from memagent.backends.base import SamplingParams
     from memagent.demo.diagnose import memory_updates
     from memagent.demo.model import build_demo_model
-    from memagent.demo.pipeline import agent_config, toy_backend
+    from memagent.demo.config import agent_config
+    from memagent.demo.evaluate import toy_backend
 
     tok = build_toy_tokenizer(SPEC)
     backend = toy_backend(build_demo_model(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=16, seed=3), tok, 64)
@@ -110,7 +111,7 @@ def test_states_are_deterministic_and_well_formed():
 def run_policy(policy, chunks=8, n=60):
     """Run a scripted memory policy over toy documents through the real workflow: (results, samples)."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
-    from memagent.demo.pipeline import agent_config
+    from memagent.demo.config import agent_config
     from memagent.tasks.toy import make_samples
 
     def reply(prompt, _):
