@@ -1,4 +1,4 @@
-"""Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow")."""
+"""Configuration of the read-write loop. Defaults follow the paper (docs/paper.md, "The workflow")."""
 from __future__ import annotations
 
 import math
