@@ -1,11 +1,11 @@
 # One command each, on a fresh machine (Python 3.11, no GPU needed):
 #   make demo   set up .venv and run the main job (the CPU-scale reproduction, about 11 min)
-#   make test   set up .venv and run the test suite (what CI runs)
+#   make test   set up .venv and run the test suite (what CI runs; make test-fast skips the slow ones)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo demo-quick bench clean
+.PHONY: setup test test-fast demo demo-quick bench clean
 
 $(BIN)/memagent: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,6 +17,9 @@ setup: $(BIN)/memagent
 
 test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+
+test-fast: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow" tests
 
 demo: setup
 	$(BIN)/memagent demo --out runs/demo

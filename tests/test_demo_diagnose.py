@@ -20,9 +20,13 @@ def parts(prompt):
 
 
 def run(policy, n=200):
-    backend = ScriptedBackend(build_toy_tokenizer(SPEC), lambda p, _: policy(*parts(p)))
+    def reply(prompt, _):  # the final answers the workflow also asks for are not scored
+        return "\\boxed{ none }" if " C " not in prompt else policy(*parts(prompt))
+
+    backend = ScriptedBackend(build_toy_tokenizer(SPEC), reply)
     config = AgentConfig(chunk_tokens=9, memory_tokens=2, answer_tokens=3, query_tokens=4, memory_template=TEMPLATE,
-                         final_template="M {memory} Q {question} >", empty_memory="none none")
+                         final_template="M {memory} Q {question} >", empty_memory="none none", max_batch_docs=256,
+                         temperature=1.0)  # the diagnosis is greedy whatever the config's temperature
     return update_errors(backend, SPEC, config, n=n, seed=1), backend
 
 
@@ -31,8 +35,11 @@ def test_the_right_rule_makes_no_errors_and_greedy_two_token_replies_are_asked_f
     assert errs == {"keep": {"value_lost": 0.0, "took_chunk_value": 0.0},
                     "write_empty": {"missed": 0.0}, "write_over": {"missed": 0.0},
                     "ignore_empty": {"claimed": 0.0}, "ignore_other": {"claimed": 0.0}}
-    assert [len(b) for b in backend.batches] == [200] * 5
-    assert all(p.greedy and p.max_new_tokens == 3 for p in backend.params)
+    # through the workflow: per case one batch of 200 memory updates (M = 2 tokens), then their final answers
+    assert [len(b) for b in backend.batches] == [200] * 10
+    assert all(" C " in p for b in backend.batches[::2] for p in b)
+    assert all(" C " not in p for b in backend.batches[1::2] for p in b)
+    assert [p.max_new_tokens for p in backend.params] == [2, 3] * 5 and all(p.greedy for p in backend.params)
 
 
 def test_always_keeping_misses_every_write_and_always_copying_loses_every_held_value():
@@ -57,6 +64,31 @@ def test_replies_are_capped_like_the_workflow_and_empty_replies_count_as_lost():
     assert empty["keep"]["value_lost"] == 1.0 and empty["write_empty"]["missed"] == 1.0
 
 
+def test_memory_updates_equal_the_workflow_memory_step_of_a_real_model():
+    """On the demo's model (untrained: arbitrary but deterministic replies), each state's update equals the memory
+    a direct greedy call with the workflow's prompt, cut to M tokens, gives; and a chunk over chunk_tokens is
+    refused (two updates are not one state's update)."""
+    from memagent.agent.prompts import render
+    from memagent.agent.workflow import cap_tokens
+    from memagent.backends.base import SamplingParams
+    from memagent.demo.diagnose import memory_updates
+    from memagent.demo.model import build_demo_model
+    from memagent.demo.config import agent_config
+    from memagent.demo.evaluate import toy_backend
+
+    tok = build_toy_tokenizer(SPEC)
+    backend = toy_backend(build_demo_model(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=16, seed=3), tok, 64)
+    config = agent_config(SPEC)
+    states = [s for case in CASES for s in update_states(SPEC, case, 12, 7, config.empty_memory)]
+    gens = backend.generate([render(config.memory_template, **{k: s[k] for k in ("question", "memory", "chunk")})
+                             for s in states], SamplingParams(max_new_tokens=2))
+    want = [cap_tokens(g.text.strip(), tok, 2)[0] for g in gens]
+    got = memory_updates(backend, config, states)
+    assert got == want and len(set(got)) > 5  # replies that vary: the check is not vacuous
+    with pytest.raises(ValueError, match="state 0: its chunk made 2 memory updates"):
+        memory_updates(backend, config, [dict(states[0], chunk=states[0]["chunk"] + " the")])
+
+
 def test_states_are_deterministic_and_well_formed():
     a = update_states(SPEC, "write_over", 50, 3, "none none")
     assert a == update_states(SPEC, "write_over", 50, 3, "none none")
@@ -79,7 +111,7 @@ def test_states_are_deterministic_and_well_formed():
 def run_policy(policy, chunks=8, n=60):
     """Run a scripted memory policy over toy documents through the real workflow: (results, samples)."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
-    from memagent.demo.pipeline import agent_config
+    from memagent.demo.config import agent_config
     from memagent.tasks.toy import make_samples
 
     def reply(prompt, _):

@@ -1,4 +1,4 @@
-"""Configuration of the read-write loop. Defaults follow the paper (PAPER.md, "The workflow").
+"""Configuration of the read-write loop. Defaults follow the paper (docs/paper.md, "The workflow").
 
 The values a config is checked against live here too, so that this module imports nothing above
 `memagent.errors`: the paper's prompt templates and their placeholders (filled by

@@ -74,6 +74,16 @@ def test_table_and_plot(tmp_path):
     console = Console(record=True, width=120)
     console.print(render_table(table))
     text = console.export_text()
-    assert "4M" in text and "8K" in text and "x" in text
+    assert "FLOPs, full attention vs MemAgent (Qwen2.5-7B)" in text
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in body]
+    assert [c[0] for c in cells] == ["8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M", "2M", "4M"]
+    for c, row in zip(cells, table["rows"], strict=True):  # every row: chunks and ratio as computed
+        assert c[1] == str(row["chunks"]) == str(-(-row["context"] // 5000))
+        assert c[4] == f"{row['full_flops'] / row['memagent_flops']:.2f}x"
+    # the end rows in full: FLOPs with unit prefixes (T = 1e12, P = 1e15, E = 1e18) and the paper's crossover
+    assert cells[0] == ["8K", "2", "155.80T", "274.05T", "0.57x"]
+    assert cells[-1] == ["4M", "839", "3.59E", "89.21P", "40.23x"]
+    assert [c[4] for c in cells[2:4]] == ["0.87x", "1.16x"]  # MemAgent gets cheaper between 32K and 64K
     png = plot_cost([table, cost_table(PRESETS["qwen2.5-14b"])], tmp_path / "flops.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

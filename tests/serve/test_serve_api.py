@@ -63,6 +63,7 @@ def test_stream_sends_progress_as_comments(server):
     assert lines[-1] == "data: [DONE]"
 
 
+@pytest.mark.slow  # 16 concurrent clients against the real app: ~3-6 s on 2 shared cores
 def test_16_clients_at_once_each_get_their_own_answer(server, tiny_backend):
     docs = [words(16 + i, seed=i) for i in range(16)]
     questions = [f"question {i}?" for i in range(16)]

@@ -18,11 +18,10 @@ random (memory, chunk, question) states of the toy task:
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import replace
 
-from memagent.agent.prompts import render
-from memagent.agent.workflow import cap_tokens_many
-from memagent.backends.base import Backend, SamplingParams
+from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.backends.base import Backend
 from memagent.config import AgentConfig
 from memagent.tasks.toy import ToySpec, chunk_text, random_chunk
 
@@ -55,24 +54,39 @@ def update_states(spec: ToySpec, case: str, n: int, seed: int, empty_memory: str
     return states
 
 
+def memory_updates(backend: Backend, config: AgentConfig, states: list[dict[str, str]]) -> list[str]:
+    """The memory that one greedy update writes from each state ({question, memory, chunk}), made by the
+    library's own memory step: `MemoryAgent` over a one-chunk document that starts from the state's memory
+    (prompt, sampling, think handling and the M-token cap exactly as in a real run; the final answer it also
+    makes is not used)."""
+    agent = MemoryAgent(backend, replace(config, temperature=0.0), keep_conversations=True)
+    results = agent.run([AgentInput(s["question"], s["chunk"], f"state-{i}", memory=s["memory"])
+                         for i, s in enumerate(states)])
+    updates = []
+    for i, r in enumerate(results):
+        steps = [c for c in r.conversations if c.kind == "memory"]
+        if len(steps) != 1:
+            raise ValueError(f"state {i}: its chunk made {len(steps)} memory updates, not one; a state's chunk "
+                             f"must fit in chunk_tokens = {config.chunk_tokens}")
+        updates.append(steps[0].text)
+    return updates
+
+
 def update_errors(backend: Backend, spec: ToySpec, config: AgentConfig, n: int = 1000,
                   seed: int = 0) -> dict[str, dict[str, float]]:
-    """Greedy error rates of one memory update per case (see the module doc), each over n states, with
-    the agent's memory template, empty memory and memory budget (`config`)."""
+    """Greedy error rates of one memory update per case (see the module doc), each over n states, through the
+    agent's own memory step with its templates, empty memory and memory budget (`config`)."""
     out: dict[str, dict[str, float]] = {}
     for case in CASES:
         states = update_states(spec, case, n, seed, config.empty_memory)
-        prompts = [render(config.memory_template, question=s["question"], memory=s["memory"], chunk=s["chunk"])
-                   for s in states]
-        gens = backend.generate(prompts, SamplingParams(max_new_tokens=config.memory_tokens + 1))
-        capped = cap_tokens_many([g.text.strip() for g in gens], backend.tokenizer, config.memory_tokens)  # as the workflow
-        values = [(text.split() or [""])[-1] for text, _, _ in capped]
+        updates = memory_updates(backend, config, states)
+        values = [(text.split() or [""])[-1] for text in updates]
         lost = sum(v != s["value"] for v, s in zip(values, states)) / n
         if case == "keep":
             took = sum(v == s["other"] for v, s in zip(values, states)) / n
             out[case] = {"value_lost": lost, "took_chunk_value": took}
         elif case.startswith("ignore"):
-            keys = [(text.split() or [""])[0] for text, _, _ in capped]
+            keys = [(text.split() or [""])[0] for text in updates]
             out[case] = {"claimed": sum(k == s["question"] for k, s in zip(keys, states)) / n}
         else:
             out[case] = {"missed": lost}

@@ -15,89 +15,19 @@ Phases:
 """
 from __future__ import annotations
 
-import dataclasses
-
 import copy
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from memagent.demo.failures import accuracy, accuracy_by_key, failure_kinds
-from memagent.tasks.toy import ToySpec, build_toy_tokenizer, chunk_text, make_samples, random_chunk
-
-# The question comes last, next to where the model starts writing: the short convolutions then hand
-# the asked key to the last position directly (with the paper's question-first order the tiny model
-# learned the lookup far more slowly).
-MEMORY_TEMPLATE = "M {memory} C {chunk} Q {question} >"
-FINAL_TEMPLATE = "M {memory} Q {question} >"
-FULL_TEMPLATE = "C {context} Q {question} >"
-EMPTY_MEMORY = "none none"
-METHODS = ("memagent-rl", "memagent-no-rl", "full-context")
-
-
-@dataclass
-class DemoConfig:
-    seed: int = 0
-    quick: bool = False
-    out: str = "runs/demo"
-    spec: ToySpec = field(default_factory=ToySpec)
-    train_chunks: int = 4  # the training length, in chunks
-    multiples: tuple[int, ...] = (1, 4, 16, 64, 256)  # evaluation lengths, times the training length
-    eval_docs: int = 256
-    hidden: int = 64
-    heads: int = 4  # attention heads (1 head copies more precisely after the warm-up, but was not better after RL)
-    warmup_rows: int = 48_000  # demonstrations (memory updates and answers)
-    warmup_lr: float = 3e-3
-    warmup_schedule: str = "constant"  # optim.schedule of the warm-up: constant or cosine (to 0)
-    rl_steps: int = 400  # Multi-Conv DAPO steps: enough for every key to be learned (docs/demo.md)
-    rl_chunks: tuple[int, ...] = ()  # lengths (chunks) of the RL questions, in equal shares; () = train_chunks only
-    rl_batch: int = 16  # questions per rollout batch
-    rl_group: int = 8
-    rl_lr: float = 1e-3  # with 50 keys, seed 1 at 16x: 73% (5e-4 for 200 steps: 45%); 2e-3 collapsed
-    rl_mini_batches: int = 4
-    rl_schedule: str = "cosine"  # optim.schedule of Multi-Conv DAPO: constant or cosine (to 0)
-    rl_kl_coef: float = 0.0  # beta of the k3 KL to the warm-up model (0: none, as in DAPO)
-    rl_dynamic_sampling: bool = False  # DAPO: train only on groups whose rewards differ
-    rl_sampling_rounds: int = 1  # rounds of rl_batch questions sampled to fill the batch
-    fc_rows: int = 48_000  # demonstrations of the full-context baseline
-    fc_lr: float | None = 1e-3  # lr of the full-context baseline (None: warmup_lr)
-    fc_batch: int = 32  # more, smaller steps, as for the warm-up
-    p_keep: float = 0.5
-    final_share: float = 0.2  # share of answer demonstrations among the warm-up rows
-    warmup_batch: int = 32  # rows per warm-up step: more, smaller steps learned the copy faster
-    rl_copy_coef: float = 3.0  # NOT in the paper: weight of the value-copy loss mixed into RL (loss.sft_coef); 0 = pure
-    rl_copy_rows: int = 16_000  # its non-question-aware demonstrations (value token only)
-
-    @classmethod
-    def for_run(cls, quick: bool, seed: int, out: str, pure_dapo: bool = False) -> "DemoConfig":
-        """The default recipe, or --quick's; `pure_dapo` drops the value-copy loss (the paper's algorithm alone)."""
-        if pure_dapo:
-            return dataclasses.replace(cls.for_run(quick, seed, out), rl_copy_coef=0.0)
-        if quick:  # the CI version: fewer lengths, documents and steps (and round 1's constant lrs)
-            return cls(seed=seed, quick=True, out=out, multiples=(1, 4, 16), eval_docs=64,
-                       warmup_rows=24_000, rl_steps=100, rl_schedule="constant", fc_rows=8_000, fc_lr=None)
-        return cls(seed=seed, out=out)
-
-
-def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256) -> Any:
-    from memagent.config import AgentConfig
-
-    return AgentConfig(chunk_tokens=spec.chunk_tokens, memory_tokens=2, answer_tokens=3, query_tokens=4,
-                       memory_template=MEMORY_TEMPLATE, final_template=FINAL_TEMPLATE, empty_memory=EMPTY_MEMORY,
-                       temperature=temperature, max_batch_docs=batch_docs)
-
-
-def full_prompt(question: str, context: str) -> str:
-    from memagent.eval.baselines import render_baseline
-
-    return render_baseline(question, context, FULL_TEMPLATE)
-
-
-def boxed(value: str) -> str:
-    return "\\boxed{ " + value + " }"
+from memagent.demo.config import (  # noqa: F401  (DemoConfig and agent_config: imported from here by the CLI)
+    EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, METHODS, DemoConfig, agent_config, boxed, full_prompt,
+)
+from memagent.demo.evaluate import evaluate
+from memagent.tasks.toy import build_toy_tokenizer, chunk_text, make_samples, random_chunk
 
 
 def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
@@ -171,62 +101,30 @@ def rl_questions(cfg: DemoConfig) -> list[dict[str, Any]]:
     return questions
 
 
-# -- evaluation ------------------------------------------------------------------------------------
-def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
-    """The transformers backend over a demo model: plain prompts (the toy tokenizer has no chat template)."""
-    from memagent.backends.hf import TransformersBackend
+# -- the pipeline: one function a phase, called in this order by run_demo ---------------------------
+@dataclass
+class DemoData:
+    """Everything phase 1 draws, in the order it is drawn from the seeded rng."""
 
-    return TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=max_batch_size)
-
-
-def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
-                 keep_conversations: bool = False) -> list[Any]:
-    """The greedy workflow over toy samples: one AgentResult each, in order (with every model call kept when
-    `keep_conversations`, for demo/failures.py)."""
-    from memagent.agent.workflow import AgentInput, MemoryAgent
-
-    backend = toy_backend(model, tokenizer, len(samples))
-    agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True,
-                        keep_conversations=keep_conversations)
-    return agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
+    warm: list[tuple[list[int], list[int]]]  # warm-up rows (prompt ids, response ids)
+    fc: list[tuple[list[int], list[int]]]  # full-context baseline rows
+    rl_data: list[dict[str, Any]]  # Multi-Conv DAPO questions (toy samples)
+    evals: dict[int, list[dict[str, Any]]]  # evaluation samples by length multiple
+    copy_rows: list[tuple[list[int], list[int]]] | None  # value-copy rows (None when rl_copy_coef is 0)
 
 
-def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:
-    from memagent.agent.answer import extract_boxed
-    from memagent.backends.base import SamplingParams
-    from memagent.eval.baselines import middle_truncate
-
-    backend = toy_backend(model, tokenizer, 64)
-    prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
-    gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
-    return sum(extract_boxed(g.text) == s["answers"][0] for g, s in zip(gens, samples)) / len(samples)
-
-
-def update_step_errors(model: Any, tokenizer: Any, spec: ToySpec, n: int, seed: int) -> dict[str, dict[str, float]]:
-    from memagent.demo.diagnose import update_errors
-
-    return update_errors(toy_backend(model, tokenizer, 256), spec, agent_config(spec), n=n, seed=seed + 20_000)
-
-
-# -- the pipeline ----------------------------------------------------------------------------------
-def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    import torch
-
-    from memagent.demo.model import build_demo_model
-    from memagent.rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig, UpdateConfig
-    from memagent.rl.sft import SFTConfig, train_sft
-    from memagent.rl.trainer import train
-
+def prepare_out(cfg: DemoConfig) -> Path:
+    """The run folder, refused when it already holds a demo run."""
     out = Path(cfg.out)
     if (out / "results.json").exists() or (out / "warmup" / "checkpoints").exists():
         raise FileExistsError(f"{out} already holds a demo run; choose another --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
-    spec, rng = cfg.spec, random.Random(cfg.seed)
-    tokenizer = build_toy_tokenizer(spec)
-    torch.manual_seed(cfg.seed)
+    return out
 
-    t = time.perf_counter()
+
+def make_data(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> DemoData:
+    """Phase 1: every row and question of the run (the rng order fixes the numbers: do not reorder)."""
+    spec = cfg.spec
     warm = warmup_rows(cfg, tokenizer, rng)
     fc = full_context_rows(cfg, tokenizer, rng)
     rl_data = rl_questions(cfg)
@@ -235,10 +133,15 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
     copy_rows = None
     if cfg.rl_copy_coef > 0:
         copy_rows = value_copy_rows(cfg, tokenizer, rng)
-    seconds["data"] = time.perf_counter() - t
-    log(f"data: {len(warm)} warm-up rows, {len(fc)} full-context rows, {len(rl_data)} RL questions ({seconds['data']:.0f} s)")
+    return DemoData(warm, fc, rl_data, evals, copy_rows)
 
-    t = time.perf_counter()
+
+def warm_up(cfg: DemoConfig, tokenizer: Any, warm: list[tuple[list[int], list[int]]], out: Path) -> Any:
+    """Phase 2: a fresh demo model trained on the warm-up rows (the paper's "workflow without RL")."""
+    from memagent.demo.model import build_demo_model
+    from memagent.rl.config import OptimConfig
+    from memagent.rl.sft import SFTConfig, train_sft
+
     model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden, heads=cfg.heads,
                              seed=cfg.seed)
     sft = SFTConfig(out_dir=str(out / "warmup"), seed=cfg.seed, batch_size=cfg.warmup_batch,
@@ -246,79 +149,112 @@ def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, A
                     device="cpu", optim=OptimConfig(lr=cfg.warmup_lr, warmup_steps=20, weight_decay=0.0,
                                                     schedule=cfg.warmup_schedule))
     train_sft(sft, warm, model, tokenizer)
-    no_rl = copy.deepcopy(model)
-    seconds["warmup"] = time.perf_counter() - t
-    log(f"warm-up: {seconds['warmup']:.0f} s")
+    return model
 
-    t = time.perf_counter()
-    rl_cfg = TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
-                         agent=agent_config(spec, temperature=1.0, batch_docs=cfg.rl_batch * cfg.rl_group),
-                         rollout=RolloutConfig(batch_size=cfg.rl_batch, group_size=cfg.rl_group,
-                                               max_batch_size=cfg.rl_batch * cfg.rl_group,
-                                               dynamic_sampling=cfg.rl_dynamic_sampling,
-                                               max_sampling_rounds=cfg.rl_sampling_rounds),
-                         loss=LossConfig(kl_coef=cfg.rl_kl_coef, sft_coef=cfg.rl_copy_coef),
-                         optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0, schedule=cfg.rl_schedule),
-                         update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512,
-                                                  old_logprobs="rollout"))
+
+def rl_train_config(cfg: DemoConfig, out: Path) -> Any:
+    """The TrainConfig of the demo's Multi-Conv DAPO phase."""
+    from memagent.rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig, UpdateConfig
+
+    spec = cfg.spec
+    return TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
+                       agent=agent_config(spec, temperature=1.0, batch_docs=cfg.rl_batch * cfg.rl_group),
+                       rollout=RolloutConfig(batch_size=cfg.rl_batch, group_size=cfg.rl_group,
+                                             max_batch_size=cfg.rl_batch * cfg.rl_group,
+                                             dynamic_sampling=cfg.rl_dynamic_sampling,
+                                             max_sampling_rounds=cfg.rl_sampling_rounds),
+                       loss=LossConfig(kl_coef=cfg.rl_kl_coef, sft_coef=cfg.rl_copy_coef),
+                       optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0, schedule=cfg.rl_schedule),
+                       update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512,
+                                           old_logprobs="rollout"))
+
+
+def train_rl(cfg: DemoConfig, model: Any, tokenizer: Any, data: DemoData, out: Path) -> None:
+    """Phase 3: Multi-Conv DAPO on the warmed-up model, in place (plus the value-copy objective when its
+    rows are given)."""
+    from memagent.rl.trainer import train
+
+    rl_cfg = rl_train_config(cfg, out)
+    rl_data, copy_rows = data.rl_data, data.copy_rows
     train(rl_cfg, rl_data, model=model, tokenizer=tokenizer, sft_data=copy_rows)
-    seconds["rl"] = time.perf_counter() - t
-    log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
 
-    t = time.perf_counter()
+
+def train_full_context(cfg: DemoConfig, tokenizer: Any, fc: list[tuple[list[int], list[int]]], out: Path) -> Any:
+    """Phase 4: the full-context baseline, a fresh model of the same architecture (init seed + 1)."""
+    from memagent.demo.model import build_demo_model
+    from memagent.rl.config import OptimConfig
+    from memagent.rl.sft import SFTConfig, train_sft
+
     fc_model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden,
                                 heads=cfg.heads, seed=cfg.seed + 1)
     train_sft(SFTConfig(out_dir=str(out / "full-context"), seed=cfg.seed, batch_size=cfg.fc_batch,
                         micro_batch_size=cfg.fc_batch, save=False,
                         device="cpu", optim=OptimConfig(lr=cfg.fc_lr or cfg.warmup_lr, warmup_steps=20, weight_decay=0.0)),
               fc, fc_model, tokenizer)
-    seconds["full_context"] = time.perf_counter() - t
-    log(f"full-context baseline: {seconds['full_context']:.0f} s")
+    return fc_model
 
-    t = time.perf_counter()
-    window = cfg.train_chunks * spec.chunk_tokens
-    acc: dict[str, dict[str, float]] = {m: {} for m in METHODS}
-    by_key: dict[str, dict[str, float]] = {}  # the RL model's accuracy by asked key: a key it confuses stands out
-    failures: dict[str, dict[str, int]] = {}  # where the RL model's failed documents broke, at 16x
-    for mult in cfg.multiples:
-        samples = evals[mult]
-        traced = mult == 16  # keep the 16x conversations for the failure kinds
-        answered = run_memagent(model, tokenizer, samples, spec, keep_conversations=traced)
-        acc["memagent-rl"][str(mult)] = accuracy(answered, samples)
-        by_key[str(mult)] = accuracy_by_key(answered, samples)
-        if traced:
-            failures[str(mult)] = failure_kinds(answered, samples, EMPTY_MEMORY)
-        del answered  # the 16x conversations are large
-        acc["memagent-no-rl"][str(mult)] = accuracy(run_memagent(no_rl, tokenizer, samples, spec), samples)
-        acc["full-context"][str(mult)] = eval_full_context(fc_model, tokenizer, samples, window)
-        log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(f"{m} {acc[m][str(mult)]:.3f}" for m in METHODS))
-    # per-step error rates (demo/diagnose.py): why accuracy falls with length, one memory update at a time
-    errors = {name: update_step_errors(m, tokenizer, spec, 256 if cfg.quick else 1000, cfg.seed)
-              for name, m in (("memagent-rl", model), ("memagent-no-rl", no_rl))}
-    for name, e in errors.items():
-        log(f"{name} per-step errors: " + ", ".join(f"{c} {k} {100 * v:.1f}%" for c, d in e.items() for k, v in d.items()))
-    seconds["eval"] = time.perf_counter() - t
 
-    model.save_pretrained(out / "model", safe_serialization=True)
-    tokenizer.save_pretrained(out / "model")
-    from memagent.run import save_agent_settings
-
-    save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
-    seconds["total"] = sum(seconds.values())
+def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: dict[str, Any],
+                 seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
+    """The RL model (loadable by `memagent ask`), results.json, results.md, the printed table and accuracy.png."""
     import resource
 
+    from memagent.demo.report import markdown_table, plot_accuracy, print_table
+    from memagent.run import save_agent_settings
+
+    spec = cfg.spec
+    model.save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out / "model")
+    save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
+    seconds["total"] = sum(seconds.values())
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    for mult, kinds in failures.items():
+    for mult, kinds in found["failures"].items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
-        f"{k} {100 * v:.0f}%" for k, v in by_key[str(cfg.multiples[-1])].items()))
-    results = {"accuracy": acc, "update_errors": errors, "failures": failures, "by_key": by_key, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
-               "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
-               "task": asdict(spec)}
+        f"{k} {100 * v:.0f}%" for k, v in found["by_key"][str(cfg.multiples[-1])].items()))
+    results = {**found, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+               "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values,
+               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    from memagent.demo.report import markdown_table, plot_accuracy, print_table
-
     (out / "results.md").write_text(markdown_table(results, cfg))
     print_table(results, cfg)
     plot_accuracy(results, cfg, out / "accuracy.png")
     return results
+
+
+def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole demo (module doc): data, warm-up, Multi-Conv DAPO, full-context baseline, evaluation, results."""
+    import torch
+
+    out = prepare_out(cfg)
+    seconds: dict[str, float] = {}
+    rng = random.Random(cfg.seed)
+    tokenizer = build_toy_tokenizer(cfg.spec)
+    torch.manual_seed(cfg.seed)
+
+    t = time.perf_counter()
+    data = make_data(cfg, tokenizer, rng)
+    seconds["data"] = time.perf_counter() - t
+    log(f"data: {len(data.warm)} warm-up rows, {len(data.fc)} full-context rows, {len(data.rl_data)} RL questions "
+        f"({seconds['data']:.0f} s)")
+
+    t = time.perf_counter()
+    model = warm_up(cfg, tokenizer, data.warm, out)
+    no_rl = copy.deepcopy(model)
+    seconds["warmup"] = time.perf_counter() - t
+    log(f"warm-up: {seconds['warmup']:.0f} s")
+
+    t = time.perf_counter()
+    train_rl(cfg, model, tokenizer, data, out)
+    seconds["rl"] = time.perf_counter() - t
+    log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
+
+    t = time.perf_counter()
+    fc_model = train_full_context(cfg, tokenizer, data.fc, out)
+    seconds["full_context"] = time.perf_counter() - t
+    log(f"full-context baseline: {seconds['full_context']:.0f} s")
+
+    t = time.perf_counter()
+    found = evaluate(cfg, dict(zip(METHODS, (model, no_rl, fc_model))), tokenizer, data.evals, log)
+    seconds["eval"] = time.perf_counter() - t
+    return save_results(cfg, out, model, tokenizer, found, seconds, log)

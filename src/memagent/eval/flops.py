@@ -1,6 +1,6 @@
 """The paper's cost model: FLOPs of full attention against MemAgent, 8K to 4M tokens.
 
-Accounting (PAPER.md, "Cost model"), with q = 1024 query tokens, o = 1024 output tokens,
+Accounting (docs/paper.md, "Cost model"), with q = 1024 query tokens, o = 1024 output tokens,
 N = 5000 chunk tokens and a context of c tokens:
 
     full attention   one call of q + c + o tokens

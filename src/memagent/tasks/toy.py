@@ -1,4 +1,4 @@
-"""A toy long-context QA family for CPU-scale models (the demo's task; PAPER.md's RULER-HotpotQA in
+"""A toy long-context QA family for CPU-scale models (the demo's task; docs/paper.md's RULER-HotpotQA in
 miniature).
 
 A document is K chunks. A chunk is `slots` slots of three words; `facts` slots hold a fact written
