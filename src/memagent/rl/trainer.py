@@ -23,6 +23,7 @@ import contextlib
 import copy
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -38,7 +39,7 @@ from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
 from memagent.rl.engines import make_engine
-from memagent.rl.objectives import DAPO, SFT, MiniBatch, check_rows
+from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts
@@ -78,24 +79,43 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    progress=config.progress, what="train")
 
 
-def aux_rows(config: TrainConfig, sft_data: Sequence[Any] | None) -> list[tuple[list[int], list[int]]] | None:
-    """The auxiliary supervised rows (loss.sft_coef), checked; None when the loss is off."""
+@dataclass(frozen=True)
+class DrawnRows:
+    """A further objective of each optimiser step on rows of the caller's (the demo's value-copy rows):
+    `batch_size` rows drawn with replacement, seeded by the run seed, the step and the optimiser step k
+    within it (the same on every rank, so a resumed run draws the same); each rank takes every W-th."""
+
+    objective: Objective
+    weight: float
+    rows: list[tuple[list[int], list[int]]]
+    batch_size: int
+    name: str  # its metrics are reported as <name>_<metric>
+
+    def term(self, seed: int, step: int, k: int, info: DistInfo) -> Term:
+        g = torch.Generator().manual_seed(step_seed(seed, step, k, 0) + 1)
+        picked = torch.randint(len(self.rows), (self.batch_size,), generator=g).tolist()
+        return Term(self.objective, self.weight,
+                    MiniBatch.supervised([self.rows[i] for i in picked[info.rank :: info.world_size]]))
+
+
+def extra_objectives(config: TrainConfig, sft_data: Sequence[Any] | None) -> list[DrawnRows]:
+    """[(sft, loss.sft_coef) on sft_data] when loss.sft_coef > 0 (NOT part of Multi-Conv DAPO), else []."""
     if config.loss.sft_coef == 0:
         if sft_data:
             raise ConfigError("sft_data was given but loss.sft_coef is 0: set loss.sft_coef to mix it in")
-        return None
+        return []
     if not sft_data:
         raise ConfigError(f"loss.sft_coef is {config.loss.sft_coef} but no rows were given: pass "
                           "train(..., sft_data=[(prompt_ids, response_ids), ...])")
-    return check_rows(sft_data)
+    return [DrawnRows(SFT(), config.loss.sft_coef, check_rows(sft_data), config.loss.sft_batch_size, "sft")]
 
 
 class MultiConvDAPO:
     """The RL algorithm: rollouts, then optimiser steps over the objectives (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn, run: Recipe,
-                 ref: nn.Module | None, sft_rows: list[tuple[list[int], list[int]]] | None) -> None:
-        self.cfg, self.samples, self.reward_fn, self.run, self.sft_rows = config, samples, reward_fn, run, sft_rows
+                 ref: nn.Module | None, extra: Sequence[DrawnRows] = ()) -> None:
+        self.cfg, self.samples, self.reward_fn, self.run, self.extra = config, samples, reward_fn, run, list(extra)
         self.info = run.info
         self.ref = ref
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
@@ -129,15 +149,6 @@ class MultiConvDAPO:
                                 micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature)
         return old, ref
 
-    def aux_term(self, k: int) -> Term:
-        """(sft, loss.sft_coef) on loss.sft_batch_size rows drawn with replacement, seeded by the step and the
-        optimiser step k within it (the same on every rank); each rank takes every W-th."""
-        cfg, info, rows = self.cfg, self.info, self.sft_rows
-        assert rows is not None
-        g = torch.Generator().manual_seed(step_seed(cfg.seed, self.run.step, k, 0) + 1)
-        picked = torch.randint(len(rows), (cfg.loss.sft_batch_size,), generator=g).tolist()
-        return Term(SFT(), cfg.loss.sft_coef, MiniBatch.supervised([rows[i] for i in picked[info.rank :: info.world_size]]))
-
     def update(self, batch: RolloutBatch, parts: list[list[int]]) -> dict[str, float]:
         """mu passes of optimiser steps over this rank's rows; metrics averaged over the optimiser steps."""
         old, ref = self.logprobs(batch)
@@ -146,13 +157,13 @@ class MultiConvDAPO:
             for part in parts:
                 if not part:
                     continue
-                terms = [Term(self.dapo, 1.0, batch.mini_batch(part, old, ref))]
-                if self.sft_rows is not None:
-                    terms.append(self.aux_term(len(records)))
-                rec, *aux = accumulate_gradients(self.run.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
-                                                 pad_id=self.pad_id, info=self.info)
-                for a in aux:
-                    rec.update({"sft_loss": a["loss"], "sft_token_accuracy": a["token_accuracy"]})
+                k = len(records)
+                terms = [Term(self.dapo, 1.0, batch.mini_batch(part, old, ref)),
+                         *(x.term(self.cfg.seed, self.run.step, k, self.info) for x in self.extra)]
+                rec, *more = accumulate_gradients(self.run.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
+                                                  pad_id=self.pad_id, info=self.info)
+                for x, m in zip(self.extra, more):
+                    rec.update({f"{x.name}_{key}": value for key, value in m.items() if key != "tokens"})
                 rec.update(self.run.optimizer_step(self.cfg.optim.grad_clip))
                 records.append(rec)
         self.engine.sync()
@@ -180,7 +191,7 @@ class Trainer:
                  sft_data: Sequence[Any] | None = None) -> None:
         self.cfg, self.callback = config, callback
         check_out_dir(config)
-        sft_rows = aux_rows(config, sft_data)
+        extra = extra_objectives(config, sft_data)
         info = init_distributed(config.device)
         if config.update.mini_batch_size % info.world_size:
             raise ConfigError(f"update.mini_batch_size ({config.update.mini_batch_size}) must be a multiple of "
@@ -193,7 +204,7 @@ class Trainer:
             if config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
             self.run_state = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
-            self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.run_state, ref, sft_rows)
+            self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.run_state, ref, extra)
         except BaseException:
             held.close()
             raise
@@ -257,4 +268,4 @@ def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
         yield
 
 
-__all__ = ["MultiConvDAPO", "TrainResult", "Trainer", "load_policy", "out_dir_lock", "train"]
+__all__ = ["DrawnRows", "MultiConvDAPO", "TrainResult", "Trainer", "load_policy", "out_dir_lock", "train"]
