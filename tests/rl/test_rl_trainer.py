@@ -163,7 +163,7 @@ def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
     cfg = small_config(tmp_path / "ds", "total_steps=1", "rollout.dynamic_sampling=true",
                        "rollout.max_sampling_rounds=3", "loss.kl_coef=0", "update.old_logprobs=rollout")
     trainer = Trainer(cfg, load_samples(samples()), half_reward, fresh_model(tok), tok)
-    algo, run = trainer.algorithm, trainer.run_state
+    algo, run = trainer.algorithm, trainer.recipe
     got = collect_rollouts(algo.engine.backend(), cfg, algo.samples, run.data, half_reward, step=0, info=run.info)
     batch, parts, rec = got.batch, got.parts, got.metrics
     print("dynamic sampling", rec["kept_groups"], rec["sampling_rounds"], parts)

@@ -104,7 +104,9 @@ def train_sft(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     total_steps = max(1, int(np.ceil(config.epochs * len(data) / config.batch_size)))
-    spec = RunSpec(Path(config.out_dir), config.seed, total_steps, total_steps, len(data), config.save_every,
-                   config.keep_last, config.resume, config.save, config.strategy, config.optim, config_to_dict(config),
-                   {"kind": "sft"}, progress=config.progress, what="sft")
+    spec = RunSpec(out_dir=Path(config.out_dir), seed=config.seed, total_steps=total_steps,
+                   optimizer_steps=total_steps, data_size=len(data), save_every=config.save_every,
+                   keep_last=config.keep_last, resume=config.resume, save_final=config.save, strategy=config.strategy,
+                   optim=config.optim, config=config_to_dict(config), state={"kind": "sft"},
+                   progress=config.progress, what="sft")
     return Recipe(spec, info, model, tokenizer).run(Supervised(config, data), callback)

@@ -72,11 +72,14 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
 
 
 def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
-    return RunSpec(Path(config.out_dir), config.seed, config.total_steps,
-                   config.total_steps * config.num_mini_batches * config.update.epochs,  # nominal: dynamic sampling may take fewer
-                   data_size, config.save_every, config.keep_last, config.resume, True, config.strategy, config.optim,
-                   config_to_dict(config), {"seed": config.seed}, write_config=True, tensorboard=config.tensorboard,
-                   progress=config.progress, what="train")
+    """The recipe's view of a TrainConfig: one step is one rollout batch and its optimiser steps."""
+    return RunSpec(out_dir=Path(config.out_dir), seed=config.seed, total_steps=config.total_steps,
+                   # nominal optimiser steps (the cosine schedule's length): dynamic sampling may take fewer
+                   optimizer_steps=config.total_steps * config.num_mini_batches * config.update.epochs,
+                   data_size=data_size, save_every=config.save_every, keep_last=config.keep_last,
+                   resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
+                   config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
+                   tensorboard=config.tensorboard, progress=config.progress, what="train")
 
 
 @dataclass(frozen=True)
@@ -203,14 +206,14 @@ class Trainer:
             ref = None
             if config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
-            self.run_state = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
-            self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.run_state, ref, extra)
+            self.recipe = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
+            self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.recipe, ref, extra)
         except BaseException:
             held.close()
             raise
 
     def run(self) -> TrainResult:
-        return self.run_state.run(self.algorithm, self.callback)
+        return self.recipe.run(self.algorithm, self.callback)
 
 
 def train(
