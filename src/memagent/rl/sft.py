@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from torch import nn
 
 from memagent.config import ConfigError
 from memagent.rl.accumulate import Term, accumulate_gradients
 from memagent.rl.config import OptimConfig, config_to_dict
-from memagent.rl.distributed import init_distributed
+from memagent.rl.distributed import DistInfo, init_distributed
 from memagent.rl.objectives import SFT, MiniBatch, Row, check_rows
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
 
@@ -61,7 +62,7 @@ def encode_conversation(tokenizer: Any, prompt: str, response: str) -> tuple[lis
     return list(prompt_ids), list(response_ids)
 
 
-def sft_step_grads(model: Any, rows: list[Row], *, micro_batch_size: int, pad_id: int, info: Any,
+def sft_step_grads(model: nn.Module, rows: list[Row], *, micro_batch_size: int, pad_id: int, info: DistInfo,
                    scale: float = 1.0) -> dict[str, float]:
     """Accumulate the gradient of `scale` x the batch's token-mean response cross-entropy (all ranks).
     Returns loss (the unscaled cross-entropy), token_accuracy and tokens."""

@@ -116,15 +116,15 @@ def extra_objectives(config: TrainConfig, sft_data: Sequence[Any] | None) -> lis
 class MultiConvDAPO:
     """The RL algorithm: rollouts, then optimiser steps over the objectives (see the module docstring)."""
 
-    def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn, run: Recipe,
+    def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn, recipe: Recipe,
                  ref: nn.Module | None, extra: Sequence[DrawnRows] = ()) -> None:
-        self.cfg, self.samples, self.reward_fn, self.run, self.extra = config, samples, reward_fn, run, list(extra)
-        self.info = run.info
+        self.cfg, self.samples, self.reward_fn, self.extra = config, samples, reward_fn, list(extra)
+        self.recipe, self.info = recipe, recipe.info  # the model being trained, its optimiser, the data order
         self.ref = ref
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
             self.ref = wrap_model(ref, "fsdp", self.info)
-        self.pad_id = run.tokenizer.pad_token_id
-        self.engine = make_engine(run.model, run.tokenizer, config, self.info)
+        self.pad_id = recipe.tokenizer.pad_token_id
+        self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
 
     def step(self, run: Recipe) -> dict[str, Any]:
@@ -144,7 +144,7 @@ class MultiConvDAPO:
         else:
             if cfg.update.old_logprobs == "rollout":
                 log.warning("the rollout backend gave no log-probs: recomputing them with the policy")
-            old = rows_logprobs(self.run.model, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
+            old = rows_logprobs(self.recipe.model, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
                                 micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature)
         ref = None
         if self.ref is not None:
@@ -162,12 +162,12 @@ class MultiConvDAPO:
                     continue
                 k = len(records)
                 terms = [Term(self.dapo, 1.0, batch.mini_batch(part, old, ref)),
-                         *(x.term(self.cfg.seed, self.run.step, k, self.info) for x in self.extra)]
-                rec, *more = accumulate_gradients(self.run.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
+                         *(x.term(self.cfg.seed, self.recipe.step, k, self.info) for x in self.extra)]
+                rec, *more = accumulate_gradients(self.recipe.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
                                                   pad_id=self.pad_id, info=self.info)
                 for x, m in zip(self.extra, more):
                     rec.update({f"{x.name}_{key}": value for key, value in m.items() if key != "tokens"})
-                rec.update(self.run.optimizer_step(self.cfg.optim.grad_clip))
+                rec.update(self.recipe.optimizer_step(self.cfg.optim.grad_clip))
                 records.append(rec)
         self.engine.sync()
         return average_records(records)
