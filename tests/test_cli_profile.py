@@ -114,7 +114,7 @@ def test_train_with_a_profile_writes_the_resolved_one(run_cli, tmp_path):
     model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
                              intermediate_size=64)
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"key {i}?", "context": f"the key {i} is {i}.",
+    data.write_text("".join(json.dumps({"id": f"q{i}", "task": "keys", "question": f"key {i}?", "context": f"the key {i} is {i}.",
                                         "answers": [str(i)]}) + "\n" for i in range(4)))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("total_steps: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, answer_tokens: 2}\n"

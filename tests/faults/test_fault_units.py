@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from memagent.config import ConfigError
 from memagent.rl.checkpoint import _safetensors_problem
-from memagent.rl.loop import kept_records
+from memagent.rl.metrics_log import kept_records
 from memagent.backends.deadline import deadline, time_left
 
 

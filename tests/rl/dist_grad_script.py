@@ -2,8 +2,8 @@
 
 Each rank trains on its half of the samples (samples whole, as the trainer shards); rank 0 writes
 the full gradients to <out>/grads_<agg>_<strategy>.safetensors for the test to compare with one process.
-Then the trainer's auxiliary supervised loss on top of a token-mean policy gradient (two synced backward
-passes in one optimiser step, each rank taking every second row, as `Trainer.sft_grads` does):
+Then the trainer's auxiliary supervised loss on top of a token-mean policy gradient, in one accumulation
+over two objectives, each rank taking every second row as the RL trainer's auxiliary term does:
 <out>/grads_aux_<strategy>.safetensors.
 """
 import sys
@@ -13,11 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rl_helpers import subset, synthetic_minibatch, tiny_model  # noqa: E402
+from rl_helpers import accumulate, dapo, subset, synthetic_minibatch, tiny_model  # noqa: E402
 
 from memagent.rl.distributed import init_distributed, shutdown, wrap_model  # noqa: E402
-from memagent.rl.sft import sft_step_grads  # noqa: E402
-from memagent.rl.update import LossSettings, accumulate_gradients  # noqa: E402
 
 
 def main(out: Path, aggs: list[str]) -> None:
@@ -27,13 +25,12 @@ def main(out: Path, aggs: list[str]) -> None:
     mine = subset(mb, [2 * info.rank, 2 * info.rank + 1])
     rows = aux_rows(mb)
     for agg, strategy in [(a, s) for a in [*aggs, "aux"] for s in ("ddp", "fsdp")]:
-        settings = LossSettings(agg="token-mean" if agg == "aux" else agg, kl_coef=0.1, horizon=8)
+        objective = dapo("token-mean" if agg == "aux" else agg, kl_coef=0.1, horizon=8)
         model = wrap_model(tiny_model(), strategy, info)
-        metrics = accumulate_gradients(model, mine, settings, micro_batch_size=2, pad_id=0, info=info)
-        if agg == "aux":
-            aux = sft_step_grads(model, rows[info.rank :: info.world_size], micro_batch_size=2, pad_id=0, info=info,
-                                 scale=3.0)
-            metrics["loss"] = aux["loss"]
+        if agg == "aux":  # one accumulation over [(dapo, 1), (sft, 3)], each rank taking every second sft row
+            _, metrics = accumulate(model, mine, objective, 2, info, rows[info.rank :: info.world_size], 3.0)
+        else:
+            [metrics] = accumulate(model, mine, objective, 2, info)
         grads = {}
         for name, p in model.named_parameters():
             g = p.grad

@@ -19,7 +19,7 @@ def tiny_model(seed: int = 0, vocab: int = 61, dtype=torch.float64):
 def synthetic_minibatch(seed: int = 0, n_samples: int = 4, vocab: int = 61, kl: bool = True):
     """Samples with 1-4 conversations each, prompts/responses of different lengths, and
     old/ref log-probs that differ from the policy so clipping and KL are both active."""
-    from memagent.rl.update import MiniBatch
+    from memagent.rl.objectives import MiniBatch
 
     g = torch.Generator().manual_seed(seed)
     prompts, responses, sample_index = [], [], []
@@ -37,7 +37,7 @@ def synthetic_minibatch(seed: int = 0, n_samples: int = 4, vocab: int = 61, kl: 
 
 def subset(mb, samples):
     """The rows of `mb` whose sample is in `samples` (sample ids kept)."""
-    from memagent.rl.update import MiniBatch
+    from memagent.rl.objectives import MiniBatch
 
     rows = [n for n in range(len(mb.response_ids)) if int(mb.sample_index[n]) in set(samples)]
     t = torch.tensor(rows)
@@ -45,6 +45,25 @@ def subset(mb, samples):
                      [mb.old_logprobs[n] for n in rows],
                      None if mb.ref_logprobs is None else [mb.ref_logprobs[n] for n in rows],
                      mb.advantages[t], mb.sample_index[t])
+
+
+def dapo(agg="token-mean", kl_coef=0.1, horizon=8):
+    """The `dapo` objective with the paper's clip settings (LossConfig's defaults)."""
+    from memagent.rl.config import LossConfig
+    from memagent.rl.objectives import DAPO
+
+    return DAPO.from_config(LossConfig(agg=agg, kl_coef=kl_coef), horizon=horizon)
+
+
+def accumulate(model, mb, objective, micro, info, sft_rows=None, sft_weight=0.0):
+    """accumulate_gradients over [(objective, 1, mb)] (+ (sft, sft_weight, sft_rows)); the metrics of each term."""
+    from memagent.rl.accumulate import Term, accumulate_gradients
+    from memagent.rl.objectives import SFT, MiniBatch
+
+    terms = [Term(objective, 1.0, mb)]
+    if sft_rows is not None:
+        terms.append(Term(SFT(), sft_weight, MiniBatch.supervised(sft_rows)))
+    return accumulate_gradients(model, terms, micro_batch_size=micro, pad_id=0, info=info)
 
 
 def torchrun(script, *args, timeout=300):

@@ -19,6 +19,8 @@ from memagent.rl.algos import (
     row_loss_weights,
 )
 
+CLIPS = (0.2, 0.28, 3.0)  # clip_low, clip_high, clip_c: the paper's (LossConfig's defaults)
+
 # -- plain-loop references ----------------------------------------------------------------
 
 
@@ -185,13 +187,13 @@ def test_policy_loss_gradient_hand_numbers():
     # token-mean, A = +1, unclipped ratio 1: d loss / d logp = -A * ratio / n_tokens
     logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     loss, _ = policy_loss(logp, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
-                          torch.ones(1, 2, dtype=torch.float64))
+                          torch.ones(1, 2, dtype=torch.float64), *CLIPS, "token-mean")
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-0.5, -0.5]], dtype=torch.float64))
     # a clipped token (ratio 1.5 > 1.28, A > 0) gets no gradient
     logp2 = torch.log(torch.tensor([[1.5]], dtype=torch.float64)).requires_grad_()
     loss, _ = policy_loss(logp2, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
-                          torch.ones(1, 1, dtype=torch.float64))
+                          torch.ones(1, 1, dtype=torch.float64), *CLIPS, "token-mean")
     loss.backward()
     assert logp2.grad.item() == 0.0
 
@@ -207,15 +209,15 @@ def test_policy_loss_matches_loop(agg, seed):
 
 def test_per_token_advantages_equal_broadcast_rows():
     logp, old, adv, mask, _, _ = random_batch(5)
-    a, _ = policy_loss(logp, old, adv, mask)
-    b, _ = policy_loss(logp, old, adv[:, None].expand_as(logp), mask)
+    a, _ = policy_loss(logp, old, adv, mask, *CLIPS, "token-mean")
+    b, _ = policy_loss(logp, old, adv[:, None].expand_as(logp), mask, *CLIPS, "token-mean")
     assert a.item() == pytest.approx(b.item(), abs=1e-14)
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_micro_batch_split_invariance_of_loss(agg):
     logp, old, adv, mask, _, samples = random_batch(3, n_rows=9)
-    full, _ = policy_loss(logp, old, adv, mask, agg=agg, sample_index=samples)
+    full, _ = policy_loss(logp, old, adv, mask, *CLIPS, agg, sample_index=samples)
     w = row_loss_weights(mask, agg, samples, None)
     rng = random.Random(0)
     for _ in range(5):
@@ -225,7 +227,7 @@ def test_micro_batch_split_invariance_of_loss(agg):
         total = 0.0
         for lo, hi in zip([0] + cuts, cuts + [9]):
             idx = torch.tensor(perm[lo:hi])
-            part, _ = policy_loss(logp[idx], old[idx], adv[idx], mask[idx], agg=agg, row_weights=w[idx])
+            part, _ = policy_loss(logp[idx], old[idx], adv[idx], mask[idx], *CLIPS, agg, row_weights=w[idx])
             total += part.item()
         assert total == pytest.approx(full.item(), abs=1e-12)
 
@@ -242,11 +244,11 @@ def test_denominator_summed_over_parts_equals_whole():
 def test_unknown_names_list_valid_ones():
     logp, old, adv, mask = hand_batch()
     with pytest.raises(UnknownNameError, match="token-mean, seq-mean-token-mean"):
-        policy_loss(logp, old, adv, mask, agg="token-sum")
+        policy_loss(logp, old, adv, mask, *CLIPS, "token-sum")
     with pytest.raises(UnknownNameError, match="k1, k2, k3"):
         kl_penalty(logp, old, "k4")
     with pytest.raises(ValueError, match="sample_index"):
-        policy_loss(logp, old, adv, mask, agg="sample-mean")
+        policy_loss(logp, old, adv, mask, *CLIPS, "sample-mean")
 
 
 # -- KL ---------------------------------------------------------------------------------------

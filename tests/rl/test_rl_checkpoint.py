@@ -9,7 +9,7 @@ import torch
 from memagent.rl import checkpoint as ck
 from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo
-from memagent.rl.loop import DataStream, make_optimizer
+from memagent.rl.schedule import DataStream, make_optimizer
 
 from rl_helpers import tiny_model
 

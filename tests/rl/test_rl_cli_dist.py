@@ -21,7 +21,7 @@ def run_files(tmp_path_factory):
                              intermediate_size=64)
     with open(root / "train.jsonl", "w") as f:
         for i in range(8):
-            f.write(json.dumps({"id": f"q{i}", "question": f"what is key {i}?",
+            f.write(json.dumps({"id": f"q{i}", "task": "keys", "question": f"what is key {i}?",
                                 "context": f"the key {i} is {i * 3}. the sky is blue.", "answers": [str(i * 3)]}) + "\n")
     cfg = root / "cfg.yaml"
     cfg.write_text("total_steps: 2\nsave_every: 1\nprogress: false\nagent:\n  chunk_tokens: 8\n  memory_tokens: 2\n"

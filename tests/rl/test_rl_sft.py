@@ -78,3 +78,26 @@ def test_sft_gradient_scales_and_loss_is_reported_unscaled():
     assert out[0][0] == out[1][0]
     for n, g in out[0][1].items():
         assert torch.allclose(out[1][1][n], 0.25 * g, rtol=0, atol=1e-12), n
+
+
+def test_train_sft_resumes_like_the_rl_trainer(tmp_path):
+    """The recipe both trainers share: a run stopped at step 2 and resumed equals an uninterrupted one,
+    record by record and weight by weight."""
+    rows = [([i, i + 1], [7, 11, 13][: 1 + i % 3]) for i in range(1, 7)]
+    timing = {"step_s"}
+
+    def run(out, **kw):
+        cfg = SFTConfig(out_dir=str(tmp_path / out), epochs=2, batch_size=3, micro_batch_size=2, progress=False,
+                        save_every=2, **kw)
+        cfg.optim.lr = 1e-2
+        return cfg
+
+    full = train_sft(run("a"), rows, tiny_model(), tokenizer=_Tok())
+    stopped = train_sft(run("b"), rows, tiny_model(), tokenizer=_Tok(), callback=lambda step, m: step < 2)
+    assert [r["step"] for r in stopped.metrics] == [1, 2]
+    resumed = train_sft(run("b", resume=True), rows, tiny_model(), tokenizer=_Tok())
+    assert [r["step"] for r in resumed.metrics] == [3, 4]
+    for a, b in zip(full.metrics[2:], resumed.metrics):
+        assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+    for name, p in full.model.named_parameters():
+        assert torch.equal(p, dict(resumed.model.named_parameters())[name]), name

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from memagent.rl.config import load_config
-from memagent.rl.rollout import RolloutBatch, dynamic_sampling_filter, generate_rollouts
+from memagent.rl.rollout import RolloutBatch, collect_rollouts, dynamic_sampling_filter, generate_rollouts
 from memagent.rl.trainer import train
 
 TIMING_KEYS = {"rollout_s", "update_s", "step_s", "tokens_per_s"}
@@ -112,13 +112,15 @@ def test_existing_run_needs_resume_flag(tok, tmp_path):
 def test_rollout_rows_and_dynamic_sampling(tok):
     from memagent.backends.hf import TransformersBackend
     from memagent.config import AgentConfig
-    from memagent.rl.rollout import load_samples
+    from memagent.rl.samples import load_samples
 
     backend = TransformersBackend(fresh_model(tok).eval(), tok, want_logprobs=True)
     agent = AgentConfig(chunk_tokens=6, memory_tokens=2, answer_tokens=2, temperature=1.0)
     qs = load_samples(samples(3))
     qs[1] = type(qs[1])(qs[1].id, qs[1].question, qs[1].document + " more words here to add two chunks.", qs[1].answers)
     batch = generate_rollouts(backend, agent, qs, [10, 11, 12], 4, symbol_reward, seed=3)
+    assert batch.advantages is None  # computed only once the groups to train on are known
+    batch = batch.with_advantages()
     counts = batch.conversations_per_sample()
     assert batch.num_samples == 12 and len(set(counts[:4].tolist() + counts[4:8].tolist())) == 2  # differing n_i
     for n in range(batch.num_rows):  # every row carries its sample's advantage and group
@@ -131,16 +133,19 @@ def test_rollout_rows_and_dynamic_sampling(tok):
     assert batch.is_final[last_rows].all()
     # the sampling-time log-probs equal the trainer's recomputation (old_logprobs=rollout is exact here)
     from memagent.rl.distributed import DistInfo
-    from memagent.rl.forward import rows_logprobs
+    from memagent.rl.packing import rows_logprobs
 
     again = rows_logprobs(backend.model, batch.prompt_ids, batch.response_ids, pad_id=tok.pad_token_id,
                           micro_batch_size=7, info=DistInfo())
     diff = max((a - torch.tensor(b)).abs().max().item() for a, b in zip(again, batch.rollout_logprobs))
     assert diff < 1e-4, diff
-    # dynamic sampling keeps exactly the groups with unequal rewards
+    # dynamic sampling keeps exactly the groups with unequal rewards; advantages are then computed on them:
+    # group 10: rewards 1, 0, 0, 0 (mean .25); group 12: 0, .5, .5, 0 (mean .25)
     batch.rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1, 0, 0.5, 0.5, 0])
-    kept = dynamic_sampling_filter(batch)
+    kept = dynamic_sampling_filter(batch).with_advantages()
     assert kept.sample_group.tolist() == [10] * 4 + [12] * 4
+    assert kept.sample_advantages.tolist() == [0.75, -0.25, -0.25, -0.25, -0.25, 0.25, 0.25, -0.25]
+    assert kept.advantages.tolist() == kept.sample_advantages[kept.sample_index].tolist()
     assert kept.num_rows == int(counts[:4].sum() + counts[8:].sum())
     assert set(kept.sample_index.tolist()) == set(range(8))
     both = RolloutBatch.concat([kept, kept.select_samples(torch.tensor([True] * 4 + [False] * 4))])
@@ -148,7 +153,7 @@ def test_rollout_rows_and_dynamic_sampling(tok):
 
 
 def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
-    from memagent.rl.rollout import load_samples
+    from memagent.rl.samples import load_samples
     from memagent.rl.trainer import Trainer
 
     def half_reward(prediction, golds):  # all-equal (zero) groups for even keys, mostly mixed for odd
@@ -158,7 +163,9 @@ def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
     cfg = small_config(tmp_path / "ds", "total_steps=1", "rollout.dynamic_sampling=true",
                        "rollout.max_sampling_rounds=3", "loss.kl_coef=0", "update.old_logprobs=rollout")
     trainer = Trainer(cfg, load_samples(samples()), half_reward, fresh_model(tok), tok)
-    batch, parts, rec = trainer.rollout()
+    algo, run = trainer.algorithm, trainer.recipe
+    got = collect_rollouts(algo.engine.backend(), cfg, algo.samples, run.data, half_reward, step=0, info=run.info)
+    batch, parts, rec = got.batch, got.parts, got.metrics
     print("dynamic sampling", rec["kept_groups"], rec["sampling_rounds"], parts)
     rewards = {}
     for g, r in zip(batch.sample_group.tolist(), batch.rewards.tolist()):
@@ -168,14 +175,17 @@ def test_dynamic_sampling_in_the_loop_keeps_informative_groups(tok, tmp_path):
     assert rec["kept_groups"] == len(rewards) <= 4 and rec["sampled_groups"] == 4 * rec["sampling_rounds"]
     assert rec["sampling_rounds"] == 3 or rec["kept_groups"] == 4  # stopped early only with B groups kept
     assert sorted(g for p in parts for g in p) == sorted(rewards)  # every kept group in one mini-batch
-    metrics = trainer.update(batch, parts)
+    for g, r in rewards.items():  # the advantages of the kept groups: reward - the group's mean
+        adv = batch.sample_advantages[batch.sample_group == g]
+        assert torch.allclose(adv, torch.tensor(r) - sum(r) / len(r), atol=1e-6)
+    metrics = algo.update(batch, parts)
     assert metrics["optimizer_steps"] == sum(1 for p in parts if p)
-    trainer.metrics.close()
+    run.cleanup()
 
 
 def test_samples_from_records_and_clear_errors():
     from memagent.errors import InputError
-    from memagent.rl.rollout import QASample, load_samples
+    from memagent.rl.samples import QASample, load_samples
 
     s = load_samples([{"id": 1, "question": "q?", "context": "text", "answers": "a"},
                       {"question": "q2?", "document": (b for b in ["x", "y"]), "answers": ["b", "c"]}])
@@ -231,7 +241,7 @@ def test_a_sample_may_start_its_rollouts_from_a_given_memory(tok):
     from memagent.backends.base import Generation
     from memagent.config import AgentConfig
     from memagent.errors import InputError
-    from memagent.rl.rollout import load_samples
+    from memagent.rl.samples import load_samples
 
     [s] = load_samples([{"question": "q?", "context": "alpha beta", "answers": ["a"], "memory": "old note"}])
     assert s.memory == "old note" and load_samples([{"question": "q", "context": "c", "answers": "a"}])[0].memory is None
@@ -243,8 +253,9 @@ def test_a_sample_may_start_its_rollouts_from_a_given_memory(tok):
 
         def generate(self, prompts, params):
             self.prompts += prompts
-            return [Generation(p.split("M:")[1].split("|")[0], tok(p)["input_ids"], tok("x")["input_ids"], [-0.1])
-                    for p in prompts]
+            reply = tok("x", add_special_tokens=False)["input_ids"]
+            return [Generation(text=p.split("M:")[1].split("|")[0], token_ids=reply, logprobs=[-0.1] * len(reply),
+                               prompt_token_ids=tok(p)["input_ids"]) for p in prompts]
 
         def prompt_length(self, prompt):
             return len(tok(prompt)["input_ids"])
@@ -252,5 +263,9 @@ def test_a_sample_may_start_its_rollouts_from_a_given_memory(tok):
     backend = Echo()
     cfg = AgentConfig(chunk_tokens=64, memory_tokens=8, answer_tokens=4, query_tokens=8, temperature=1.0,
                       memory_template="M:{memory}|C:{chunk}|Q:{question}", final_template="M:{memory}|Q:{question}")
-    generate_rollouts(backend, cfg, [s], [0], 2, lambda pred, golds: 0.0, seed=0)
+    batch = generate_rollouts(backend, cfg, [s], [0], 2, lambda pred, golds: 0.0, seed=0)
     assert backend.prompts[0].startswith("M:old note|C:alpha beta") and len(backend.prompts) == 4
+    # every row carries the backend's fields where they belong: prompt ids, reply ids, their log-probs
+    reply = tok("x", add_special_tokens=False)["input_ids"]
+    assert sorted(batch.prompt_ids) == sorted(tok(p)["input_ids"] for p in backend.prompts)
+    assert batch.response_ids == [reply] * 4 and batch.rollout_logprobs == [[-0.1] * len(reply)] * 4

@@ -1,4 +1,4 @@
-"""Gradient accumulation: one mini-batch's gradient does not depend on the micro-batch split."""
+"""Gradient accumulation: one mini-batch's gradient does not depend on the micro-batch split or the ranks."""
 import math
 
 import pytest
@@ -6,17 +6,16 @@ import torch
 
 from memagent.rl.algos import AGG_MODES, kl_penalty, policy_loss, token_logprobs
 from memagent.rl.distributed import DistInfo
-from memagent.rl.forward import pack_rows, response_logits, rows_logprobs
-from memagent.rl.update import LossSettings, accumulate_gradients
+from memagent.rl.packing import pack_rows, response_logits, rows_logprobs
 
-from rl_helpers import synthetic_minibatch, tiny_model, torchrun
+from rl_helpers import accumulate, dapo, synthetic_minibatch, tiny_model, torchrun
 
 INFO = DistInfo()
 
 
-def grads_of(model, mb, settings, micro):
+def grads_of(model, mb, objective, micro):
     model.zero_grad(set_to_none=True)
-    metrics = accumulate_gradients(model, mb, settings, micro_batch_size=micro, pad_id=0, info=INFO)
+    [metrics] = accumulate(model, mb, objective, micro, INFO)
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, metrics
 
 
@@ -39,7 +38,7 @@ def test_pack_rows_layout_and_logprobs_match_unpadded():
 def test_micro_batch_split_invariance(agg):
     model = tiny_model()
     mb = synthetic_minibatch(seed=1, n_samples=4)
-    settings = LossSettings(agg=agg, kl_coef=0.1, horizon=8)
+    settings = dapo(agg, kl_coef=0.1, horizon=8)
     n = len(mb.response_ids)
     ref, m_ref = grads_of(model, mb, settings, micro=n)
     for micro in (1, 2, 3):
@@ -56,7 +55,7 @@ def test_gradient_equals_direct_loss_gradient():
     """accumulate_gradients' gradient equals autograd of the plain (unsplit) formula."""
     model = tiny_model()
     mb = synthetic_minibatch(seed=2, n_samples=3)
-    settings = LossSettings(agg="token-mean", kl_coef=0.05)
+    settings = dapo("token-mean", kl_coef=0.05, horizon=None)
     got, metrics = grads_of(model, mb, settings, micro=2)
     model.zero_grad(set_to_none=True)
     total, n_tok = 0.0, sum(len(r) for r in mb.response_ids)
@@ -65,7 +64,7 @@ def test_gradient_equals_direct_loss_gradient():
         logits = model(input_ids=torch.tensor([p + r])).logits[:, len(p) - 1 : -1]
         lp = token_logprobs(logits, torch.tensor([r]))
         loss_sum, _ = policy_loss(lp, mb.old_logprobs[n][None], mb.advantages[n : n + 1], torch.ones_like(lp),
-                                  agg="seq-mean-token-sum")  # one row: its token sum
+                                  0.2, 0.28, 3.0, "seq-mean-token-sum")  # one row: its token sum
         kl_sum = kl_penalty(lp, mb.ref_logprobs[n][None], "k3").sum()
         total = total + (loss_sum + 0.05 * kl_sum) / n_tok
     total.backward()
@@ -86,7 +85,7 @@ def test_two_process_gradient_equals_one_process(tmp_path):
     model = tiny_model()
     mb = synthetic_minibatch(seed=1, n_samples=4)
     for agg in aggs:
-        want, m = grads_of(model, mb, LossSettings(agg=agg, kl_coef=0.1, horizon=8), micro=3)
+        want, m = grads_of(model, mb, dapo(agg, kl_coef=0.1, horizon=8), micro=3)
         for strategy in ("ddp", "fsdp"):
             got = load_file(tmp_path / f"grads_{agg}_{strategy}.safetensors")
             assert got.pop("__loss__").item() == pytest.approx(m["loss"], abs=1e-12)
@@ -97,12 +96,8 @@ def test_two_process_gradient_equals_one_process(tmp_path):
     # the auxiliary supervised loss (loss.sft_coef) added to a token-mean policy gradient: one process, all rows
     from dist_grad_script import aux_rows
 
-    from memagent.rl.sft import sft_step_grads
-
     model.zero_grad(set_to_none=True)
-    accumulate_gradients(model, mb, LossSettings(agg="token-mean", kl_coef=0.1, horizon=8), micro_batch_size=3,
-                         pad_id=0, info=INFO)
-    aux = sft_step_grads(model, aux_rows(mb), micro_batch_size=3, pad_id=0, info=INFO, scale=3.0)
+    _, aux = accumulate(model, mb, dapo("token-mean", kl_coef=0.1, horizon=8), 3, INFO, aux_rows(mb), 3.0)
     for strategy in ("ddp", "fsdp"):
         got = load_file(tmp_path / f"grads_aux_{strategy}.safetensors")
         assert got.pop("__loss__").item() == pytest.approx(aux["loss"], abs=1e-12)

@@ -197,10 +197,10 @@ def policy_loss(
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
-    clip_c: float = 3.0,
-    agg: str = "token-mean",
+    clip_low: float,
+    clip_high: float,
+    clip_c: float,
+    agg: str,
     *,
     sample_index: Tensor | None = None,
     horizon: int | None = None,
@@ -211,7 +211,8 @@ def policy_loss(
     Per token, with r = exp(logp - old_logp) and advantage A:
         l = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))
         l = min(l, -A clip_c)   only where A < 0 (dual clip, bounds the loss when r is huge)
-    then aggregated with mode `agg` (see `row_loss_weights`).
+    then aggregated with mode `agg` (see `row_loss_weights`). The settings have no defaults here:
+    they are declared once, in `memagent.rl.config.LossConfig`.
 
     logp, old_logp: (N, T) float, current and behaviour log-probs of the response tokens;
     advantages: (N,) per row, or (N, T) per token; mask: (N, T) 0/1.
@@ -234,25 +235,33 @@ def policy_loss(
     dual = torch.minimum(clipped, -adv * clip_c)
     per_token = torch.where(adv < 0, dual, clipped)  # (N, T)
     loss = agg_loss(per_token, mask, agg, sample_index=sample_index, horizon=horizon, row_weights=row_weights)
+    return loss, clip_metrics(adv, ratio, log_ratio, mask, clip_low, clip_high, clip_c)
 
-    with torch.no_grad():
-        n = mask.sum().clamp_min(1)
-        high = ((adv > 0) & (ratio > 1.0 + clip_high)).to(mask.dtype) * mask
-        low = ((adv < 0) & (ratio < 1.0 - clip_low)).to(mask.dtype) * mask
-        dual_active = ((adv < 0) & (ratio > clip_c)).to(mask.dtype) * mask
-        real = mask.bool()
-        any_real = bool(real.any())
-        metrics = {
-            "clip_frac_high": high.sum() / n,
-            "clip_frac_low": low.sum() / n,
-            "clip_frac": (high.sum() + low.sum()) / n,
-            "dual_clip_frac": dual_active.sum() / n,
-            "ratio_mean": (ratio * mask).sum() / n,
-            "ratio_min": ratio[real].min() if any_real else torch.ones((), dtype=ratio.dtype),
-            "ratio_max": ratio[real].max() if any_real else torch.ones((), dtype=ratio.dtype),
-            "approx_kl": (-log_ratio * mask).sum() / n,
-        }
-    return loss, metrics
+
+@torch.no_grad()
+def clip_metrics(adv: Tensor, ratio: Tensor, log_ratio: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+                 clip_c: float) -> dict[str, Tensor]:
+    """Token means over `mask` of where the clipped surrogate is active (see `policy_loss`).
+
+    adv, ratio, log_ratio, mask: (N, T). Returns 0-d tensors: clip_frac_high, clip_frac_low, clip_frac,
+    dual_clip_frac, ratio_mean, ratio_min, ratio_max (over real tokens; 1 when there is none), approx_kl.
+    """
+    n = mask.sum().clamp_min(1)
+    high = ((adv > 0) & (ratio > 1.0 + clip_high)).to(mask.dtype) * mask
+    low = ((adv < 0) & (ratio < 1.0 - clip_low)).to(mask.dtype) * mask
+    dual_active = ((adv < 0) & (ratio > clip_c)).to(mask.dtype) * mask
+    real = mask.bool()
+    any_real = bool(real.any())
+    return {
+        "clip_frac_high": high.sum() / n,
+        "clip_frac_low": low.sum() / n,
+        "clip_frac": (high.sum() + low.sum()) / n,
+        "dual_clip_frac": dual_active.sum() / n,
+        "ratio_mean": (ratio * mask).sum() / n,
+        "ratio_min": ratio[real].min() if any_real else torch.ones((), dtype=ratio.dtype),
+        "ratio_max": ratio[real].max() if any_real else torch.ones((), dtype=ratio.dtype),
+        "approx_kl": (-log_ratio * mask).sum() / n,
+    }
 
 
 # -- KL penalty ----------------------------------------------------------------------------
@@ -275,7 +284,7 @@ def _k3(log_ratio: Tensor) -> Tensor:
 KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k3": _k3}
 
 
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str) -> Tensor:
     """Per-token estimate of KL(policy || reference) from sampled tokens' log-probs.
 
     logp, ref_logp: (N, T) float. kind: "k1" = logp - ref_logp; "k2" = (logp - ref_logp)^2 / 2;

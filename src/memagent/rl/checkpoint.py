@@ -259,7 +259,7 @@ def write_checkpoint(
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
     """
-    from memagent.rl.distributed import full_state_dict, unwrap
+    from memagent.rl.distributed import full_state_dict
 
     root = Path(root)
     final = checkpoint_dir(root, step)
@@ -272,43 +272,58 @@ def write_checkpoint(
     barrier(info)
     weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0
     opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
-    written: list[Path] = []
     rng_tensors, rng_meta = rng_state()
     save_file(rng_tensors, tmp / f"rng_rank{info.rank}.safetensors")
     _write_json(tmp / f"rng_rank{info.rank}.json", rng_meta)
-    written += [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json"]
+    written = [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json"]
     if info.is_main:
-        plain = unwrap(model)
-        plain.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp / "model")
-        written += [p for p in (tmp / "model").iterdir() if p.is_file()]
-        if optimizer is not None:
-            save_file(opt_tensors, tmp / "optimizer.safetensors")
-            _write_json(tmp / "optimizer.json", opt_meta)
-            written += [tmp / "optimizer.safetensors", tmp / "optimizer.json"]
         state = dict(trainer_state, step=step, world_size=info.world_size,
                      scheduler=scheduler.state_dict() if scheduler is not None else None)
-        if config is not None:
-            _write_json(tmp / "config.json", config)
-            written.append(tmp / "config.json")
-        _write_json(tmp / "trainer_state.json", state)  # written last: marks the directory complete
-        written.append(tmp / "trainer_state.json")
+        written += _write_main_files(tmp, model, weights, tokenizer, (opt_tensors, opt_meta) if optimizer is not None
+                                     else None, state, config)
     for p in written:
         _fsync_file(p)
     barrier(info)
     if info.is_main:
-        _fsync_dir(tmp / "model")
-        _fsync_dir(tmp)
-        if final.exists():  # re-saving the same step (e.g. a resumed run ending where it began)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-        if keep_last:
-            for old in list_checkpoints(root)[:-keep_last]:
-                shutil.rmtree(old)
+        _publish(tmp, final, keep_last)
     barrier(info)
     return final
+
+
+def _write_main_files(tmp: Path, model: nn.Module, weights: dict[str, torch.Tensor], tokenizer: Any,
+                      optimizer: tuple[dict[str, torch.Tensor], Any] | None, state: dict[str, Any],
+                      config: dict[str, Any] | None) -> list[Path]:
+    """Rank 0's files of a checkpoint in `tmp`: model/, optimizer, config, trainer_state.json (last)."""
+    from memagent.rl.distributed import unwrap
+
+    written: list[Path] = []
+    unwrap(model).save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "model")
+    written += [p for p in (tmp / "model").iterdir() if p.is_file()]
+    if optimizer is not None:
+        save_file(optimizer[0], tmp / "optimizer.safetensors")
+        _write_json(tmp / "optimizer.json", optimizer[1])
+        written += [tmp / "optimizer.safetensors", tmp / "optimizer.json"]
+    if config is not None:
+        _write_json(tmp / "config.json", config)
+        written.append(tmp / "config.json")
+    _write_json(tmp / "trainer_state.json", state)  # written last: marks the directory complete
+    written.append(tmp / "trainer_state.json")
+    return written
+
+
+def _publish(tmp: Path, final: Path, keep_last: int) -> None:
+    """Rename the finished `tmp` to `final` (durably), then drop checkpoints beyond the newest keep_last."""
+    _fsync_dir(tmp / "model")
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving the same step (e.g. a resumed run ending where it began)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if keep_last:
+        for old in list_checkpoints(final.parent)[:-keep_last]:
+            shutil.rmtree(old)
 
 
 def load_model_weights(model: nn.Module, model_dir: Path) -> None:

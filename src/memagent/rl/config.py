@@ -31,7 +31,7 @@ class RolloutConfig:
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more
     max_sampling_rounds: int = 3  # with dynamic sampling: rounds of B questions before training on fewer
     engine: str = "policy"  # "policy": generate with the trained model itself; "vllm": a vLLM engine
-    reward: str = "boxed"  # reward function by name (see memagent.rl.rollout.REWARDS)
+    reward: str = "boxed"  # reward function by name (memagent.tasks.metrics.REWARDS)
     max_batch_size: int = 64  # prompts per generate() call of the policy backend (memory bound)
 
     def __post_init__(self) -> None:

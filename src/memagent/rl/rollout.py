@@ -2,84 +2,39 @@
 
 One rollout (sample) of a question is one full run of `MemoryAgent`: K memory updates (one per
 chunk, in document order) and the final answer, i.e. n_i = K + 1 independent conversations. The
-reward is computed on the final answer only (PAPER.md, "Multi-Conv DAPO"), turned into a group
-advantage (Dr. GRPO: R_i - mean of the group) and broadcast unchanged to every conversation row
-of the sample. A sample's memory calls run in sequence; the calls of different samples at the
-same step go to the backend in one batch (the workflow's own batching).
+reward is computed on the final answer only (PAPER.md, "Multi-Conv DAPO"). A sample's memory calls
+run in sequence; the calls of different samples at the same step go to the backend in one batch
+(the workflow's own batching).
+
+One step's rollouts come from `collect_rollouts`: rounds of B questions, each question sent to
+the rank that trains it; with dynamic sampling (DAPO), groups whose rewards are all equal are
+dropped and further rounds are sampled until B groups are kept or the round limit is hit. Only
+then are the group advantages computed (Dr. GRPO: R_i - mean of the group) and broadcast
+unchanged to every conversation row of the sample (`RolloutBatch.with_advantages`).
+
+Data parallelism: question j of a round goes to rank ((j mod m) * W) // m, m = mini_batch_size,
+so every global mini-batch holds the same groups whatever the number of processes W.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.base import Backend, BackendError
-from memagent.config import AgentConfig, ConfigError
-from memagent.errors import InputError
+from memagent.config import AgentConfig
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
-from memagent.tasks.metrics import METRICS, boxed_reward  # the single home of scoring functions
-
-RewardFn = Callable[[str | None, Sequence[str]], float]  # (final reply text, gold answers) -> reward
-
-
-# -- rewards ----------------------------------------------------------------------------------------
-
-
-def get_reward(name: str) -> RewardFn:
-    """The reward registered under `name`: "boxed" (default), or any metric of memagent.tasks.metrics."""
-    registry: dict[str, RewardFn] = {**METRICS, "boxed": boxed_reward}
-    if name not in registry:
-        raise ConfigError(f"unknown reward {name!r}; choose one of: {', '.join(sorted(registry))}")
-    return registry[name]
-
-
-# -- data -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QASample:
-    """One training question: its document (text or text blocks, re-readable) and gold answers."""
-
-    id: str
-    question: str
-    document: str | tuple[str, ...]
-    answers: tuple[str, ...]
-    memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
-
-    @classmethod
-    def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":
-        """From {id, question, answers, document | context, optional memory}; a clear InputError when a field
-        is wrong."""
-        if not isinstance(rec, dict):
-            raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
-        has_doc = any(k in rec for k in ("document", "context", "lazy"))
-        missing = [k for k in ("question", "answers") if k not in rec] + ([] if has_doc else ["document (or context)"])
-        if missing:
-            raise InputError(f"{where}: missing field(s) {', '.join(missing)}; each sample needs "
-                             "id, question, answers (list of str) and document (str or list of str)")
-        if "document" in rec or "context" in rec:
-            doc = rec.get("document", rec.get("context"))
-        else:  # a data-helper sample stored lazily (memagent.tasks.schema): rebuilt as its text blocks
-            from memagent.tasks.schema import sample_document
-
-            doc = sample_document(rec)
-        if not isinstance(doc, str):
-            doc = tuple(str(block) for block in doc)  # iterables are materialised: G rollouts re-read it
-        answers = rec["answers"]
-        answers = (answers,) if isinstance(answers, str) else tuple(str(a) for a in answers)
-        if not answers:
-            raise InputError(f"{where}: 'answers' is empty; give at least one gold answer")
-        memory = rec.get("memory")
-        if memory is not None and not isinstance(memory, str):
-            raise InputError(f"{where}: 'memory' (the starting memory) must be a string, got {type(memory).__name__}")
-        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers, memory)
-
-
-# -- the batch ------------------------------------------------------------------------------------
+from memagent.rl.config import TrainConfig
+from memagent.rl.distributed import DistInfo, all_gather_objects, all_reduce
+from memagent.rl.objectives import MiniBatch
+from memagent.rl.samples import QASample
+from memagent.rl.schedule import DataStream, step_seed
+from memagent.tasks.metrics import RewardFn
 
 
 @dataclass
@@ -87,7 +42,7 @@ class RolloutBatch:
     """Rows of conversations for training. N rows, S samples (rollouts), groups of G samples.
 
     Token fields are ragged Python lists (one list per row); they become padded tensors per
-    micro-batch in the trainer.
+    micro-batch (`memagent.rl.packing`). The advantages are None until `with_advantages`.
     """
 
     prompt_ids: list[list[int]]  # N x [P_n] int, the exact ids the model saw (chat template included)
@@ -95,13 +50,13 @@ class RolloutBatch:
     rollout_logprobs: list[list[float]] | None  # N x [R_n] float, sampling-time log-probs, or None
     sample_index: Tensor  # (N,) int64, row -> its sample in [0, S)
     is_final: Tensor  # (N,) bool, True for the final-answer conversation of its sample
-    advantages: Tensor  # (N,) float32, the sample's advantage copied to each of its rows
     rewards: Tensor  # (S,) float32, reward of each sample's final answer
-    sample_group: Tensor  # (S,) int64, group (question) id of each sample; unique across the run's step
-    sample_advantages: Tensor  # (S,) float32
+    sample_group: Tensor  # (S,) int64, group (question) id of each sample; unique within the step
     predictions: list[str | None]  # S, the extracted \boxed{} answers (None: none written)
     generated_tokens: int = 0  # response tokens over all rows
     seconds: float = 0.0  # wall-clock of generation
+    sample_advantages: Tensor | None = None  # (S,) float32
+    advantages: Tensor | None = None  # (N,) float32, the sample's advantage copied to each of its rows
 
     @property
     def num_rows(self) -> int:
@@ -120,6 +75,13 @@ class RolloutBatch:
         """(S,) int64 number of rows of each sample."""
         return torch.bincount(self.sample_index, minlength=self.num_samples)
 
+    def with_advantages(self, norm_by_std: bool = False) -> "RolloutBatch":
+        """The batch with each sample's group advantage (`algos.group_advantages`) broadcast to its rows."""
+        adv = group_advantages(self.rewards, self.sample_group, norm_by_std=norm_by_std) if self.num_samples \
+            else torch.zeros(0)  # (S,)
+        rows = broadcast_advantages(adv, self.sample_index) if self.num_rows else torch.zeros(0)  # (N,)
+        return replace(self, sample_advantages=adv, advantages=rows)
+
     def select_samples(self, keep: Tensor) -> "RolloutBatch":
         """The batch restricted to samples where keep (S,) bool is True, sample indices renumbered."""
         new_index = torch.full((self.num_samples,), -1, dtype=torch.long)
@@ -132,37 +94,54 @@ class RolloutBatch:
             rollout_logprobs=None if self.rollout_logprobs is None else [self.rollout_logprobs[n] for n in rows],
             sample_index=new_index[self.sample_index[idx]] if rows else torch.zeros(0, dtype=torch.long),
             is_final=self.is_final[idx] if rows else torch.zeros(0, dtype=torch.bool),
-            advantages=self.advantages[idx] if rows else torch.zeros(0),
             rewards=self.rewards[keep],
             sample_group=self.sample_group[keep],
-            sample_advantages=self.sample_advantages[keep],
             predictions=[p for p, k in zip(self.predictions, keep.tolist()) if k],
             generated_tokens=sum(len(self.response_ids[n]) for n in rows),
             seconds=self.seconds,
+            sample_advantages=None if self.sample_advantages is None else self.sample_advantages[keep],
+            advantages=None if self.advantages is None else (self.advantages[idx] if rows else torch.zeros(0)),
         )
 
     @staticmethod
     def concat(batches: Sequence["RolloutBatch"]) -> "RolloutBatch":
-        """Batches one after another (sample indices shifted); group ids must already be distinct."""
+        """Batches one after another (sample indices shifted); group ids must already be distinct.
+        Advantages are dropped: compute them on the result (`with_advantages`)."""
         offsets, total = [], 0
         for b in batches:
             offsets.append(total)
             total += b.num_samples
         has_lp = all(b.rollout_logprobs is not None for b in batches)
+
+        def cat(name: str, dtype: torch.dtype) -> Tensor:
+            return torch.cat([getattr(b, name) for b in batches]) if batches else torch.zeros(0, dtype=dtype)
+
         return RolloutBatch(
             prompt_ids=[p for b in batches for p in b.prompt_ids],
             response_ids=[r for b in batches for r in b.response_ids],
             rollout_logprobs=[lp for b in batches for lp in b.rollout_logprobs] if has_lp else None,  # type: ignore[union-attr]
-            sample_index=torch.cat([b.sample_index + o for b, o in zip(batches, offsets)]) if batches else torch.zeros(0, dtype=torch.long),
-            is_final=torch.cat([b.is_final for b in batches]) if batches else torch.zeros(0, dtype=torch.bool),
-            advantages=torch.cat([b.advantages for b in batches]) if batches else torch.zeros(0),
-            rewards=torch.cat([b.rewards for b in batches]) if batches else torch.zeros(0),
-            sample_group=torch.cat([b.sample_group for b in batches]) if batches else torch.zeros(0, dtype=torch.long),
-            sample_advantages=torch.cat([b.sample_advantages for b in batches]) if batches else torch.zeros(0),
+            sample_index=torch.cat([b.sample_index + o for b, o in zip(batches, offsets)]) if batches
+            else torch.zeros(0, dtype=torch.long),
+            is_final=cat("is_final", torch.bool),
+            rewards=cat("rewards", torch.float32),
+            sample_group=cat("sample_group", torch.long),
             predictions=[p for b in batches for p in b.predictions],
             generated_tokens=sum(b.generated_tokens for b in batches),
             seconds=sum(b.seconds for b in batches),
         )
+
+    def mini_batch(self, groups: Sequence[int], old_logprobs: list[Tensor],
+                   ref_logprobs: list[Tensor] | None) -> MiniBatch:
+        """The rows of `groups` (group ids) as one objective mini-batch; needs `with_advantages` first.
+        old_logprobs, ref_logprobs: N x (R_n,) for every row of this batch."""
+        assert self.advantages is not None, "compute the advantages (with_advantages) before training"
+        wanted = set(groups)
+        rows = [n for n, g in enumerate(self.group_id.tolist()) if g in wanted]
+        idx = torch.tensor(rows, dtype=torch.long)
+        return MiniBatch([self.prompt_ids[n] for n in rows], [self.response_ids[n] for n in rows],
+                         [old_logprobs[n] for n in rows], None if ref_logprobs is None else [ref_logprobs[n] for n in rows],
+                         self.advantages[idx] if rows else torch.zeros(0),
+                         self.sample_index[idx] if rows else torch.zeros(0, dtype=torch.long))
 
 
 def dynamic_sampling_filter(batch: RolloutBatch) -> RolloutBatch:
@@ -182,9 +161,8 @@ def generate_rollouts(
     reward_fn: RewardFn,
     *,
     seed: int | None,
-    norm_by_std: bool = False,
 ) -> RolloutBatch:
-    """G rollouts of each question through the workflow, rewarded and advantaged.
+    """G rollouts of each question through the workflow, rewarded (advantages: `with_advantages`).
 
     group_ids: one id per question (unique within the training step, also across ranks).
     seed: seed of this batch's sampling (the workflow derives one per call from it).
@@ -201,16 +179,12 @@ def generate_rollouts(
     t0 = time.perf_counter()
     results = agent.run(items) if items else []
     seconds = time.perf_counter() - t0
-
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
     logprobs: list[list[float]] | None = []
     sample_index: list[int] = []
     is_final: list[bool] = []
-    rewards: list[float] = []
     for s, res in enumerate(results):
-        q = questions[s // group_size]
-        rewards.append(float(reward_fn(res.raw_answer, q.answers)))
         for conv in res.conversations:
             if conv.prompt_ids is None:
                 raise BackendError("the rollout backend returned no prompt token ids; training needs a "
@@ -223,31 +197,94 @@ def generate_rollouts(
                 logprobs = None
             sample_index.append(s)
             is_final.append(conv.kind == "final")
-    r = torch.tensor(rewards, dtype=torch.float32)  # (S,)
-    groups = torch.tensor([group_ids[s // group_size] for s in range(len(results))], dtype=torch.long)  # (S,)
-    adv = group_advantages(r, groups, norm_by_std=norm_by_std) if len(results) else torch.zeros(0)  # (S,)
-    idx = torch.tensor(sample_index, dtype=torch.long)  # (N,)
+    rewards = [float(reward_fn(res.raw_answer, questions[s // group_size].answers)) for s, res in enumerate(results)]
     return RolloutBatch(
         prompt_ids=prompts,
         response_ids=responses,
         rollout_logprobs=logprobs,
-        sample_index=idx,
+        sample_index=torch.tensor(sample_index, dtype=torch.long),  # (N,)
         is_final=torch.tensor(is_final, dtype=torch.bool),
-        advantages=broadcast_advantages(adv, idx) if len(idx) else torch.zeros(0),
-        rewards=r,
-        sample_group=groups,
-        sample_advantages=adv,
+        rewards=torch.tensor(rewards, dtype=torch.float32),  # (S,)
+        sample_group=torch.tensor([group_ids[s // group_size] for s in range(len(results))], dtype=torch.long),
         predictions=[res.answer for res in results],
         generated_tokens=sum(len(x) for x in responses),
         seconds=seconds,
     )
 
 
-def load_samples(samples: Iterable[Any]) -> list[QASample]:
-    """QASample list from dicts (or QASample objects); errors name the offending sample."""
-    out = []
-    for i, rec in enumerate(samples):
-        out.append(rec if isinstance(rec, QASample) else QASample.from_dict(rec, f"sample {i}"))
-    if not out:
-        raise InputError("the training dataset is empty; give at least one sample")
-    return out
+# -- one step's rollouts ----------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutTally:
+    """Sums over one step's sampling rounds on this rank, before any group is dropped."""
+
+    reward: float = 0.0  # sum of the samples' rewards
+    correct: float = 0.0  # samples with reward >= 1
+    samples: float = 0.0
+    rows: float = 0.0  # conversations
+    tokens: float = 0.0  # generated response tokens
+    seconds: float = 0.0  # generation wall-clock (the slowest rank's, once reduced)
+
+    def add(self, batch: RolloutBatch) -> None:
+        self.reward += float(batch.rewards.sum())
+        self.correct += float((batch.rewards >= 1).sum())
+        self.samples += batch.num_samples
+        self.rows += batch.num_rows
+        self.tokens += batch.generated_tokens
+        self.seconds += batch.seconds
+
+    def reduced(self, info: DistInfo) -> "RolloutTally":
+        """Sums over all ranks; seconds the maximum."""
+        names = [f.name for f in fields(self)]
+        sums = all_reduce(torch.tensor([getattr(self, n) for n in names], dtype=torch.float64), info).tolist()
+        out = RolloutTally(**dict(zip(names, sums)))
+        out.seconds = float(all_reduce(torch.tensor([self.seconds], dtype=torch.float64), info, "max"))
+        return out
+
+
+def assign_rank(position: int, mini_batch_size: int, world_size: int) -> int:
+    """The rank that generates and trains question `position` of a round (see module docstring)."""
+    return ((position % mini_batch_size) * world_size) // mini_batch_size
+
+
+@dataclass
+class StepRollouts:
+    """One step's rollouts on this rank, ready to train on."""
+
+    batch: RolloutBatch  # this rank's kept groups, advantages computed
+    parts: list[list[int]]  # the global mini-batch partition, as group ids (the same on every rank)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASample], data: DataStream,
+                     reward_fn: RewardFn, *, step: int, info: DistInfo) -> StepRollouts:
+    """This rank's groups of one training step: sampled in rounds, filtered, then advantaged."""
+    B, m = cfg.rollout.batch_size, cfg.update.mini_batch_size
+    batches, tally, kept_ids, rounds = [], RolloutTally(), [], 0
+    while True:
+        start = data.position
+        indices = data.take(B)
+        mine = [j for j in range(B) if assign_rank(j, m, info.world_size) == info.rank]
+        batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
+                                  cfg.rollout.group_size, reward_fn, seed=step_seed(cfg.seed, step, rounds, info.rank))
+        tally.add(batch)
+        if cfg.rollout.dynamic_sampling:
+            batch = dynamic_sampling_filter(batch)
+        batches.append(batch)
+        rounds += 1
+        kept_ids.extend(g for ids in all_gather_objects(sorted(set(batch.sample_group.tolist())), info) for g in ids)
+        kept_ids.sort()  # group id = data position: the same order whatever the number of processes
+        if not cfg.rollout.dynamic_sampling or len(kept_ids) >= B or rounds >= cfg.rollout.max_sampling_rounds:
+            break
+    kept_ids = kept_ids[:B]
+    kept = set(kept_ids)
+    local = RolloutBatch.concat(batches)
+    local = local.select_samples(torch.tensor([int(g) in kept for g in local.sample_group.tolist()], dtype=torch.bool))
+    parts = [list(map(int, p)) for p in np.array_split(np.array(kept_ids, dtype=np.int64), cfg.num_mini_batches)]
+    t = tally.reduced(info)
+    n = max(t.samples, 1.0)
+    metrics = {"reward": t.reward / n, "accuracy": t.correct / n, "sampled_groups": rounds * B,
+               "kept_groups": len(kept_ids), "sampling_rounds": rounds, "conversations_per_sample": t.rows / n,
+               "generated_tokens": int(t.tokens), "rollout_s": t.seconds, "tokens_per_s": t.tokens / max(t.seconds, 1e-9)}
+    return StepRollouts(local.with_advantages(cfg.loss.norm_by_std), parts, metrics)

@@ -1,0 +1,70 @@
+"""Training questions: the sample records of `memagent.tasks.schema` as the trainer holds them.
+
+A data file is read by the one sample reader, `memagent.tasks.schema.read_samples` (our JSONL or any
+released format; a bad record is a DataError naming the file, the line and the field). Records given
+through the Python API (`train(config, dataset=[...])`) may also name the document `document` (a
+string or a list of text blocks). Each becomes a `QASample` whose document can be re-read by G rollouts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from memagent.errors import InputError
+
+
+@dataclass(frozen=True)
+class QASample:
+    """One training question: its document (text or text blocks, re-readable) and gold answers."""
+
+    id: str
+    question: str
+    document: str | tuple[str, ...]
+    answers: tuple[str, ...]
+    memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
+
+    @classmethod
+    def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":
+        """From {id, question, answers, document | context | lazy, optional memory}; a clear InputError when a
+        field is wrong."""
+        if not isinstance(rec, dict):
+            raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
+        has_doc = any(k in rec for k in ("document", "context", "lazy"))
+        missing = [k for k in ("question", "answers") if k not in rec] + ([] if has_doc else ["document (or context)"])
+        if missing:
+            raise InputError(f"{where}: missing field(s) {', '.join(missing)}; each sample needs "
+                             "id, question, answers (list of str) and document (str or list of str)")
+        if "document" in rec or "context" in rec:
+            doc = rec.get("document", rec.get("context"))
+        else:  # a sample stored lazily (memagent.tasks.schema): rebuilt as its text blocks
+            from memagent.tasks.schema import sample_document
+
+            doc = sample_document(rec)
+        if not isinstance(doc, str):
+            doc = tuple(str(block) for block in doc)  # iterables are materialised: G rollouts re-read it
+        answers = rec["answers"]
+        answers = (answers,) if isinstance(answers, str) else tuple(str(a) for a in answers)
+        if not answers:
+            raise InputError(f"{where}: 'answers' is empty; give at least one gold answer")
+        memory = rec.get("memory")
+        if memory is not None and not isinstance(memory, str):
+            raise InputError(f"{where}: 'memory' (the starting memory) must be a string, got {type(memory).__name__}")
+        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers, memory)
+
+
+def load_samples(samples: Iterable[Any]) -> list[QASample]:
+    """QASample list from dicts (or QASample objects); errors name the offending sample."""
+    out = []
+    for i, rec in enumerate(samples):
+        out.append(rec if isinstance(rec, QASample) else QASample.from_dict(rec, f"sample {i}"))
+    if not out:
+        raise InputError("the training dataset is empty; give at least one sample")
+    return out
+
+
+def read_training_samples(path: str | Path) -> list[QASample]:
+    """The samples of a data file (`read_samples`: checked, ids unique), each as a QASample."""
+    from memagent.tasks.schema import read_samples
+
+    return load_samples(QASample.from_dict(rec, f"{path}: sample {n}") for n, rec in enumerate(read_samples(path)))
