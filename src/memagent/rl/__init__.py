@@ -1,4 +1,4 @@
-"""Multi-Conv DAPO training (PAPER.md, "Multi-Conv DAPO") and supervised fine-tuning: one recipe
+"""Multi-Conv DAPO training (docs/paper.md, "Multi-Conv DAPO") and supervised fine-tuning: one recipe
 over pluggable per-row objectives.
 
     recipe.py       the loop both run: setup / step / save / cleanup; `TrainResult`

@@ -1,4 +1,4 @@
-"""Multi-Conv DAPO as pure tensor functions (PAPER.md, "Multi-Conv DAPO").
+"""Multi-Conv DAPO as pure tensor functions (docs/paper.md, "Multi-Conv DAPO").
 
 Everything here is a function of tensors and named scalars; nothing reads a config object.
 

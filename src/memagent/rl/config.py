@@ -1,6 +1,6 @@
 """Configuration of Multi-Conv DAPO training: one `TrainConfig` with nested sections.
 
-Defaults follow the paper (PAPER.md, "Multi-Conv DAPO"); each field is documented once, where it
+Defaults follow the paper (docs/paper.md, "Multi-Conv DAPO"); each field is documented once, where it
 is defined. `load_config(path, overrides)` reads YAML and applies `key=value` overrides (dotted
 keys for nested fields, e.g. `loss.clip_high=0.2`); unknown keys are errors.
 """

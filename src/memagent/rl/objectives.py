@@ -1,4 +1,4 @@
-"""Per-row training objectives, registered by name: `dapo` (PAPER.md, "Multi-Conv DAPO") and `sft`.
+"""Per-row training objectives, registered by name: `dapo` (docs/paper.md, "Multi-Conv DAPO") and `sft`.
 
 An objective turns one micro-batch of rows into a scalar loss and its statistics. It never sees
 how rows are split into micro-batches or ranks: it states an aggregation mode (`agg`, `horizon`)

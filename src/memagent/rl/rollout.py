@@ -2,7 +2,7 @@
 
 One rollout (sample) of a question is one full run of `MemoryAgent`: K memory updates (one per
 chunk, in document order) and the final answer, i.e. n_i = K + 1 independent conversations. The
-reward is computed on the final answer only (PAPER.md, "Multi-Conv DAPO"). A sample's memory calls
+reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"). A sample's memory calls
 run in sequence; the calls of different samples at the same step go to the backend in one batch
 (the workflow's own batching).
 

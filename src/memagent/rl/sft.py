@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch import nn
 
+from memagent.backends.tokenizer import ensure_pad_token
 from memagent.config import ConfigError
 from memagent.rl.accumulate import Term, accumulate_gradients
 from memagent.rl.config import OptimConfig, config_to_dict
@@ -102,8 +103,7 @@ def train_sft(
     """
     data = check_rows(rows)
     info = init_distributed(config.device)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    ensure_pad_token(tokenizer)
     total_steps = max(1, int(np.ceil(config.epochs * len(data) / config.batch_size)))
     spec = RunSpec(out_dir=Path(config.out_dir), seed=config.seed, total_steps=total_steps,
                    optimizer_steps=total_steps, data_size=len(data), save_every=config.save_every,

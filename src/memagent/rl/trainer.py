@@ -1,4 +1,4 @@
-"""Multi-Conv DAPO (PAPER.md, "Multi-Conv DAPO"): the RL configuration of the training recipe.
+"""Multi-Conv DAPO (docs/paper.md, "Multi-Conv DAPO"): the RL configuration of the training recipe.
 
 Per step (one rollout batch), `MultiConvDAPO.step`:
 1. Rollout (`memagent.rl.rollout.collect_rollouts`): B questions x G samples through the workflow
@@ -52,23 +52,22 @@ log = logging.getLogger(__name__)
 
 def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.device) -> tuple[nn.Module, Any]:
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from memagent.backends.hf import pick_dtype
+    from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
 
     if (model is None or tokenizer is None) and not config.model:
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
                           "config, or pass model= and tokenizer= to train()")
     try:
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(config.model)
+            tokenizer = load_tokenizer(config.model)
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load model {config.model!r}: {e}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return model, ensure_pad_token(tokenizer)
 
 
 def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
