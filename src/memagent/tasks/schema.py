@@ -140,18 +140,20 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     return sample
 
 
-def read_samples(path: str | Path, source: str | Path | None = None) -> Iterator[dict]:
+def read_samples(path: str | Path, source: str | Path | None = None,
+                 check: Callable[[Any, Callable[[str | None], str]], dict] = check_sample) -> Iterator[dict]:
     """Read and check samples one at a time from our JSONL or any released format
     (`memagent.tasks.released`: JSON arrays streamed, parquet by row batches); errors name the
     file, the line or record, and the field. `source`: the paragraph file that index contexts
-    point into. Sample ids must be unique within the file."""
+    point into. Sample ids must be unique within the file. `check` checks a record of our own format
+    (`ask --input` passes its own, for records without answers)."""
     from memagent.tasks.released import read_released
 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
     seen: dict[str, str] = {}
-    for n, sample in enumerate(read_released(path, source, check_own=check_sample)):
+    for n, sample in enumerate(read_released(path, source, check_own=check)):
         key = str(sample["id"])
         if key in seen:
             raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")
