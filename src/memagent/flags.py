@@ -124,15 +124,15 @@ class BudgetOptions:
     """The token budgets of the read-write loop; None: the profile's value."""
 
     chunk_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"C: document tokens per memory call (default: the profile's, {_PAPER.chunk_tokens}; ask and serve: "
-        "or the model's memagent.json)."))
+        f"C: document tokens per memory call (default: the profile's, {_PAPER.chunk_tokens}; ask and serve take a "
+        "model's memagent.json before the profile)."))
     memory_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"M: hard cap on the memory (default: the profile's, {_PAPER.memory_tokens}, or memagent.json)."))
+        f"M: hard cap on the memory (default: the profile's, {_PAPER.memory_tokens})."))
     answer_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"Max new tokens of the final answer; eval: of the baselines' too, unless the profile sets "
-        f"budgets.baseline_answer_tokens (default: the profile's, {_PAPER.answer_tokens}, or memagent.json)."))
+        f"Max new tokens of MemAgent's final answer; in eval the baselines' too, unless the profile sets "
+        f"budgets.baseline_answer_tokens (default: the profile's, {_PAPER.answer_tokens})."))
     query_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"Budget of the question (default: the profile's, {_PAPER.query_tokens}, or memagent.json)."))
+        f"Budget of the question (default: the profile's, {_PAPER.query_tokens})."))
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ class EvalOptions:
 
     model: str = field(metadata=flag(MODEL_HELP))
     data: list[str] = field(metadata=flag("Sample files from `memagent data`, comma-separated.", parse=split_list))
-    out: str = field(metadata=flag("Directory for results.jsonl, table.md and plots (a rerun resumes)."))
+    out: Path = field(metadata=flag("Directory for results.jsonl, table.md and plots (a rerun resumes)."))
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata=flag(
         "Any of memagent, full-context, rag-bm25.", parse=split_list))
     backend: BackendOptions = field(default_factory=BackendOptions)
-    profile: Optional[str] = field(default=None, metadata=flag(
+    profile: Optional[Path] = field(default=None, metadata=flag(
         "Protocol profile (YAML, e.g. from `memagent profile from-reference`); flags override it. Written to "
         "OUT/profile.yaml."))
     budgets: BudgetOptions = field(default_factory=BudgetOptions)  # None: the profile's value
