@@ -97,10 +97,14 @@ def flag(help: str, *decls: str, parse: Any = None) -> dict[str, Any]:
     return {"flag": dict(help=help, decls=decls, parse=parse)}
 
 
+def flag_decls(f: dataclasses.Field) -> tuple[str, ...]:
+    """The option declarations of a flag field (default: `--field-name`)."""
+    return f.metadata["flag"]["decls"] or ("--" + f.name.replace("_", "-"),)
+
+
 def flag_key(f: dataclasses.Field) -> str:
     """The parameter name of a flag field: its first declaration without dashes ("--top-p" -> "top_p")."""
-    decls = f.metadata["flag"]["decls"]
-    return decls[0].split("/")[0].lstrip("-").replace("-", "_") if decls else f.name
+    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_")
 
 
 def flag_values(options: Any) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
 
 def _bug() -> int:
     traceback.print_exc()
-    typer.echo(f"memagent hit an internal error (a bug, not a problem with your input); please report it "
+    typer.echo("memagent hit an internal error (a bug, not a problem with your input); please report it "
                "(open an issue on the project) with the command you ran and the traceback above", err=True)
     return 1
 

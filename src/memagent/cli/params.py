@@ -12,23 +12,22 @@ from typing import Annotated, Any, Callable, Iterator
 
 import typer
 
-from memagent.flags import flag_key
+from memagent.flags import flag_decls, flag_key
 
-Entry = tuple[tuple[str, ...], dataclasses.Field, Any]  # (field path, the field, its type)
-
-
-def flag_fields(cls: type) -> Iterator[Entry]:
-    """Every flag field of the dataclass `cls`, in field order, nested option groups expanded."""
+def flag_fields(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
+    """(field, its type) of every flag field of the dataclass `cls`, in field order, nested option groups
+    expanded."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         if "flag" in f.metadata:
-            yield (f.name,), f, kind
+            yield f, kind
         elif dataclasses.is_dataclass(kind):
-            yield from (((f.name, *path), g, t) for path, g, t in flag_fields(kind))
+            yield from flag_fields(kind)
 
 
 def _default(f: dataclasses.Field) -> Any:
+    """The option's default: the field's (a parsed list as its text), or none for a required option."""
     if f.default is not dataclasses.MISSING:
         value = f.default
     elif f.default_factory is not dataclasses.MISSING:
@@ -38,15 +37,11 @@ def _default(f: dataclasses.Field) -> Any:
     return ",".join(value) if f.metadata["flag"]["parse"] and isinstance(value, list) else value
 
 
-def _decls(f: dataclasses.Field) -> tuple[str, ...]:
-    return f.metadata["flag"]["decls"] or ("--" + f.name.replace("_", "-"),)
-
-
 def _parameter(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     meta = f.metadata["flag"]
     cli_type = str if meta["parse"] else kind  # a parsed field is given as text
     return inspect.Parameter(flag_key(f), inspect.Parameter.KEYWORD_ONLY, default=_default(f),
-                             annotation=Annotated[cli_type, typer.Option(*_decls(f), help=meta["help"])])
+                             annotation=Annotated[cli_type, typer.Option(*flag_decls(f), help=meta["help"])])
 
 
 def _build(cls: type, values: dict[str, Any]) -> Any:
@@ -56,7 +51,7 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
     for f in dataclasses.fields(cls):
         if "flag" in f.metadata:
             value, parse = values[flag_key(f)], f.metadata["flag"]["parse"]
-            kwargs[f.name] = parse(value, _decls(f)[0]) if parse else value
+            kwargs[f.name] = parse(value, flag_decls(f)[0]) if parse else value
         elif dataclasses.is_dataclass(hints[f.name]):
             kwargs[f.name] = _build(hints[f.name], values)
     return cls(**kwargs)
@@ -66,7 +61,7 @@ def options_command(cls: type) -> Callable[[Callable[[Any], Any]], Callable[...,
     """Decorator: `fn(options)` becomes a typer callback taking one option per flag field of `cls`."""
 
     def wrap(fn: Callable[[Any], Any]) -> Callable[..., Any]:
-        params = [_parameter(f, kind) for _, f, kind in flag_fields(cls)]
+        params = [_parameter(f, kind) for f, kind in flag_fields(cls)]
         names = [p.name for p in params]
         if len(set(names)) != len(names):
             raise TypeError(f"{cls.__name__}: two flags share a name in {names}")

@@ -35,7 +35,7 @@ from memagent.errors import MemAgentError
 from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context, context_budget, middle_truncate,
                                      render_baseline)
 from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
-                                   record_key, record_length, rescore_file, rescore_stale, sample_ids)
+                                   record_key, record_length, rescore_stale, sample_ids)
 from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
 from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
