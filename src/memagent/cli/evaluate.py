@@ -81,8 +81,6 @@ def _model_config(model: str) -> Optional[Path]:
 def eval_(o: EvalOptions) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
     from memagent.eval.command import run_eval
-    from memagent.flags import check_flags, flag_values
 
-    check_flags(flag_values(o))
     _check_eval_out(Path(o.out), o.data)
     typer.echo(run_eval(o))

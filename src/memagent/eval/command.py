@@ -12,7 +12,7 @@ from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
 from memagent.eval.sweep import METHODS, SweepConfig, plan, sweep
-from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, flag, flag_values, split_list
+from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
 from memagent.lock import run_lock
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ def run_eval(o: EvalOptions) -> str:
     plots and summary.json, holding the output folder's lock throughout; returns the table."""
     from memagent.profile import open_backend, write_profile
 
+    check_flags(flag_values(o))  # as `ask` checks its own
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
     if o.max_failures is not None and o.max_failures < 1:
