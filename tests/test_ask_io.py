@@ -104,21 +104,21 @@ def test_on_result_sees_each_result_when_its_document_finishes(tiny_backend):
 
 
 @pytest.mark.parametrize("line, message", [
-    ({"question": 5, "context": "x"}, "'question' must be a string"),
-    ({"question": "q", "context": {"text": "x"}}, "'context' must be a string"),
-    ({"question": "q", "context": ["a", "b"]}, "'context' must be a string"),
-    ({"question": "q", "document": 3}, "'document' must be a file path"),
+    ({"question": 5, "context": "x"}, "field 'question': must be a string"),
+    ({"question": "q", "context": {"text": "x"}}, "field 'context': must be the document text"),
+    ({"question": "q", "context": ["a", "b"]}, "field 'context': must be the document text"),
+    ({"question": "q", "document": 3}, "field 'document': must be a file path"),
     ({"question": "q", "context": "x", "memory": 7}, "'memory'"),
-    ({"question": "q", "context": "x", "id": True}, "'id' must be a string or an integer"),
+    ({"question": "q", "context": "x", "id": True}, "field 'id': must be a string or an integer"),
 ])
 def test_input_line_fields_are_type_checked(tmp_path, line, message):
-    from memagent.ask_io import read_jsonl_inputs
-    from memagent.errors import InputError
+    from memagent.ask_io import read_inputs
+    from memagent.errors import MemAgentError
 
     p = tmp_path / "in.jsonl"
     p.write_text(json.dumps(line) + "\n")
-    with pytest.raises(InputError, match=message):
-        read_jsonl_inputs(p)
+    with pytest.raises(MemAgentError, match=message):
+        read_inputs(p)
 
 
 def test_a_document_from_stdin_with_a_trace(tmp_path, tiny_model_dir, monkeypatch, capsys):

@@ -50,17 +50,6 @@ PLACES = {
     **{f"memagent.{m}": "app" for m in ("cli", "serve", "report")},
 }
 
-# Arrows other helpers of issue 16 remove on their branches (rl/ and the cli/serve glue); listed so that
-# any NEW violation fails now. Delete an entry when its arrow is gone (`test_no_pending_violations_left`).
-PENDING = {
-    ("memagent.rl.sft", "memagent.rl.trainer"): "rl: the trainer calls back into sft (one training loop)",
-    ("memagent.rl.trainer", "memagent.rl.sft"): "rl: the trainer calls back into sft (one training loop)",
-    ("memagent.serve.app", "memagent.serve.chat"): "cli/serve: app and chat import each other",
-    ("memagent.serve.chat", "memagent.serve.app"): "cli/serve: app and chat import each other",
-    ("memagent.serve.backend", "memagent.serve.jobs"): "cli/serve: backend and jobs import each other",
-    ("memagent.serve.jobs", "memagent.serve.backend"): "cli/serve: backend and jobs import each other",
-}
-
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -200,11 +189,6 @@ def layer_violations(graph: Graph, places: dict[str, str], ranks: dict[str, int]
     return out
 
 
-def without(graph: Graph, arrows: dict[tuple[str, str], str]) -> Graph:
-    """`graph` less the given arrows."""
-    return {src: {dst for dst in dsts if (src, dst) not in arrows} for src, dsts in graph.items()}
-
-
 def report(graph: Graph) -> str:
     """Every cycle (with the modules of its strongly connected component) and every layer violation."""
     lines = ["import cycles:"]
@@ -225,13 +209,7 @@ def test_every_module_has_a_layer(graph):
     assert not unplaced, f"place these modules in PLACES of {__file__}: {unplaced}"
 
 
-def test_no_new_cycle_or_upward_import(graph):
-    rest = without(graph, PENDING)
-    assert not find_cycles(rest) and not layer_violations(rest, PLACES, RANKS), report(rest)
-
-
-@pytest.mark.xfail(strict=False, reason="issue 16 in progress: rl/ and cli/serve remove theirs on their branches")
-def test_no_pending_violations_left(graph):
+def test_no_cycle_and_no_upward_import(graph):
     assert not find_cycles(graph) and not layer_violations(graph, PLACES, RANKS), report(graph)
 
 
@@ -263,10 +241,10 @@ def test_checker_finds_upward_and_sibling_imports():
 
 
 def test_an_arrow_added_to_the_package_graph_is_caught(graph):
-    cycle = without(graph, PENDING)
+    cycle = dict(graph)
     cycle["memagent.agent.chunking"] = cycle["memagent.agent.chunking"] | {"memagent.agent.workflow"}
     assert find_cycles(cycle) == [["memagent.agent.chunking", "memagent.agent.workflow", "memagent.agent.chunking"]]
-    upward = without(graph, PENDING)
+    upward = dict(graph)
     upward["memagent.backends.hf"] = upward["memagent.backends.hf"] | {"memagent.tasks.metrics"}
     assert [(s, d) for s, d, _ in layer_violations(upward, PLACES, RANKS)] == [
         ("memagent.backends.hf", "memagent.tasks.metrics")]
@@ -318,7 +296,6 @@ def test_size_checker_counts_lines(tmp_path):
     assert oversized(pkg, 7, 4) == ["memagent/a.py: 9 lines", "memagent/a.py:1 f: 5 lines"]
 
 
-@pytest.mark.xfail(strict=False, reason="issue 16 in progress")
 def test_no_file_over_400_lines_no_function_over_60():
     found = oversized(SRC, MAX_FILE_LINES, MAX_FUNCTION_LINES)
     assert not found, "\n".join(found)

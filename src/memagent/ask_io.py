@@ -1,4 +1,4 @@
-"""`memagent ask`'s files: the `--input` JSONL read and checked line by line, the outputs checked before any
+"""`memagent ask`'s files: the `--input` records read and checked by the one sample reader, the outputs checked before any
 model call, and `--output` written one result a line as each finishes (a rerun skips the ids already there).
 
 Result line (one JSON object): id, question, answer (the boxed content or null), raw_answer, memory,
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.errors import InputError
@@ -17,56 +17,69 @@ from memagent.io import check_output_file, existing_files
 from memagent.jsonl import iter_jsonl, trim_torn_tail
 
 
-def read_jsonl_inputs(path: Path) -> list[AgentInput]:
-    """Lines of {id?, question, context | document (a path, relative to the JSONL file), memory? (to start
-    from, e.g. the final memory of an earlier run over the text before)}; every field's type is checked,
-    document files must exist, and ids must be unique (a rerun skips the ids already answered)."""
+def read_inputs(path: Path) -> list[AgentInput]:
+    """The questions of `ask --input`, read by the one sample reader (`memagent.tasks.schema.read_samples`).
+
+    A record is {id?, question, context | document (a path, relative to the input file), memory? (to start
+    from, e.g. the final memory of an earlier run over the text before)}; answers and task are not needed.
+    Every field's type is checked, with the messages `eval` gives for the same fields; document files must
+    exist, and ids must be unique (a rerun skips the ids already answered). A record without an id takes its
+    line number.
+    """
+    from memagent.tasks.schema import read_samples, sample_document
+
     path = Path(path)
     if not path.exists():
         raise InputError(f"input file not found: {path}")
     if not path.is_file():
         raise InputError(f"--input {path} is a folder; give a JSONL file")
-    items: list[AgentInput] = []
-    seen: dict[str, int] = {}
-    for n, rec in iter_jsonl(path, InputError):
-        item = _input_of(rec, path, n)
-        if item.doc_id in seen:
-            raise InputError(f"{path}:{n}: id {item.doc_id!r} repeats line {seen[item.doc_id]}; ids must be unique "
-                             "(results are matched to questions by id)")
-        seen[item.doc_id] = n
-        items.append(item)
+    items = []
+    for sample in read_samples(path, check=_ask_record(path)):
+        document = sample["document"] if "document" in sample else sample_document(sample)
+        items.append(AgentInput(sample["question"], document, str(sample["id"]), sample.get("memory")))
     return items
 
 
-def _input_of(rec: Any, path: Path, n: int) -> AgentInput:
-    where = f"{path}:{n}"
-    if not isinstance(rec, dict) or "question" not in rec:
-        raise InputError(f"{where}: each line needs a 'question' field")
-    if not isinstance(rec["question"], str):
-        raise InputError(f"{where}: 'question' must be a string, got {type(rec['question']).__name__}")
-    if "context" in rec and "document" in rec:
-        raise InputError(f"{where}: give 'context' (text) or 'document' (a file path), not both")
-    if "context" in rec:
-        doc: Any = rec["context"]
-        if not isinstance(doc, str):
-            raise InputError(f"{where}: 'context' must be a string (the document's text), got {type(doc).__name__}")
-    elif "document" in rec:
-        name = rec["document"]
-        if not isinstance(name, str) or not name.strip():
-            raise InputError(f"{where}: 'document' must be a file path (a string)")
-        doc = Path(name) if Path(name).is_absolute() else path.parent / name
-        if not doc.is_file():
-            raise InputError(f"{where}: document {doc} {'is a folder' if doc.is_dir() else 'not found'}; "
-                             "'document' is a text file path, relative to the JSONL file")
-    else:
-        raise InputError(f"{where}: each line needs 'context' (text) or 'document' (a file path)")
-    memory = rec.get("memory")
-    if memory is not None and not isinstance(memory, str):
-        raise InputError(f"{where}: 'memory' (the memory to start from) must be a string")
-    doc_id = rec.get("id", n)
-    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
-        raise InputError(f"{where}: 'id' must be a string or an integer, got {type(doc_id).__name__}")
-    return AgentInput(rec["question"], doc, str(doc_id), memory)
+def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dict]:
+    """The check of one `ask --input` record (fields shared with eval's samples are checked as eval does);
+    returns the record with its id (default: its line number) and its document as a resolved Path."""
+    from memagent.tasks.released import check_context, check_text
+    from memagent.tasks.schema import DataError
+
+    def check(rec: dict, where: Callable[[str | None], str]) -> dict:
+        if "question" not in rec:
+            raise DataError(f"{where(None)}: sample lacks question")
+        check_text(rec["question"], where, "question")
+        rec = dict(rec, id=rec.get("id", where(None)[len(str(path)):].lstrip(": ")))
+        if isinstance(rec["id"], bool) or not isinstance(rec["id"], (str, int)):
+            raise DataError(f"{where('id')}: must be a string or an integer, got {rec['id']!r}")
+        if "context" in rec and "document" in rec:
+            raise DataError(f"{where(None)}: give 'context' (text) or 'document' (a file path), not both")
+        if "context" in rec:
+            if not isinstance(check_context(rec["context"], where), str):
+                raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
+        elif "document" in rec:
+            rec["document"] = _document_path(rec["document"], path, where)
+        elif not isinstance(rec.get("lazy"), dict):
+            raise DataError(f"{where(None)}: needs 'context' (text) or 'document' (a file path)")
+        if rec.get("memory") is not None and not isinstance(rec["memory"], str):
+            raise DataError(f"{where('memory')}: the memory to start from must be a string")
+        return rec
+
+    return check
+
+
+def _document_path(name: Any, path: Path, where: Callable[[str | None], str]) -> Path:
+    """The file a record's 'document' names (relative to the input file); it must exist."""
+    from memagent.tasks.schema import DataError
+
+    if not isinstance(name, str) or not name.strip():
+        raise DataError(f"{where('document')}: must be a file path (a string)")
+    doc = Path(name) if Path(name).is_absolute() else path.parent / name
+    if not doc.is_file():
+        raise DataError(f"{where('document')}: document {doc} {'is a folder' if doc.is_dir() else 'not found'}; "
+                        "'document' is a text file path, relative to the input file")
+    return doc
 
 
 def check_ask_outputs(output: Optional[Path], trace: Optional[Path], model: str, inputs: dict[str, Any]) -> None:

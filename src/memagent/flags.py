@@ -4,12 +4,19 @@
 nonsense with an `InputError` naming the flag: a negative or zero count, a NaN or infinite
 temperature or timeout, an unknown dtype, a device this machine does not have. The rules are keyed
 by parameter name, so every command that has a `--samples` checks it the same way.
+
+The options `ask`, `eval` and `serve` share are declared here once, one type per concern (`BudgetOptions`,
+`SamplingOptions`; the backend's are `memagent.backends.options.BackendOptions`): each field that is a
+command-line option carries its help in `flag(...)` metadata, and the CLI turns those fields into options.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
 
+from memagent.config import AgentConfig
 from memagent.errors import InputError
 
 POSITIVE_INTS = ("samples", "limit", "window", "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens",
@@ -79,3 +86,65 @@ def split_list(text: str, flag: str) -> list[str]:
     if not items:
         raise InputError(f"{flag} {text!r} names nothing; give one or more values separated by commas")
     return items
+
+
+def flag(help: str, *decls: str, parse: Any = None) -> dict[str, Any]:
+    """`dataclasses.field` metadata that makes a field a command-line option.
+
+    decls: its declarations (default `--field-name`; e.g. "--progress/--no-progress", or "--backend" for a
+    field named otherwise); parse: a function of (text, flag) giving the field's value from a text option.
+    """
+    return {"flag": dict(help=help, decls=decls, parse=parse)}
+
+
+def flag_decls(f: dataclasses.Field) -> tuple[str, ...]:
+    """The option declarations of a flag field (default: `--field-name`)."""
+    return f.metadata["flag"]["decls"] or ("--" + f.name.replace("_", "-"),)
+
+
+def flag_key(f: dataclasses.Field) -> str:
+    """The parameter name of a flag field: its first declaration without dashes ("--top-p" -> "top_p")."""
+    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_")
+
+
+def flag_values(options: Any) -> dict[str, Any]:
+    """{parameter name: value} of every flag of an options object, its nested option groups included."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if "flag" in f.metadata:
+            out[flag_key(f)] = value
+        elif dataclasses.is_dataclass(value):
+            out.update(flag_values(value))
+    return out
+
+
+MODEL_HELP = "Hugging Face id, local directory, or served model name."
+_PAPER = AgentConfig()  # the paper's budgets and the greedy default
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """The token budgets of the read-write loop; None: the profile's value."""
+
+    chunk_tokens: Optional[int] = field(default=None, metadata=flag(
+        f"C: document tokens per memory call (default: the profile's, {_PAPER.chunk_tokens}; ask and serve take a "
+        "model's memagent.json before the profile)."))
+    memory_tokens: Optional[int] = field(default=None, metadata=flag(
+        f"M: hard cap on the memory (default: the profile's, {_PAPER.memory_tokens})."))
+    answer_tokens: Optional[int] = field(default=None, metadata=flag(
+        f"Max new tokens of MemAgent's final answer; in eval the baselines' too, unless the profile sets "
+        f"budgets.baseline_answer_tokens (default: the profile's, {_PAPER.answer_tokens})."))
+    query_tokens: Optional[int] = field(default=None, metadata=flag(
+        f"Budget of the question (default: the profile's, {_PAPER.query_tokens})."))
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How replies are sampled; None: the profile's value."""
+
+    temperature: Optional[float] = field(default=None, metadata=flag(
+        f"0 = greedy (default: the profile's, {_PAPER.temperature:g})."))
+    top_p: Optional[float] = field(default=None, metadata=flag(
+        f"Nucleus sampling (default: the profile's, {_PAPER.top_p})."))
+    seed: Optional[int] = field(default=None, metadata=flag("Sampling seed (default: the profile's, none)."))

@@ -22,13 +22,17 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
 from memagent.eval.scoring import ScoreOptions, ScoringError
+
+if TYPE_CHECKING:
+    from memagent.backends.base import Backend
+    from memagent.backends.options import BackendOptions
 
 PROFILE_FILE = "profile.yaml"
 
@@ -45,18 +49,18 @@ class Prompts:
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 0.0  # 0 = greedy (ours); the reference evaluation samples at 0.7
-    top_p: float = 1.0  # the reference evaluation: 0.95
+    temperature: float = AgentConfig.temperature  # 0 = greedy (ours); the reference evaluation samples at 0.7
+    top_p: float = AgentConfig.top_p  # the reference evaluation: 0.95
     seed: int | None = None  # base seed; repeat r of a sample uses its own seed derived from it
     repeats: int = 1  # runs of every sample (eval --repeats); tables show mean ± standard error
 
 
 @dataclass(frozen=True)
 class Budgets:
-    chunk_tokens: int = 5000  # C: document tokens per memory call
-    memory_tokens: int = 1024  # M: cap on the memory (and max new tokens of a memory call)
-    answer_tokens: int = 1024  # max new tokens of MemAgent's final answer
-    query_tokens: int = 1024  # budget of the question
+    chunk_tokens: int = AgentConfig.chunk_tokens  # C: document tokens per memory call (the paper's defaults)
+    memory_tokens: int = AgentConfig.memory_tokens  # M: cap on the memory (and max new tokens of a memory call)
+    answer_tokens: int = AgentConfig.answer_tokens  # max new tokens of MemAgent's final answer
+    query_tokens: int = AgentConfig.query_tokens  # budget of the question
     document_tokens: int | None = None  # MemAgent: cut longer documents in the middle (reference eval: 120000)
     baseline_answer_tokens: int | None = None  # baselines' max new tokens; None: answer_tokens (reference: 10000)
     baseline_window: int | None = None  # baselines' window; None: the model's (reference: 120000; 990000 with YaRN)
@@ -212,6 +216,13 @@ def resolve_profile(path: str | Path | None, base: Profile | None = None, **flag
     """The settings a command runs with: `base` (built-in), then the profile file, then the flags."""
     profile = load_profile(path, base) if path is not None else (base or Profile())
     return apply_flags(profile, **flags)
+
+
+def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Backend":
+    """The backend of `ask`, `eval` and `serve`: the command's backend options, with the profile's chat
+    template arguments and YaRN factor."""
+    return dataclasses.replace(options, chat_template_kwargs=profile.chat_template_kwargs,
+                               yarn_factor=profile.budgets.yarn_factor).load(model)
 
 
 # AgentConfig fields a profile sets for training rollouts (sampling stays the training config's:

@@ -27,7 +27,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from memagent.config import ConfigError
+from memagent.config import AgentConfig, ConfigError
 from memagent.profile import Profile, profile_from_dict
 
 UTILS = "taskutils/memory_eval/utils"
@@ -156,7 +156,7 @@ def profile_from_reference(root: str | Path, protocol: str = "phrase", baseline_
         "sampling": {"temperature": 0.7, "top_p": 0.95, "seed": None, "repeats": 1},
         "budgets": {
             "chunk_tokens": env["RECURRENT_CHUNK_SIZE"], "memory_tokens": env["RECURRENT_MAX_NEW"],
-            "answer_tokens": env["RECURRENT_MAX_NEW"], "query_tokens": 1024, "document_tokens": None,
+            "answer_tokens": env["RECURRENT_MAX_NEW"], "query_tokens": AgentConfig.query_tokens, "document_tokens": None,
             "baseline_answer_tokens": env["MAX_OUTPUT_LEN"],
             "baseline_window": inputs + env["MAX_OUTPUT_LEN"],  # the prompt limit plus the answer
             "yarn_factor": yarn_factor,

@@ -1,48 +1,49 @@
 """`memagent ask`: build the backend and the agent from CLI options and run one or many questions."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
-from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, read_jsonl_inputs
+from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
-from memagent.flags import check_flags
+from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values
 from memagent.io import atomic_write_text, read_text
 from memagent.lock import file_lock
-from memagent.profile import Profile, profile_from_dict, resolve_profile, write_profile
+from memagent.profile import Profile, open_backend, profile_from_dict, resolve_profile, write_profile
 
 
 @dataclass
 class AskOptions:
-    model: str
-    question: Optional[str] = None
-    document: Optional[str] = None
-    input: Optional[Path] = None
-    output: Optional[Path] = None
+    """What `memagent ask` was asked: one field per command-line option (the CLI is built from them)."""
+
+    model: str = field(metadata=flag(MODEL_HELP))
+    question: Optional[str] = field(default=None, metadata=flag("The question to answer."))
+    document: Optional[str] = field(default=None, metadata=flag("Text file to read, or - for stdin."))
+    input: Optional[Path] = field(default=None, metadata=flag(
+        "JSONL of many: {id, question, context | document}; runs as one batch."))
+    output: Optional[Path] = field(default=None, metadata=flag(
+        "With --input: where to write one JSON result a line (default stdout)."))
     backend: BackendOptions = field(default_factory=BackendOptions)
-    profile: Optional[Path] = None  # a protocol profile (YAML); None: the built-in one
+    profile: Optional[Path] = field(default=None, metadata=flag(
+        "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it."))
     # None: the profile's value (the built-in profile, the model's memagent.json, then --profile)
-    chunk_tokens: Optional[int] = None
-    memory_tokens: Optional[int] = None
-    answer_tokens: Optional[int] = None
-    query_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    seed: Optional[int] = None
-    trace: Optional[Path] = None
-    trace_chunks: bool = False  # the trace's memory records also hold their chunk's text
-    errors: str = "strict"
-    batch_docs: int = 16
-    progress: bool = True
+    budgets: BudgetOptions = field(default_factory=BudgetOptions)
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    trace: Optional[Path] = field(default=None, metadata=flag("Write one JSONL record per model call."))
+    trace_chunks: bool = field(default=False, metadata=flag(
+        "With --trace: also write each chunk's text (chunk_text), for `memagent report`."))
+    errors: str = field(default="strict", metadata=flag(
+        "strict: invalid UTF-8 is an error; replace: substitute U+FFFD."))
+    batch_docs: int = field(default=16, metadata=flag("Documents in flight at once."))
+    progress: bool = field(default=True, metadata=flag("Progress bar on stderr.", "--progress/--no-progress"))
 
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
@@ -79,16 +80,16 @@ def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
     return atomic_write_text(path, json.dumps({k: getattr(config, k) for k in _SETTING_KEYS}, indent=2) + "\n")
 
 
-def ask_profile(o: AskOptions) -> Profile:
-    """The settings `ask` runs with: built-in profile, the model's memagent.json, --profile, then flags."""
-    settings = model_agent_settings(o.model)
+def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
+                  sampling: SamplingOptions = SamplingOptions()) -> Profile:
+    """The settings `ask` and `serve` run with: built-in profile, the model's memagent.json, --profile, then
+    the flags."""
+    settings = model_agent_settings(model)
     sections = dict(prompts=("memory_template", "final_template", "empty_memory"),
                     budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
     base = profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in sections.items()},
-                             source=str(Path(o.model) / AGENT_SETTINGS_FILE))
-    return resolve_profile(o.profile, base, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
-                           answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, temperature=o.temperature,
-                           top_p=o.top_p, seed=o.seed)
+                             source=str(Path(model) / AGENT_SETTINGS_FILE))
+    return resolve_profile(profile, base, **flag_values(budgets), **flag_values(sampling))
 
 
 def profile_path_for(output: Path) -> Path:
@@ -98,18 +99,17 @@ def profile_path_for(output: Path) -> Path:
 
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
-    check_flags({**{k: v for k, v in dataclasses.asdict(o).items() if k not in ("input", "backend")},
-                 **o.backend.flags()})
+    check_flags({k: v for k, v in flag_values(o).items() if k != "input"})
     if o.input is None and (o.question is None or o.document is None):
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
         raise InputError("--input runs many questions; do not combine it with --question/--document")
     if o.output is not None and o.input is None:
         raise InputError("--output is for --input (many questions); one answer is printed to stdout")
-    profile = ask_profile(o)
+    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
     profile.agent_config(max_batch_docs=o.batch_docs)  # settings checked before any file is read
     if o.input is not None:
-        items = read_jsonl_inputs(o.input)
+        items = read_inputs(o.input)
         if not items:
             raise InputError(f"{o.input} holds no questions")
     else:
@@ -136,8 +136,7 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
-    backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
-                      yarn_factor=profile.budgets.yarn_factor).load(o.model)
+    backend = open_backend(o.model, o.backend, profile)
     if o.output:
         write_profile(profile, profile_path_for(o.output))
     with _open_trace(o.trace, append=bool(results.done)) as trace:

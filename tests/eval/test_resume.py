@@ -19,7 +19,9 @@ from memagent.eval.baselines import EvalError
 from memagent.eval.records import load_records
 from memagent.eval.report import write_report
 from memagent.eval.scoring import ScoreOptions
-from memagent.eval.sweep import EvalOptions, SweepConfig, plan, run_eval, run_sweep, sweep_config
+from memagent.eval.command import EvalOptions, run_eval, sweep_config
+from memagent.eval.sweep import SweepConfig, plan, run_sweep
+from memagent.flags import BudgetOptions
 from memagent.lock import RunLockedError
 from memagent.tasks.schema import file_sha256, write_samples
 
@@ -168,8 +170,9 @@ def test_max_failures_stops_with_a_summary(tokenizer, tmp_path):
 
 
 def _options(data, out, **kw) -> EvalOptions:
-    return EvalOptions(model="scripted", data=[str(data)], out=str(out), methods=["memagent"], chunk_tokens=80,
-                       memory_tokens=32, answer_tokens=16, query_tokens=64, batch_docs=3, progress=False, **kw)
+    return EvalOptions(model="scripted", data=[str(data)], out=str(out), methods=["memagent"],
+                       budgets=BudgetOptions(chunk_tokens=80, memory_tokens=32, answer_tokens=16, query_tokens=64),
+                       batch_docs=3, progress=False, **kw)
 
 
 def test_rescore_equals_the_first_scores_without_a_model(tokenizer, tmp_path):

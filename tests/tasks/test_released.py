@@ -379,3 +379,12 @@ def test_index_expansion_needs_only_the_paragraphs(hotpot_file, tmp_path):
     table = _table(hotpot_file)
     for s in read_samples(eval_file):
         assert "".join(sample_document(s)) == _text(table, _doc_ids(int(s["source_id"]), 25))
+
+
+def test_a_record_without_task_reads_as_qa_through_every_reader(tmp_path):
+    from memagent.tasks.schema import read_samples
+
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"id": 1, "question": "q?", "answers": ["a"], "context": "text"}\n'
+                    '{"id": 2, "question": "q?", "answers": ["a"], "context": "text", "task": "niah_single_1"}\n')
+    assert [s["task"] for s in read_samples(path)] == ["qa", "niah_single_1"]

@@ -113,6 +113,12 @@ def cap_tokens_many(texts: Sequence[str], tokenizer: Any, limit: int) -> list[tu
     return [(t, n, False) if n <= limit else cap_tokens(t, tokenizer, limit) for t, n in zip(texts, counts)]
 
 
+def call_seed(seed: int | None, call: int) -> int | None:
+    """The sampling seed of the `call`-th model call (1, 2, ...) of a run under the config's `seed` (None:
+    unseeded). A run's seeds depend on its seed and its inputs only, not on what the agent ran before."""
+    return None if seed is None else seed * 1_000_003 + call
+
+
 class MemoryAgent:
     """Answer questions over documents of any length with a fixed-size, overwritten memory.
 
@@ -143,7 +149,6 @@ class MemoryAgent:
         self.keep_conversations = keep_conversations
         self.on_step = on_step
         self.trace_chunks = trace_chunks
-        self._calls = 0
 
     # -- checks before any model call -----------------------------------------------------
     def check_budget(self, items: Sequence[AgentInput]) -> None:
@@ -192,6 +197,7 @@ class MemoryAgent:
         pending = deque(enumerate(items))
         active: list[_Doc] = []
         bar = _Progress(len(items)) if self.progress else None
+        call = 0  # model calls (batches) of this run so far: with the config's seed, it seeds the next one
         try:
             while pending or active:
                 while pending and len(active) < self.config.max_batch_docs:
@@ -199,11 +205,13 @@ class MemoryAgent:
                 reading = [d for d in active if d.next_chunk is not None]
                 done = [d for d in active if d.next_chunk is None]
                 if reading:
-                    self._memory_step(reading, trace)
+                    call += 1
+                    self._memory_step(reading, trace, call)
                     if bar:
                         bar.chunks(len(reading))
                 if done:
-                    for d, res in zip(done, self._final_step(done, trace)):
+                    call += 1
+                    for d, res in zip(done, self._final_step(done, trace, call)):
                         results[d.pos] = res
                         if on_result is not None:
                             on_result(res)
@@ -239,20 +247,18 @@ class MemoryAgent:
         if self.on_step is not None:
             self.on_step(full)
 
-    def _params(self, max_new_tokens: int) -> SamplingParams:
+    def _params(self, max_new_tokens: int, call: int) -> SamplingParams:
         cfg = self.config
-        self._calls += 1
-        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self._calls
-        return SamplingParams(max_new_tokens, cfg.temperature, cfg.top_p, seed)
+        return SamplingParams(max_new_tokens, cfg.temperature, cfg.top_p, call_seed(cfg.seed, call))
 
-    def _memory_step(self, docs: list[_Doc], trace: TraceWriter | None) -> None:
+    def _memory_step(self, docs: list[_Doc], trace: TraceWriter | None, call: int) -> None:
         cfg, tok = self.config, self.backend.tokenizer
         prompts = [
             render(cfg.memory_template, question=d.item.question, memory=d.memory, chunk=d.next_chunk.text)
             for d in docs
         ]
         t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, self._params(cfg.memory_tokens))
+        gens = self.backend.generate(prompts, self._params(cfg.memory_tokens, call))
         seconds = time.perf_counter() - t0
         replies = [strip_think(g.text) if cfg.think == "strip" else (g.text, False) for g in gens]
         capped = cap_tokens_many([text.strip() for text, _ in replies], tok, cfg.memory_tokens)
@@ -274,11 +280,11 @@ class MemoryAgent:
             d.step += 1
             d.next_chunk = next(d.chunks, None)
 
-    def _final_step(self, docs: list[_Doc], trace: TraceWriter | None) -> list[AgentResult]:
+    def _final_step(self, docs: list[_Doc], trace: TraceWriter | None, call: int) -> list[AgentResult]:
         cfg = self.config
         prompts = [render(cfg.final_template, question=d.item.question, memory=d.memory) for d in docs]
         t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, self._params(cfg.answer_tokens))
+        gens = self.backend.generate(prompts, self._params(cfg.answer_tokens, call))
         seconds = time.perf_counter() - t0
         out = []
         for d, prompt, gen in zip(docs, prompts, gens):

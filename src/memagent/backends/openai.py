@@ -122,19 +122,7 @@ class OpenAIBackend:
         extra_body: dict[str, Any] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if max_concurrency < 1:
-            raise BackendError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        if not (math.isfinite(timeout) and math.isfinite(connect_timeout)) or timeout <= 0 or connect_timeout <= 0:
-            raise BackendError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
-        if max_retries < 0:
-            raise BackendError(f"max_retries must be >= 0, got {max_retries}")
-        url = base_url or os.environ.get("OPENAI_BASE_URL")
-        if not url:
-            raise BackendError("the openai backend needs the server's URL: pass --base-url "
-                               "http://HOST:PORT/v1 (base_url=...) or set OPENAI_BASE_URL")
-        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
-            raise BackendError(f"base URL {public_url(url)!r} is not an http(s) URL; "
-                               "expected something like http://localhost:8000/v1")
+        url = _checked_url(base_url, max_concurrency, timeout, connect_timeout, max_retries)
         self.model = model
         self.base_url = url.rstrip("/")
         self.api_key_env = api_key_env
@@ -154,15 +142,7 @@ class OpenAIBackend:
         self._rng_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._notes: set[str] = set()
-        key = os.environ.get(api_key_env) or None
-        # httpx masks the Authorization header in its reprs; the key is kept nowhere else
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-            transport=DeadlineTransport(httpx.Limits(max_connections=max_concurrency,
-                                                     max_keepalive_connections=max_concurrency)),
-        )
+        self._client = _client(os.environ.get(api_key_env) or None, max_concurrency, timeout, connect_timeout)
         self.tokenizer = load_tokenizer(tokenizer, model)
         self.use_chat_template = use_chat and resolve_chat_template(self.tokenizer, "auto")
         if use_chat and not self.use_chat_template:
@@ -366,3 +346,34 @@ def _retry_after(r: httpx.Response) -> float | None:
         return max(0.0, float(r.headers.get("retry-after", "")))
     except ValueError:
         return None
+
+
+def _checked_url(base_url: str | None, max_concurrency: int, timeout: float, connect_timeout: float,
+                 max_retries: int) -> str:
+    """The server's URL (`base_url`, else $OPENAI_BASE_URL) once the client settings are checked."""
+    if max_concurrency < 1:
+        raise BackendError(f"max_concurrency must be at least 1, got {max_concurrency}")
+    if not (math.isfinite(timeout) and math.isfinite(connect_timeout)) or timeout <= 0 or connect_timeout <= 0:
+        raise BackendError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
+    if max_retries < 0:
+        raise BackendError(f"max_retries must be >= 0, got {max_retries}")
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if not url:
+        raise BackendError("the openai backend needs the server's URL: pass --base-url "
+                           "http://HOST:PORT/v1 (base_url=...) or set OPENAI_BASE_URL")
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+        raise BackendError(f"base URL {public_url(url)!r} is not an http(s) URL; "
+                           "expected something like http://localhost:8000/v1")
+    return url
+
+
+def _client(key: str | None, max_concurrency: int, timeout: float, connect_timeout: float) -> httpx.Client:
+    """The HTTP client: the API key as a bearer header (httpx masks it in its reprs; it is kept nowhere else),
+    at most `max_concurrency` connections, every try bounded by its deadline."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(
+        headers=headers,
+        timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
+        transport=DeadlineTransport(httpx.Limits(max_connections=max_concurrency,
+                                                 max_keepalive_connections=max_concurrency)),
+    )

@@ -1,41 +1,47 @@
-"""How a command builds its backend: one options type shared by `memagent ask` and `memagent eval`."""
+"""How a command builds its backend: one options type shared by `memagent ask`, `eval` and `serve`."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from memagent.backends.base import Backend
 from memagent.errors import InputError
+from memagent.flags import flag, flag_values
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class BackendOptions:
-    """The backend and its options (one field per command-line option, plus two a profile sets).
+    """The backend and its options (one field per command-line option, plus two a profile sets: use
+    `memagent.profile.open_backend` to load one with them).
 
     An option that belongs to another backend than the chosen one is an error, not ignored.
     """
 
-    name: str = "transformers"  # transformers | openai | vllm
-    base_url: str | None = None  # openai: the server's URL
-    tokenizer: str | None = None  # openai, vllm: the served model's tokenizer (HF id or path)
-    device: str = "auto"  # transformers: auto | cpu | cuda | mps
-    dtype: str = "auto"  # transformers, vllm: auto | float32 | bfloat16 | float16
-    tensor_parallel: int = 1  # vllm: GPUs the model is split over
-    max_concurrency: int = 8  # openai: requests in flight at once
-    request_timeout: float = 600.0  # openai: seconds one try may take in all
-    max_retries: int = 4  # openai: retries on 5xx, 429, timeouts and refused connections
+    name: str = field(default="transformers", metadata=flag("transformers | openai | vllm", "--backend"))
+    base_url: Optional[str] = field(default=None, metadata=flag(
+        "openai backend: server URL, e.g. http://localhost:8000/v1"))
+    tokenizer: Optional[str] = field(default=None, metadata=flag(
+        "openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model "
+        "name."))
+    device: str = field(default="auto", metadata=flag("transformers backend: auto | cpu | cuda | mps"))
+    dtype: str = field(default="auto", metadata=flag(
+        "transformers / vllm backend: auto | float32 | bfloat16 | float16"))
+    tensor_parallel: int = field(default=1, metadata=flag("vllm backend: tensor-parallel size (GPUs)."))
+    max_concurrency: int = field(default=8, metadata=flag("openai backend: requests in flight at once."))
+    request_timeout: float = field(default=600.0, metadata=flag(
+        "openai backend: seconds one try may take in all (connect, send, every byte of the reply)."))
+    max_retries: int = field(default=4, metadata=flag(
+        "openai backend: retries on 5xx, 429, timeouts and refused connections."))
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # from the profile
     yarn_factor: float | None = None  # from the profile: YaRN rope scaling (transformers, vllm)
 
     def flags(self) -> dict[str, Any]:
-        """The command-line options these came from ({parameter name: value}, `--backend` for `name`), for
+        """The command-line options these came from ({parameter name: value}, `backend` for `name`), for
         `memagent.flags.check_flags`."""
-        values = {f: getattr(self, f) for f in ("base_url", "tokenizer", "device", "dtype", "tensor_parallel",
-                                                  "max_concurrency", "request_timeout", "max_retries")}
-        return dict(backend=self.name, **values)
+        return flag_values(self)
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `load_backend` for the chosen backend."""

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 
 __all__ = [
@@ -74,9 +75,9 @@ PRESETS = {
 class CostModel:
     """The paper's token budget for each call."""
 
-    query: int = 1024  # q
-    output: int = 1024  # o
-    chunk: int = 5000  # N
+    query: int = AgentConfig.query_tokens  # q
+    output: int = AgentConfig.memory_tokens  # o: the memory cap M (the answer budget is the same)
+    chunk: int = AgentConfig.chunk_tokens  # N
     memory_overhead: int = 200  # template tokens of the initial and memory calls
     final_overhead: int = 100  # template tokens of the final call
 

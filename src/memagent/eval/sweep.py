@@ -1,4 +1,4 @@
-"""`memagent eval`: methods x data files (tasks at several lengths) x repeats, one JSONL record per sample.
+"""The evaluation sweep: methods x data files (tasks at several lengths) x repeats, one JSONL record per sample.
 
 Every (model, method, data file, sample, repeat, settings) has a key (`memagent.eval.records`); a record is
 appended to `results.jsonl` and flushed to disk as soon as its group of samples is done, and a rerun skips
@@ -15,7 +15,7 @@ skipped failure), scores (the metric family: em/f1/sub_em or string_match_all/pa
 ScoreOptions applied), prediction (boxed answer or null), raw (the model's last reply), gold, tokens (prompt
 and generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds (the
 group's wall-clock divided by its size), group_size, note; an error record has error {kind, message,
-attempts} instead of the reply and tokens.
+attempts} instead of the reply and tokens. The `memagent eval` command around it is `memagent.eval.command`.
 """
 from __future__ import annotations
 
@@ -27,24 +27,20 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memagent.agent.answer import final_answer
-from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context, context_budget, middle_truncate,
                                      render_baseline)
 from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
-                                   record_key, record_length, rescore_file, rescore_stale, sample_ids)
+                                   record_key, record_length, rescore_stale, sample_ids)
 from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
 from memagent.lock import run_lock
 from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
 
-if TYPE_CHECKING:
-    from memagent.profile import Profile
-
-__all__ = ["METHODS", "EvalOptions", "SweepConfig", "load_done", "plan", "run_eval", "run_sweep", "sweep_config"]
+__all__ = ["METHODS", "SweepConfig", "load_done", "plan", "run_sweep", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -242,12 +238,13 @@ def run_sweep(backend: Any, data_files: Sequence[str | Path], out_dir: str | Pat
     returns that path."""
     with run_lock(out_dir, "eval"):
         datas, _ = plan(cfg, data_files)
-        return _sweep(backend, datas, Path(out_dir), cfg, on_record, progress, retry_failed, max_failures)
+        return sweep(backend, datas, Path(out_dir), cfg, on_record, progress, retry_failed, max_failures)
 
 
-def _sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
+def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
            on_record: Callable[[dict], None] | None, progress: bool, retry_failed: bool,
            max_failures: int | None) -> Path:
+    """`run_sweep` once the caller holds the folder's lock and has planned `datas`."""
     _check_windows(backend, cfg)
     results = out / "results.jsonl"
     done = latest(load_records(results))
@@ -302,111 +299,3 @@ def _bar(progress: bool) -> Callable[[str], None] | None:
 
     console = Console(stderr=True)
     return lambda line: console.print(line, highlight=False)
-
-
-@dataclass
-class EvalOptions:
-    """What `memagent eval` was asked (one field per command-line option; backend options shared with ask)."""
-
-    model: str
-    data: list[str]
-    out: str
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
-    backend: BackendOptions = field(default_factory=BackendOptions)
-    profile: str | None = None  # a protocol profile (YAML); None: the built-in one
-    # None: the profile's value
-    chunk_tokens: int | None = None
-    memory_tokens: int | None = None
-    answer_tokens: int | None = None
-    query_tokens: int | None = None
-    window: int | None = None  # the baselines' window (profile: budgets.baseline_window)
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    batch_docs: int = 16
-    passage_tokens: int = 512
-    limit: int | None = None
-    progress: bool = True
-    repeats: int | None = None  # None: the profile's sampling.repeats
-    retry_failed: bool = False
-    max_failures: int | None = None
-    rescore: bool = False
-    golds: str | None = None  # None: the profile's scoring options
-    empty_prediction: str | None = None
-    failed: str | None = None
-
-
-def eval_profile(o: EvalOptions) -> "Profile":
-    """The settings `eval` runs with: the built-in profile, then --profile, then the flags."""
-    from memagent.profile import resolve_profile
-
-    return resolve_profile(o.profile, chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens,
-                           answer_tokens=o.answer_tokens, query_tokens=o.query_tokens, window=o.window,
-                           temperature=o.temperature, top_p=o.top_p, seed=o.seed,
-                           **{k: getattr(o, k) for k in _LATER_FLAGS})
-
-
-# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None in EvalOptions: the profile's
-_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
-
-
-def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:
-    """The sweep settings `memagent eval` runs with, from the options and the resolved profile (the settings
-    fingerprint is computed from them)."""
-    profile = profile if profile is not None else eval_profile(o)
-    b = profile.budgets
-    return SweepConfig(
-        model_name=o.model, methods=o.methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
-        limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
-        baseline_template=profile.prompts.baseline_template,
-        agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring,
-        backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
-                              chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
-
-
-def run_eval(o: EvalOptions) -> str:
-    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write profile.yaml, table.md,
-    plots and summary.json, holding the output folder's lock throughout; returns the table."""
-    from dataclasses import replace
-
-    from memagent.profile import write_profile
-
-    profile = eval_profile(o)
-    cfg = sweep_config(o, profile)
-    if o.max_failures is not None and o.max_failures < 1:
-        raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
-    out = Path(o.out)
-    with run_lock(out, "eval"):
-        datas, keys = plan(cfg, o.data)
-        write_profile(profile, out / "profile.yaml")
-        if o.rescore:
-            return _rescore_run(o, cfg, datas, keys)
-        backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
-                          yarn_factor=profile.budgets.yarn_factor).load(o.model)
-        try:
-            _sweep(backend, datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
-        except EvalError:
-            _finish(o, cfg, datas, keys)
-            raise
-        return _finish(o, cfg, datas, keys)
-
-
-def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    results = Path(o.out) / "results.jsonl"
-    if not results.is_file():
-        raise EvalError(f"nothing to rescore: {results} does not exist; run `memagent eval` without --rescore first")
-    rescore_file(results, cfg.scoring)
-    return _finish(o, cfg, datas, keys)
-
-
-def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    """table.md and plots of this run's records, and summary.json; returns the table."""
-    from memagent.eval.report import write_report
-    from memagent.eval.summary import write_summary
-
-    results = Path(o.out) / "results.jsonl"
-    text, _, _ = write_report(results, o.out, keys=keys)
-    write_summary(o.out, options=dataclasses.asdict(o), cfg=cfg, fingerprint=fingerprint(cfg), datas=datas,
-                  keys=keys, records=latest(load_records(results)))
-    return text

@@ -10,7 +10,6 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -22,22 +21,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 from memagent.serve.errors import ApiError
 from memagent.serve.http import error_response, read_json, upload_blocks
 from memagent.serve.jobs import JobManager
+from memagent.serve.requests import ServeSettings, check_questions, document_of
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 _OPEN = ("/health",)  # routes that need no key (the page's files are outside /v1 and /metrics too)
-
-
-@dataclass
-class ServeSettings:
-    """Limits and identity of one server."""
-
-    model_name: str
-    api_key: str | None = None  # None: no auth (loopback only)
-    max_body_bytes: int = 16 << 20  # JSON requests (a document in a chat request included)
-    max_question_chars: int = 8192
-    max_questions: int = 32
-    wait_seconds: float = 0.5  # a waiting request wakes on each event, and at least this often (disconnects)
 
 
 def _needs_key(path: str) -> bool:
@@ -108,36 +96,6 @@ def _document_routes(app: FastAPI, manager: JobManager) -> None:
     @app.get("/v1/documents/{doc_id}")
     async def document(doc_id: str) -> dict[str, Any]:
         return {"id": doc_id, "bytes": manager.docs.size(doc_id)}
-
-
-def check_questions(questions: Any, manager: JobManager, settings: ServeSettings) -> list[str]:
-    """A non-empty list of non-empty questions within the length limits; 400 otherwise."""
-    if not isinstance(questions, list) or not questions:
-        raise ApiError(400, "missing question: give \"questions\": a non-empty list of strings")
-    if len(questions) > settings.max_questions:
-        raise ApiError(400, f"{len(questions)} questions, over the limit of {settings.max_questions} per job")
-    tok, budget = manager.backend.tokenizer, manager.config.query_tokens
-    for i, q in enumerate(questions):
-        if not isinstance(q, str) or not q.strip():
-            raise ApiError(400, f"questions[{i}] must be a non-empty string")
-        if len(q) > settings.max_question_chars:
-            raise ApiError(400, f"questions[{i}] has {len(q)} characters, over the limit of "
-                                f"{settings.max_question_chars}; shorten it")
-        n = len(tok(q, add_special_tokens=False)["input_ids"])
-        if n > budget:
-            raise ApiError(400, f"questions[{i}] has {n} tokens, over the question budget of {budget}; shorten it")
-    return questions
-
-
-def document_of(body: dict[str, Any], manager: JobManager) -> str:
-    """The job's document id: `document_id` (checked), or `document` text saved as a new document."""
-    if body.get("document_id") is not None:
-        manager.docs.path(body["document_id"])
-        return body["document_id"]
-    text = body.get("document")
-    if not isinstance(text, str):
-        raise ApiError(400, "missing document: give \"document_id\" (from POST /v1/documents) or \"document\" (text)")
-    return manager.docs.save_text(text)[0]
 
 
 def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from memagent.backends.base import Backend, Generation, SamplingParams
+from memagent.serve.errors import JobCancelled
 
 
 class _LockedTokenizer:
@@ -79,8 +80,6 @@ class JobBackend:
         return self.shared.prompt_length(prompt)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
-        from memagent.serve.jobs import JobCancelled
-
         if self.cancelled():
             raise JobCancelled()
         out = self.shared.generate(prompts, params)

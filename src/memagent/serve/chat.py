@@ -13,10 +13,10 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from memagent.serve.app import ServeSettings, check_questions, document_of
 from memagent.serve.errors import ApiError
 from memagent.serve.http import read_json
 from memagent.serve.jobs import JobManager, Live
+from memagent.serve.requests import ServeSettings, check_questions, document_of
 
 
 def _text(content: Any, where: str) -> str:

@@ -1,4 +1,5 @@
-"""The service's error: an HTTP status, a message saying what is wrong and what to do, and a type."""
+"""The service's error (an HTTP status, a message saying what is wrong and what to do, and a type), and the
+signal that stops a cancelled job."""
 from __future__ import annotations
 
 from memagent.errors import MemAgentError
@@ -14,3 +15,7 @@ class ApiError(MemAgentError):
         self.message = message
         self.type = type
         self.headers = headers or {}
+
+
+class JobCancelled(Exception):
+    """Raised inside a job's thread to stop it (DELETE, or the client went away)."""

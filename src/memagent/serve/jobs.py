@@ -21,17 +21,13 @@ from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.serve.backend import JobBackend, SharedBackend
 from memagent.serve.documents import DocumentStore, new_id
-from memagent.serve.errors import ApiError
+from memagent.serve.errors import ApiError, JobCancelled
 from memagent.serve.metrics import Metrics
 from memagent.serve.store import UNFINISHED, Store
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed", "cancelled")
 _KEEP_FINISHED = 256  # finished jobs whose events stay in memory (older ones are rebuilt from SQLite)
-
-
-class JobCancelled(Exception):
-    """Raised inside a job's thread to stop it (DELETE, or the client went away)."""
 
 
 def evidence(steps: list[dict[str, Any]], empty_memory: str) -> list[int]:

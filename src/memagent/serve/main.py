@@ -4,7 +4,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,28 +12,33 @@ from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
+from memagent.flags import MODEL_HELP, BudgetOptions, check_flags, flag, flag_values
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ServeOptions:
-    model: str
+    """What `memagent serve` was asked: one field per command-line option (the CLI is built from them)."""
+
+    model: str = field(metadata=flag(MODEL_HELP))
     backend: BackendOptions = field(default_factory=BackendOptions)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    state_dir: Path = Path("memagent-state")
-    api_key_env: Optional[str] = None
-    profile: Optional[Path] = None
-    chunk_tokens: Optional[int] = None
-    memory_tokens: Optional[int] = None
-    answer_tokens: Optional[int] = None
-    query_tokens: Optional[int] = None
-    max_jobs: int = 4
-    max_queue: int = 64
-    max_body_bytes: int = 16 << 20
-    max_document_bytes: int = 8 << 30
-    max_question_chars: int = 8192
+    host: str = field(default="127.0.0.1", metadata=flag(
+        "Address to bind; another than loopback needs --api-key-env."))
+    port: int = field(default=8000, metadata=flag("TCP port."))
+    state_dir: Path = field(default=Path("memagent-state"), metadata=flag(
+        "Folder of the SQLite job store and the uploaded documents (a restart resumes its jobs)."))
+    api_key_env: Optional[str] = field(default=None, metadata=flag(
+        "Environment variable holding the key clients send as 'Authorization: Bearer KEY'."))
+    profile: Optional[Path] = field(default=None, metadata=flag("Protocol profile (YAML); flags override it."))
+    budgets: BudgetOptions = field(default_factory=BudgetOptions)
+    max_jobs: int = field(default=4, metadata=flag("Jobs run at once."))
+    max_queue: int = field(default=64, metadata=flag(
+        "Jobs waiting beyond --max-jobs; more get 429 with Retry-After."))
+    max_body_bytes: int = field(default=16 << 20, metadata=flag(
+        "Largest JSON request (a document sent inline included)."))
+    max_document_bytes: int = field(default=8 << 30, metadata=flag("Largest uploaded document."))
+    max_question_chars: int = field(default=8192, metadata=flag("Longest question."))
 
 
 def is_loopback(host: str) -> bool:
@@ -85,27 +90,22 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
 
 def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
-    from memagent.flags import check_flags
     from memagent.lock import run_lock
-    from memagent.run import AskOptions, ask_profile
+    from memagent.profile import open_backend
+    from memagent.run import model_profile
     from memagent.serve import require_serve_deps
 
     require_serve_deps()
-    check_flags(dict(port=o.port, max_jobs=o.max_jobs, max_queue=o.max_queue, max_body_bytes=o.max_body_bytes,
-                     max_document_bytes=o.max_document_bytes, max_question_chars=o.max_question_chars,
-                     **o.backend.flags()))
+    check_flags(flag_values(o))
     if not 0 < o.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
-    profile = ask_profile(AskOptions(model=o.model, profile=o.profile, chunk_tokens=o.chunk_tokens,
-                                     memory_tokens=o.memory_tokens, answer_tokens=o.answer_tokens,
-                                     query_tokens=o.query_tokens))
+    profile = model_profile(o.model, o.profile, o.budgets)
     config = profile.agent_config()
     import uvicorn
 
     with run_lock(o.state_dir, "memagent serve"):
-        backend = replace(o.backend, chat_template_kwargs=profile.chat_template_kwargs,
-                          yarn_factor=profile.budgets.yarn_factor).load(o.model)
+        backend = open_backend(o.model, o.backend, profile)
         app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai")
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:

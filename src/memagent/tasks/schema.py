@@ -46,7 +46,8 @@ __all__ = [
     "write_samples",
 ]
 
-_REQUIRED = ("id", "question", "answers", "task")
+_REQUIRED = ("id", "question", "answers")
+DEFAULT_TASK = "qa"  # the task of a record without one (training files often have none); eval groups by it
 
 
 def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
@@ -56,6 +57,7 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     missing = [k for k in _REQUIRED if k not in sample]
     if missing:
         raise DataError(f"{where(None)}: sample lacks {', '.join(missing)}")
+    sample.setdefault("task", DEFAULT_TASK)
     if not isinstance(sample["id"], (str, int)) or isinstance(sample["id"], bool):
         raise DataError(f"{where('id')}: must be a string or an integer, got {sample['id']!r}")
     check_text(sample["question"], where, "question")
@@ -73,16 +75,18 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     return sample
 
 
-def read_samples(path: str | Path, source: str | Path | None = None) -> Iterator[dict]:
+def read_samples(path: str | Path, source: str | Path | None = None,
+                 check: Callable[[Any, Callable[[str | None], str]], dict] = check_sample) -> Iterator[dict]:
     """Read and check samples one at a time from our JSONL or any released format
     (`memagent.tasks.released`: JSON arrays streamed, parquet by row batches); errors name the
     file, the line or record, and the field. `source`: the paragraph file that index contexts
-    point into. Sample ids must be unique within the file."""
+    point into. Sample ids must be unique within the file. `check` checks a record of our own format
+    (`ask --input` passes its own, for records without answers)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
     seen: dict[str, str] = {}
-    for n, sample in enumerate(read_released(path, source, check_own=check_sample)):
+    for n, sample in enumerate(read_released(path, source, check_own=check)):
         key = str(sample["id"])
         if key in seen:
             raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")

@@ -1,0 +1,122 @@
+"""The `memagent` command line: each command parses, builds an options object and calls one library function.
+
+Commands live in one module per group (`ask`: ask, serve, report; `evaluate`: eval, flops, profile; `data`;
+`train`: train, demo, tiny-model); this module runs the application and turns errors into one line.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sys
+import traceback
+from typing import Optional
+
+import typer
+
+from memagent.cli import ask, data, evaluate, train  # noqa: F401  (each registers its commands on `app`)
+from memagent.cli.app import app
+
+__all__ = ["app", "main", "run"]
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _fail(message: str) -> int:
+    typer.echo(f"error: {_one_line(message)}", err=True)
+    return 2
+
+
+def run(args: Optional[list[str]] = None) -> int:
+    """Run the CLI on `args` (default sys.argv[1:]); returns the exit code.
+
+    Every user-caused failure is one `error: ...` line and code 2: a `MemAgentError`, a bad flag
+    (click's usage errors), an OS error the user can fix (permission, missing folder, disk full, a
+    path under a file, ...) and text that is not UTF-8. Anything else is a bug: its traceback, then a
+    line asking to report it, and code 1.
+    """
+    from memagent.errors import MemAgentError
+    from memagent.io import os_error_message
+
+    usage_errors, aborts = _click_exceptions()
+    try:
+        code = app(args=args, prog_name="memagent", standalone_mode=False)
+    except usage_errors as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `memagent` alone: the help text
+            typer.echo(e.format_message(), err=True)
+            return 2
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        return _fail(e.format_message() + hint)
+    except aborts:
+        typer.echo("aborted", err=True)
+        return 1
+    except MemAgentError as e:
+        return _fail(str(e))
+    except UnicodeDecodeError as e:
+        return _fail(f"an input is not valid UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8")
+    except OSError as e:
+        if e.errno == errno.EPIPE:  # the reader of stdout went away (e.g. `| head`)
+            return 1
+        message = os_error_message(e)
+        if message is None:
+            return _bug()
+        return _fail(message)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:  # noqa: BLE001  (the last resort: a bug)
+        return _bug()
+    if code == 130:
+        typer.echo("interrupted", err=True)
+    return code if isinstance(code, int) else 0
+
+
+def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(usage errors, aborts) of click and of the click copy newer typer versions carry (typer._click)."""
+    usage: list[type[BaseException]] = []
+    aborts: list[type[BaseException]] = [typer.Abort]
+    try:
+        import click
+
+        usage.append(click.exceptions.ClickException)
+        aborts.append(click.exceptions.Abort)
+    except ImportError:
+        pass
+    try:
+        from typer._click import exceptions as vendored  # typer >= 0.2x
+
+        usage.append(vendored.ClickException)
+        aborts.append(getattr(vendored, "Abort", typer.Abort))
+    except ImportError:
+        pass
+    return tuple(usage), tuple(aborts)
+
+
+def _bug() -> int:
+    traceback.print_exc()
+    typer.echo("memagent hit an internal error (a bug, not a problem with your input); please report it "
+               "(open an issue on the project) with the command you ran and the traceback above", err=True)
+    return 1
+
+
+def main() -> None:
+    """Entry point: known errors become one clear line on stderr and exit code 2."""
+    _quiet_libraries()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    sys.exit(run())
+
+

@@ -1,0 +1,86 @@
+"""`memagent eval`, `memagent flops` and `memagent profile ...`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from memagent.cli.app import app, int_list
+from memagent.cli.params import options_command
+from memagent.eval.command import EvalOptions
+
+profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("from-reference")
+def profile_from_reference_cmd(
+    path: Path = typer.Argument(..., help="Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent."),
+    out: Path = typer.Option(..., "--out", help="YAML profile to write."),
+    protocol: str = typer.Option("phrase", "--protocol", help="Final-answer protocol of the run: phrase (Table 1) | boxed."),
+    baseline_input_tokens: Optional[int] = typer.Option(None, "--baseline-input-tokens", help="Baselines' prompt limit (default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models)."),
+    yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
+) -> None:
+    """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
+    from memagent.profile import write_profile
+    from memagent.reference import profile_from_reference
+
+    written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
+    typer.echo(f"wrote the official {protocol} profile to {written}")
+
+
+@app.command()
+def flops(
+    model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="Context lengths (default 8K ... 4M, doubling)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of FLOPs against length."),
+) -> None:
+    """The paper's FLOP comparison of full attention and MemAgent."""
+    from rich.console import Console
+
+    from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
+    from memagent.io import check_output_file
+
+    if plot is not None:
+        check_output_file(plot, "--plot", {f"--model {m}": _model_config(m) for m in model})
+        if plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
+            raise typer.BadParameter(f"{plot.name}: write a .png, .pdf or .svg", param_hint="--plot")
+    report = flops_report(model, int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
+    if as_json:
+        typer.echo(report)
+    else:
+        Console().print(report)
+
+
+def _check_eval_out(out: Path, data: list[str]) -> None:
+    """--out is a writable folder, and no --data file is one of the files eval writes there."""
+    from memagent.io import check_not_input, check_output_dir
+
+    for d in data:
+        if not Path(d).is_file():
+            raise typer.BadParameter(f"{d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
+                                     "files made by `memagent data ...`", param_hint="--data")
+    inputs = {f"--data file {d!r}": d for d in data}
+    check_output_dir(out, "--out", inputs)
+    for name in ("results.jsonl", "table.md"):
+        check_not_input(out / name, inputs, f"--out (its {name})")
+
+
+def _model_config(model: str) -> Optional[Path]:
+    """The config.json a --model names (the file itself, or the one in a model folder); None for a preset."""
+    p = Path(model)
+    return p / "config.json" if p.is_dir() else p if p.is_file() else None
+
+
+
+
+@app.command("eval")
+@options_command(EvalOptions)
+def eval_(o: EvalOptions) -> None:
+    """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
+    from memagent.eval.command import run_eval
+
+    _check_eval_out(Path(o.out), o.data)
+    typer.echo(run_eval(o))

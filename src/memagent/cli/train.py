@@ -1,0 +1,93 @@
+"""`memagent train`, `memagent demo` and `memagent tiny-model`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from memagent.cli.app import app, int_list
+
+
+@app.command("tiny-model")
+def tiny_model(
+    out_dir: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in DIR."),
+) -> None:
+    """Write a tiny randomly initialised Qwen2 model + byte-level tokenizer (safetensors)."""
+    from memagent.backends.tiny import build_tiny_model
+    from memagent.flags import check_flags
+    from memagent.io import check_output_dir, refuse_occupied
+
+    check_flags(dict(seed=seed))
+    check_output_dir(out_dir, "DIR")
+    refuse_occupied(out_dir, "DIR", force)
+    path = build_tiny_model(out_dir, seed=seed)
+    typer.echo(f"wrote a tiny model to {path}")
+
+
+
+@app.command("train", context_settings={"help_option_names": ["-h", "--help"]})
+def train_cmd(
+    config: Path = typer.Argument(..., help="YAML file of TrainConfig fields (see memagent.rl.config)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
+    force: bool = typer.Option(False, "--force", help="Write into an out_dir that holds a model or another run."),
+) -> None:
+    """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
+    from memagent.profile import load_profile, train_config_with_profile, write_profile
+    from memagent.config import ConfigError
+    from memagent.rl.config import check_out_dir, load_config, parse_overrides
+    from memagent.rl.trainer import train
+
+    cfg = load_config(config, list(overrides or []) + (["resume=true"] if resume else [])
+                      + (["force=true"] if force else []))
+    explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
+    cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
+    check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
+    if cfg.data and not Path(cfg.data).is_file():
+        raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
+    result = train(cfg)
+    if result.checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")
+
+
+
+@app.command()
+def demo(
+    quick: bool = typer.Option(False, "--quick", help="The reduced version (CI): fewer lengths, documents and steps."),
+    seed: int = typer.Option(0, "--seed", help="Seed of data, initialisation and sampling."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Directory for results.json, accuracy.png and model/."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every seed of this list (e.g. 100,101,102,103,104, "
+                                        "the evaluation seeds) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min)."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
+    pure_dapo: bool = typer.Option(False, "--pure-dapo", help="The ablation: Multi-Conv DAPO alone, without the "
+                                   "demo's value-copy loss (rl_copy_coef 0)."),
+) -> None:
+    """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
+    full-context baseline, length sweep, table."""
+    if seeds is not None:
+        from memagent.demo.seeds import run_seeds
+
+        summary = run_seeds(int_list(seeds, "--seeds", minimum=0), out, quick=quick, jobs=jobs,
+                            log=lambda m: typer.echo(m, err=True), pure_dapo=pure_dapo)
+        from memagent.demo.seeds import markdown
+
+        typer.echo(markdown(summary))
+        return
+    from memagent.demo.pipeline import DemoConfig, run_demo
+    from memagent.flags import check_flags
+    from memagent.io import check_output_dir
+
+    check_flags(dict(seed=seed))
+    check_output_dir(out, "--out")
+    from memagent.lock import run_lock
+
+    with run_lock(out, "demo"):  # one demo per --out
+        run_demo(DemoConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
+

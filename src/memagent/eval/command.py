@@ -1,0 +1,137 @@
+"""`memagent eval`: its options (one field per command-line option), the profile and sweep settings they
+resolve to, and the run: the sweep (`memagent.eval.sweep`), then profile.yaml, table.md, plots and summary.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from memagent.backends.options import BackendOptions
+from memagent.eval.baselines import EvalError
+from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
+from memagent.eval.sweep import METHODS, SweepConfig, plan, sweep
+from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
+from memagent.lock import run_lock
+
+if TYPE_CHECKING:
+    from memagent.profile import Profile
+
+__all__ = ["EvalOptions", "eval_profile", "run_eval", "sweep_config"]
+
+
+@dataclass
+class EvalOptions:
+    """What `memagent eval` was asked: one field per command-line option (the CLI is built from them)."""
+
+    model: str = field(metadata=flag(MODEL_HELP))
+    data: list[str] = field(metadata=flag("Sample files from `memagent data`, comma-separated.", parse=split_list))
+    out: Path = field(metadata=flag("Directory for results.jsonl, table.md and plots (a rerun resumes)."))
+    methods: list[str] = field(default_factory=lambda: list(METHODS), metadata=flag(
+        "Any of memagent, full-context, rag-bm25.", parse=split_list))
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    profile: Optional[Path] = field(default=None, metadata=flag(
+        "Protocol profile (YAML, e.g. from `memagent profile from-reference`); flags override it. Written to "
+        "OUT/profile.yaml."))
+    budgets: BudgetOptions = field(default_factory=BudgetOptions)  # None: the profile's value
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    batch_docs: int = field(default=16, metadata=flag("Samples per batch (and per flush of results)."))
+    window: Optional[int] = field(default=None, metadata=flag(
+        "Baselines' context window (default: the profile's budgets.baseline_window, else the model's)."))
+    passage_tokens: int = field(default=512, metadata=flag("rag-bm25 passage size."))
+    limit: Optional[int] = field(default=None, metadata=flag("At most this many samples per data file."))
+    progress: bool = field(default=True, metadata=flag("One line per finished sample on stderr.",
+                                                       "--progress/--no-progress"))
+    repeats: Optional[int] = field(default=None, metadata=flag(
+        "[default: the profile's, 1] Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± "
+        "standard error."))
+    retry_failed: bool = field(default=False, metadata=flag("Run again the samples recorded as failed."))
+    max_failures: Optional[int] = field(default=None, metadata=flag(
+        "Stop once this many samples have failed in this run."))
+    rescore: bool = field(default=False, metadata=flag(
+        "Recompute every score from the stored replies; no model is loaded."))
+    golds: Optional[str] = field(default=None, metadata=flag(
+        "[default: the profile's, all] Score against all golds (best of) or the first gold only: all | first."))
+    empty_prediction: Optional[str] = field(default=None, metadata=flag(
+        "[default: the profile's, zero] A prediction empty once normalised: zero (scores 0) | text (the official "
+        "raw substring rule)."))
+    failed: Optional[str] = field(default=None, metadata=flag(
+        "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
+
+    def record(self) -> dict:
+        """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
+        values = {k: v for k, v in flag_values(self).items() if k not in flag_values(self.backend)}
+        return dict(values, backend=dataclasses.asdict(self.backend))
+
+
+# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None in EvalOptions: the profile's
+_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
+
+
+def eval_profile(o: EvalOptions) -> "Profile":
+    """The settings `eval` runs with: the built-in profile, then --profile, then the flags."""
+    from memagent.profile import resolve_profile
+
+    return resolve_profile(o.profile, window=o.window, **flag_values(o.budgets), **flag_values(o.sampling),
+                           **{k: getattr(o, k) for k in _LATER_FLAGS})
+
+
+def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:
+    """The sweep settings `memagent eval` runs with, from the options and the resolved profile (the settings
+    fingerprint is computed from them)."""
+    profile = profile if profile is not None else eval_profile(o)
+    b = profile.budgets
+    return SweepConfig(
+        model_name=o.model, methods=o.methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
+        limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
+        baseline_template=profile.prompts.baseline_template,
+        agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
+        scoring=profile.scoring,
+        backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
+                              chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
+
+
+def run_eval(o: EvalOptions) -> str:
+    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write profile.yaml, table.md,
+    plots and summary.json, holding the output folder's lock throughout; returns the table."""
+    from memagent.profile import open_backend, write_profile
+
+    check_flags(flag_values(o))  # as `ask` checks its own
+    profile = eval_profile(o)
+    cfg = sweep_config(o, profile)
+    if o.max_failures is not None and o.max_failures < 1:
+        raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
+    out = Path(o.out)
+    with run_lock(out, "eval"):
+        datas, keys = plan(cfg, o.data)
+        write_profile(profile, out / "profile.yaml")
+        if o.rescore:
+            return _rescore_run(o, cfg, datas, keys)
+        backend = open_backend(o.model, o.backend, profile)
+        try:
+            sweep(backend, datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
+        except EvalError:
+            _finish(o, cfg, datas, keys)
+            raise
+        return _finish(o, cfg, datas, keys)
+
+
+def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    results = Path(o.out) / "results.jsonl"
+    if not results.is_file():
+        raise EvalError(f"nothing to rescore: {results} does not exist; run `memagent eval` without --rescore first")
+    rescore_file(results, cfg.scoring)
+    return _finish(o, cfg, datas, keys)
+
+
+def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    """table.md and plots of this run's records, and summary.json; returns the table."""
+    from memagent.eval.report import write_report
+    from memagent.eval.summary import write_summary
+
+    results = Path(o.out) / "results.jsonl"
+    text, _, _ = write_report(results, o.out, keys=keys)
+    write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=fingerprint(cfg), datas=datas,
+                  keys=keys, records=latest(load_records(results)))
+    return text
