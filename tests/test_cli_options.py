@@ -88,3 +88,19 @@ def test_a_bad_record_is_the_same_error_through_ask_and_eval(run_cli, tmp_path, 
         assert code == 2 and "Traceback" not in err
         errors.append(err.strip())
     assert errors[0] == errors[1] == f"error: {tmp_path}/{message}"
+
+
+def test_eval_and_ask_resolve_a_models_saved_settings_by_one_rule(tmp_path):
+    from memagent.eval.command import EvalOptions, eval_profile
+    from memagent.run import model_profile, save_agent_settings
+
+    cfg = AgentConfig(chunk_tokens=16, memory_tokens=2, answer_tokens=3, query_tokens=4,
+                      memory_template="M {memory} C {chunk} Q {question} >", final_template="M {memory} Q {question} >",
+                      empty_memory="none none")
+    save_agent_settings(tmp_path, cfg)
+    got = eval_profile(EvalOptions(model=str(tmp_path), data=["x.jsonl"], out=tmp_path / "out"))
+    assert got == model_profile(str(tmp_path), None, BudgetOptions())
+    assert (got.budgets.chunk_tokens, got.budgets.memory_tokens, got.prompts.empty_memory) == (16, 2, "none none")
+    flagged = eval_profile(EvalOptions(model=str(tmp_path), data=["x.jsonl"], out=tmp_path / "out",
+                                       budgets=BudgetOptions(chunk_tokens=32)))
+    assert flagged.budgets.chunk_tokens == 32 and flagged.prompts.memory_template == cfg.memory_template

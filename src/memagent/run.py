@@ -84,12 +84,17 @@ def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
                   sampling: SamplingOptions = SamplingOptions()) -> Profile:
     """The settings `ask` and `serve` run with: built-in profile, the model's memagent.json, --profile, then
     the flags."""
+    return resolve_profile(profile, model_settings_profile(model), **flag_values(budgets), **flag_values(sampling))
+
+
+def model_settings_profile(model: str) -> Profile:
+    """The built-in profile with the prompts and budgets of the model's memagent.json (none: the built-in one):
+    the base that `ask`, `serve` and `eval` all resolve their settings from."""
     settings = model_agent_settings(model)
     sections = dict(prompts=("memory_template", "final_template", "empty_memory"),
                     budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
-    base = profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in sections.items()},
+    return profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in sections.items()},
                              source=str(Path(model) / AGENT_SETTINGS_FILE))
-    return resolve_profile(profile, base, **flag_values(budgets), **flag_values(sampling))
 
 
 def profile_path_for(output: Path) -> Path:

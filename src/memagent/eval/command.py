@@ -70,10 +70,12 @@ _LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
 
 
 def eval_profile(o: EvalOptions) -> "Profile":
-    """The settings `eval` runs with: the built-in profile, then --profile, then the flags."""
+    """The settings `eval` runs with, by `ask`'s rule: the built-in profile, the model's memagent.json, --profile,
+    then the flags."""
     from memagent.profile import resolve_profile
+    from memagent.run import model_settings_profile
 
-    return resolve_profile(o.profile, window=o.window, **flag_values(o.budgets), **flag_values(o.sampling),
+    return resolve_profile(o.profile, model_settings_profile(o.model), window=o.window, **flag_values(o.budgets), **flag_values(o.sampling),
                            **{k: getattr(o, k) for k in _LATER_FLAGS})
 
 
