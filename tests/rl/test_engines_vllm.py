@@ -266,3 +266,15 @@ def test_server_engine_pushes_at_start_and_after_each_update(tiny_tokenizer):
         assert torch.equal(t, model.state_dict()[n]), n
     with pytest.raises(BackendError, match="vllm.server_url"):
         ServerRollout(model, tiny_tokenizer, load_config(None, ["model=m", "rollout.engine=vllm-server"]), CPU)
+
+
+def test_gpu_check_script_fails_clearly_without_a_gpu():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: run scripts/gpu_check.sh itself")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout.startswith("FAIL gpu: no NVIDIA GPU")
