@@ -163,7 +163,8 @@ def _receiver(conn: Any, model_dir: str) -> None:
 
     torch.cuda.set_device(1)
     worker = WeightReceiver()
-    worker.model_runner = types.SimpleNamespace(model=Loading(AutoModelForCausalLM.from_pretrained(model_dir).cuda(1)))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda(1)
+    worker.model_runner = types.SimpleNamespace(model=Loading(model))
     worker.device, worker.rank = torch.device("cuda:1"), 0
     while True:
         method, args = conn.recv()
@@ -191,7 +192,7 @@ def nccl_broadcast(model_dir: Path) -> str:
         return {"results": [here.recv()]}
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda(0)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda(0)
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(1.5)
