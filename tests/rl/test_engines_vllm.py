@@ -36,6 +36,9 @@ class LoadingModel:
         result = self.target.load_state_dict(dict(weights), strict=False)
         assert not result.unexpected_keys
 
+    def parameters(self):
+        return self.target.parameters()
+
 
 class FakeWorker(WeightReceiver):
     def __init__(self, target):
