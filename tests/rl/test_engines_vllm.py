@@ -52,15 +52,14 @@ class FakeLLM:
     instances: list = []
 
     def __init__(self, **kwargs):
-        from memagent.backends.tiny import build_tokenizer
-
         self.kwargs, self.calls = kwargs, []
         self.worker = FakeWorker(tiny(seed=1))
-        self._tok = build_tokenizer()
         FakeLLM.instances.append(self)
 
     def get_tokenizer(self):
-        return self._tok
+        from memagent.backends.tiny import build_tokenizer
+
+        return build_tokenizer()
 
     def collective_rpc(self, method, args=(), kwargs=None):
         self.calls.append(("rpc", method, len(args[0])))
