@@ -8,13 +8,17 @@ over pluggable per-row objectives.
     accumulate.py   one optimiser step's gradient over [(objective, weight, rows)], split- and rank-invariant
     algos.py        pure tensor math: group advantages, broadcast, policy loss, KL, aggregation (registries)
     rollout.py      G runs of the workflow per question -> rows, rewards, dynamic sampling, advantages
-    engines.py      the `RolloutEngine` Protocol: the policy itself, or vLLM (imported only when chosen)
+    engines.py      the `RolloutEngine` Protocol: the policy itself, in-process vLLM, or an external vLLM server
+    weight_sync.py  pushing trained weights into vLLM in chunks (collective_rpc; NCCL broadcast to a server)
+    vllm_worker.py  the vLLM worker extension that receives them (runs inside vLLM)
+    validation.py   periodic held-out validation: val/greedy_acc, val/sampled_acc
     samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`
     packing.py      packing rows into micro-batches, teacher-forced log-probs
     schedule.py     data order, rollout seeds, optimiser + learning-rate schedule
     metrics_log.py  metrics.jsonl (resumable), TensorBoard, progress bar
     checkpoint.py   safetensors + JSON checkpoints, atomic, resumable
     config.py       TrainConfig (YAML + key=value overrides, validated): every loss setting, once
+    run_options.py  TrainConfig sections data (max_chunks), val, log (W&B), vllm
     distributed.py  torchrun: DDP / FSDP2 helpers
 
 Public entry points, imported lazily (so `import memagent.rl` stays cheap):

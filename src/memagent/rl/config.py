@@ -20,6 +20,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
+from memagent.rl.run_options import DataConfig, LogConfig, ValConfig, VLLMConfig
 
 
 @dataclass
@@ -30,7 +31,8 @@ class RolloutConfig:
     group_size: int = 16  # G rollouts per question (paper: 16); advantages need G >= 2
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more
     max_sampling_rounds: int = 3  # with dynamic sampling: rounds of B questions before training on fewer
-    engine: str = "policy"  # "policy": generate with the trained model itself; "vllm": a vLLM engine
+    engine: str = "policy"  # "policy": generate with the trained model itself; "vllm": a vLLM engine;
+    #   "vllm-server": an external vLLM server (see VLLMConfig)
     reward: str = "boxed"  # reward function by name (memagent.tasks.metrics.REWARDS)
     max_batch_size: int = 64  # prompts per generate() call of the policy backend (memory bound)
 
@@ -39,8 +41,8 @@ class RolloutConfig:
         if self.group_size < 2:
             raise ConfigError(f"rollout.group_size must be >= 2 (advantages compare rollouts of one question), "
                               f"got {self.group_size}; the paper uses 16")
-        if self.engine not in ("policy", "vllm"):
-            raise ConfigError(f"rollout.engine must be 'policy' or 'vllm', got {self.engine!r}")
+        if self.engine not in ("policy", "vllm", "vllm-server"):
+            raise ConfigError(f"rollout.engine must be 'policy', 'vllm' or 'vllm-server', got {self.engine!r}")
 
 
 @dataclass
@@ -133,7 +135,7 @@ class TrainConfig:
     """Everything a training run needs; `model` and `data` may be given through the Python API instead."""
 
     model: str = ""  # policy: a local save_pretrained directory or a Hugging Face id
-    data: str = ""  # JSONL of samples {id, question, answers, context} (for the CLI)
+    data: DataConfig = field(default_factory=DataConfig)  # the data file (YAML `data: FILE`) and data.max_chunks
     out_dir: str = "runs/train"  # checkpoints, metrics.jsonl, config.json
     seed: int = 0  # one seed for data order, rollouts and dropout
     total_steps: int = 100  # rollout batches to train on
@@ -151,8 +153,13 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    val: ValConfig = field(default_factory=ValConfig)  # periodic validation (val.every, val.samples, val.data)
+    log: LogConfig = field(default_factory=LogConfig)  # log.wandb: Weights & Biases beside TensorBoard
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm / vllm-server rollout engines
 
     def __post_init__(self) -> None:
+        if isinstance(self.data, str):  # TrainConfig(data="file.jsonl") from Python
+            self.data = DataConfig(self.data)
         _positive(self, "total_steps")
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be in [0, 2**32) (NumPy's limit), got {self.seed}")
@@ -236,6 +243,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
             return value
+        if isinstance(value, str) and hasattr(tp, "from_str"):  # `data: FILE` for `data: {path: FILE}`
+            return tp.from_str(value)
         return config_from_dict(tp, value, key + ".")
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
@@ -288,6 +297,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
         parts = key.strip().split(".")
+        if parts == ["data"] and isinstance(value, str):  # data=FILE is data.path=FILE (beside data.max_chunks)
+            parts = ["data", "path"]
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
@@ -320,8 +331,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
                               f"got a {type(data).__name__}")
-    data = _deep_merge(data, parse_overrides(overrides or []))
+    data = _deep_merge(_path_sections(data), _path_sections(parse_overrides(overrides or [])))
     return config_from_dict(TrainConfig, data)
+
+
+def _path_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """`data: FILE` as `data: {path: FILE}`, so `data.max_chunks=8` and `data=FILE` merge either way round."""
+    return {**data, "data": {"path": data["data"]}} if isinstance(data.get("data"), str) else data
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
@@ -334,7 +350,7 @@ def check_out_dir(cfg: TrainConfig) -> None:
     `force` writes over a model or a run anyway; checkpoints without resume stay an error (the trainer's)."""
     out = Path(cfg.out_dir)
     model = cfg.model if cfg.model and Path(cfg.model).exists() else None
-    inputs = {"model": model, "data": cfg.data or None}
+    inputs = {"model": model, "data": cfg.data.path or None}
     check_output_dir(out, "out_dir", inputs)
     for name in ("config.json", "metrics.jsonl"):
         check_not_input(out / name, inputs, f"out_dir (its {name})")

@@ -1,4 +1,5 @@
-"""What a training run reports: metrics.jsonl (resumable), optional TensorBoard scalars, the progress bar."""
+"""What a training run reports: metrics.jsonl (resumable), optional TensorBoard scalars and Weights & Biases
+run, the progress bar."""
 from __future__ import annotations
 
 import json
@@ -25,10 +26,12 @@ class MetricsLog:
     """
 
     def __init__(self, out_dir: Path, info: DistInfo, tensorboard: bool = False, resume_step: int = 0,
-                 name: str = "metrics.jsonl") -> None:
+                 name: str = "metrics.jsonl", wandb: dict[str, Any] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.enabled = info.is_main
         self.path = Path(out_dir) / name
         self._tb = None
+        self._wandb = None
         if not self.enabled:
             return
         try:
@@ -46,6 +49,8 @@ class MetricsLog:
             except ImportError:
                 raise ImportError("tensorboard=true needs the tensorboard package: pip install 'memagent[tensorboard]'") from None
             self._tb = SummaryWriter(str(Path(out_dir) / "tb"))
+        if wandb is not None:
+            self._wandb = start_wandb(Path(out_dir), wandb, config or {}, fresh=resume_step == 0)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -60,10 +65,36 @@ class MetricsLog:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
                     self._tb.add_scalar(k, v, record["step"])
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"},
+                            step=record["step"])
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+WANDB_ID_FILE = "wandb_run_id.txt"
+
+
+def start_wandb(out_dir: Path, opts: dict[str, Any], config: dict[str, Any], fresh: bool) -> Any:
+    """A Weights & Biases run for `out_dir` (LogConfig fields in `opts`). Its id is kept in
+    out_dir/wandb_run_id.txt, so a resumed training run goes on logging into the same W&B run."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError("log.wandb=true needs the wandb package: pip install 'memagent[wandb]' "
+                          "(then `wandb login`), or set log.wandb=false") from None
+    id_file = out_dir / WANDB_ID_FILE
+    run_id = None if fresh or not id_file.is_file() else id_file.read_text(encoding="utf-8").strip()
+    if run_id is None:
+        run_id = wandb.util.generate_id()
+        id_file.write_text(run_id + "\n", encoding="utf-8")
+    return wandb.init(project=opts.get("project") or "memagent", name=opts.get("name") or out_dir.resolve().name,
+                      entity=opts.get("entity") or None, id=run_id, resume="allow", config=config,
+                      dir=str(out_dir))
 
 
 def kept_records(path: Path, resume_step: int) -> tuple[list[str], bool]:

@@ -65,6 +65,7 @@ class RunSpec:
     tensorboard: bool = False
     progress: bool = True
     what: str = "train"  # the progress bar's label
+    wandb: dict[str, Any] | None = None  # LogConfig fields when Weights & Biases logging is on
 
 
 class Algorithm(Protocol):
@@ -117,7 +118,8 @@ class Recipe:
         if info.is_main and spec.write_config:
             spec.out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec.out_dir / "config.json", json.dumps(spec.config, indent=2) + "\n")
-        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step)
+        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step, wandb=spec.wandb,
+                                  config=spec.config)
 
     def optimizer_step(self, grad_clip: float) -> dict[str, float]:
         """Clip the accumulated gradient, step AdamW and the schedule, clear the gradient."""

@@ -7,7 +7,7 @@ string or a list of text blocks). Each becomes a `QASample` whose document can b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -68,3 +68,31 @@ def read_training_samples(path: str | Path) -> list[QASample]:
     from memagent.tasks.schema import read_samples
 
     return load_samples(QASample.from_dict(rec, f"{path}: sample {n}") for n, rec in enumerate(read_samples(path)))
+
+
+def middle_cut(ids: list[int], budget: int) -> list[int]:
+    """`ids` if it holds at most `budget` tokens, else its first budget // 2 and its last
+    budget - budget // 2 tokens, joined (the middle removed)."""
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+    if len(ids) <= budget:
+        return list(ids)
+    head = budget // 2
+    return list(ids[:head]) + list(ids[len(ids) - (budget - head):])
+
+
+def cap_chunks(samples: list[QASample], tokenizer: Any, chunk_tokens: int, max_chunks: int) -> list[QASample]:
+    """Each sample's document cut to at most `max_chunks` chunks of `chunk_tokens` tokens by removing its
+    middle (`data.max_chunks`), tokenised as the workflow does; 0 leaves the samples as they are.
+    The kept head and tail are decoded as one text, which the workflow re-tokenises."""
+    from memagent.agent.chunking import iter_chunks
+
+    if max_chunks == 0:
+        return samples
+    budget = max_chunks * chunk_tokens
+    out = []
+    for s in samples:
+        doc = s.document if isinstance(s.document, str) else list(s.document)
+        ids = [t for chunk in iter_chunks(doc, tokenizer, chunk_tokens) for t in chunk.token_ids]
+        out.append(s if len(ids) <= budget else replace(s, document=tokenizer.decode(middle_cut(ids, budget))))
+    return out

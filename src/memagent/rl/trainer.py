@@ -43,8 +43,9 @@ from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts
-from memagent.rl.samples import QASample, load_samples, read_training_samples
+from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.schedule import step_seed
+from memagent.rl.validation import make_validator
 from memagent.tasks.metrics import get_reward
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    data_size=data_size, save_every=config.save_every, keep_last=config.keep_last,
                    resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
                    config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
-                   tensorboard=config.tensorboard, progress=config.progress, what="train")
+                   tensorboard=config.tensorboard, progress=config.progress, what="train",
+                   wandb=config_to_dict(config.log) if config.log.wandb else None)
 
 
 @dataclass(frozen=True)
@@ -125,15 +127,21 @@ class MultiConvDAPO:
         self.pad_id = recipe.tokenizer.pad_token_id
         self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
+        self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
+                                        reward_fn, config.seed, self.info)
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()
         got = collect_rollouts(self.engine.backend(), self.cfg, self.samples, run.data, self.reward_fn,
                                step=run.step, info=self.info)
+        getattr(self.engine, "offload", lambda: None)()  # a sleeping vLLM engine frees its GPU memory
         t1 = time.perf_counter()
         upd = self.update(got.batch, got.parts)
-        return {**got.metrics, **upd, "update_s": time.perf_counter() - t1, "step_s": time.perf_counter() - t0,
-                "data_position": run.data.position}
+        out = {**got.metrics, **upd, "update_s": time.perf_counter() - t1, "step_s": time.perf_counter() - t0,
+               "data_position": run.data.position}
+        if self.validator is not None:
+            out.update(self.validator.metrics(run.step + 1, self.engine.backend()))
+        return out
 
     def logprobs(self, batch: RolloutBatch) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """Old (behaviour) and reference log-probs of every row: N x (R_n,)."""
@@ -202,6 +210,7 @@ class Trainer:
         held.enter_context(out_dir_lock(config.out_dir, info))
         try:
             plain, tokenizer = load_policy(config, model, tokenizer, info.device)
+            samples = cap_chunks(samples, tokenizer, config.agent.chunk_tokens, config.data.max_chunks)
             ref = None
             if config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
@@ -244,7 +253,7 @@ def train(
     if dataset is None:
         if not config.data:
             raise ConfigError("no training data: set `data` (a JSONL file) in the config or pass dataset=")
-        samples = read_training_samples(config.data)
+        samples = read_training_samples(config.data.path)
     else:
         samples = load_samples(dataset)
     reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)

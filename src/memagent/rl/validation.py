@@ -1,0 +1,80 @@
+"""Periodic validation during training (`val.every`, `val.samples`, `val.data`).
+
+After the update of every `val.every`-th step, each held-out question is answered twice through
+the workflow with the rollout engine's backend: once greedily (temperature 0) and once sampled at
+the rollouts' temperature. The accuracies (fraction of answers with reward >= 1, the rollouts'
+`accuracy`) go into that step's metrics record as `val/greedy_acc` and `val/sampled_acc`.
+
+The sampled pass is seeded by the run seed and the step only, so a resumed run validates a step
+exactly as an uninterrupted one does. Under torchrun the questions are shared out over the ranks
+(question j on rank j mod W) and the counts summed.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+
+from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.backends.base import Backend
+from memagent.config import AgentConfig
+from memagent.rl.distributed import DistInfo, all_reduce
+from memagent.rl.samples import QASample, read_training_samples
+from memagent.rl.schedule import step_seed
+from memagent.tasks.metrics import RewardFn
+
+VAL_ROUND = 7  # the step_seed round of validation sampling (rollout rounds count from 0)
+
+
+def is_val_step(step: int, every: int) -> bool:
+    """Whether the record of `step` (1-based, after its update) carries validation metrics."""
+    return every > 0 and step % every == 0
+
+
+def load_val_samples(path: str, limit: int) -> list[QASample]:
+    """The first `limit` samples of the held-out file (all when limit is 0)."""
+    samples = read_training_samples(path)
+    return samples[:limit] if limit else samples
+
+
+def correct_answers(backend: Backend, agent: AgentConfig, samples: Sequence[QASample], reward_fn: RewardFn,
+                    *, temperature: float, seed: int) -> int:
+    """How many of `samples` the workflow answers with reward >= 1 at `temperature`."""
+    if not samples:
+        return 0
+    items = [AgentInput(s.question, list(s.document) if isinstance(s.document, tuple) else s.document,
+                        f"val-{s.id}", s.memory) for s in samples]
+    cfg = replace(agent, temperature=temperature, seed=seed, max_batch_docs=len(items))
+    results = MemoryAgent(backend, cfg).run(items)
+    return sum(float(reward_fn(r.raw_answer, s.answers)) >= 1 for r, s in zip(results, samples))
+
+
+class Validator:
+    """Held-out accuracy at the steps `is_val_step` names; `metrics(step, backend)` is {} elsewhere."""
+
+    def __init__(self, samples: list[QASample], every: int, agent: AgentConfig, reward_fn: RewardFn,
+                 seed: int, info: DistInfo) -> None:
+        self.samples, self.every, self.agent = samples, every, agent
+        self.reward_fn, self.seed, self.info = reward_fn, seed, info
+
+    def metrics(self, step: int, backend: Backend) -> dict[str, float]:
+        """{"val/greedy_acc", "val/sampled_acc"} in [0, 1] at a validation step, else {} (every rank calls it)."""
+        if not is_val_step(step, self.every):
+            return {}
+        mine = self.samples[self.info.rank :: self.info.world_size]
+        seed = step_seed(self.seed, step, VAL_ROUND, 0)
+        greedy = correct_answers(backend, self.agent, mine, self.reward_fn, temperature=0.0, seed=seed)
+        sampled = correct_answers(backend, self.agent, mine, self.reward_fn,
+                                  temperature=self.agent.temperature, seed=seed)
+        counts = all_reduce(torch.tensor([greedy, sampled], dtype=torch.float64), self.info)
+        n = max(len(self.samples), 1)
+        return {"val/greedy_acc": float(counts[0]) / n, "val/sampled_acc": float(counts[1]) / n}
+
+
+def make_validator(val_data: str, every: int, limit: int, agent: AgentConfig, reward_fn: RewardFn, seed: int,
+                   info: DistInfo) -> Validator | None:
+    """The run's Validator, or None when `every` is 0."""
+    if every == 0:
+        return None
+    return Validator(load_val_samples(val_data, limit), every, agent, reward_fn, seed, info)
