@@ -121,11 +121,37 @@ class UpdateConfig:
     micro_batch_size: int = 8  # conversation rows per forward/backward (memory bound, not the math)
     old_logprobs: str = "recompute"  # "recompute" with the policy before the update, or "rollout"
     #   (the sampling-time log-probs; exact only when rollout and training numerics agree)
+    packing: bool = False  # padding-free micro-batches of micro_batch_tokens tokens (rows back to back,
+    #   memagent.rl.packing) instead of micro_batch_size padded rows; the same gradient
+    micro_batch_tokens: int = 16384  # with packing: tokens per forward/backward (a longer row goes alone)
+
+    @property
+    def packed_tokens(self) -> int:
+        """The token budget of a padding-free micro-batch; 0 for the padded path."""
+        return self.micro_batch_tokens if self.packing else 0
 
     def __post_init__(self) -> None:
-        _positive(self, "mini_batch_size", "epochs", "micro_batch_size")
+        _positive(self, "mini_batch_size", "epochs", "micro_batch_size", "micro_batch_tokens")
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ConfigError(f"update.old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
+
+
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2")
+
+
+@dataclass
+class ModelOptions:
+    """Memory settings of the trained model, written `model.<field>` (`model` itself stays the path or id)."""
+
+    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
+    cpu_offload: bool = False  # strategy fsdp: parameters, gradients, optimiser state on the CPU (CPUOffloadPolicy)
+    attn_implementation: str = "auto"  # auto: flash_attention_2 on CUDA when flash-attn is installed, else
+    #   transformers' default; or eager, sdpa, flash_attention_2
+
+    def __post_init__(self) -> None:
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ConfigError(f"model.attn_implementation {self.attn_implementation!r} is unknown; choose one of: "
+                              f"{', '.join(ATTN_IMPLEMENTATIONS)}")
 
 
 @dataclass
@@ -151,6 +177,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    model_options: ModelOptions = field(default_factory=ModelOptions)  # also written model.<field> (load_config)
 
     def __post_init__(self) -> None:
         _positive(self, "total_steps")
@@ -287,7 +314,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
-        parts = key.strip().split(".")
+        parts = _model_key(key.strip().split("."))
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
@@ -320,8 +347,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
                               f"got a {type(data).__name__}")
-    data = _deep_merge(data, parse_overrides(overrides or []))
+    data = _deep_merge(_split_model(data), parse_overrides(overrides or []))
     return config_from_dict(TrainConfig, data)
+
+
+def _model_key(parts: list[str]) -> list[str]:
+    """model.path -> model; model.KEY -> model_options.KEY (the model's options share its name)."""
+    if parts[0] != "model" or len(parts) == 1:
+        return parts
+    return ["model"] if parts[1:] == ["path"] else ["model_options", *parts[1:]]
+
+
+def _split_model(data: dict[str, Any]) -> dict[str, Any]:
+    """YAML `model: {path: ..., gradient_checkpointing: ...}` -> model (the path) + model_options."""
+    if not isinstance(data.get("model"), dict):
+        return data
+    data, opts = dict(data), dict(data["model"])
+    del data["model"]
+    if "path" in opts:
+        data["model"] = opts.pop("path")
+    data["model_options"] = _deep_merge(data.get("model_options") or {}, opts)
+    return data
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
