@@ -10,7 +10,9 @@ over pluggable per-row objectives.
     rollout.py      G runs of the workflow per question -> rows, rewards, dynamic sampling, advantages
     engines.py      the `RolloutEngine` Protocol: the policy itself, or vLLM (imported only when chosen)
     samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`
-    packing.py      packing rows into micro-batches, teacher-forced log-probs
+    packing.py      packing rows into micro-batches (padded, or padding-free by a token budget), log-probs
+    model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
+    estimate.py     per-GPU memory and steps per epoch of a config, no GPU (`memagent train --dry-run`)
     schedule.py     data order, rollout seeds, optimiser + learning-rate schedule
     metrics_log.py  metrics.jsonl (resumable), TensorBoard, progress bar
     checkpoint.py   safetensors + JSON checkpoints, atomic, resumable
