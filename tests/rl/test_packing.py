@@ -77,3 +77,22 @@ def test_packed_sft_equal_padded():
     assert max((got[k] - ref[k]).abs().max().item() for k in ref) <= 1e-6
     assert m["loss"] == pytest.approx(m_ref["loss"], abs=1e-9)
     assert m["token_accuracy"] == m_ref["token_accuracy"]
+
+
+@pytest.mark.slow
+def test_two_processes_with_different_pack_counts_equal_one_padded_process(tmp_path):
+    """torchrun (gloo), FSDP2: rank 0 packs 1 sample, rank 1 three, so their pack counts differ."""
+    from safetensors.torch import load_file
+
+    from rl_helpers import torchrun
+
+    torchrun("dist_pack_script.py", tmp_path)
+    want, m = _grads(tiny_model(), synthetic_minibatch(seed=1, n_samples=4), dapo("seq-mean-token-mean"), micro=3)
+    for strategy in ("fsdp",):
+        got = load_file(tmp_path / f"packed_{strategy}.safetensors")
+        packs = got.pop("__packs__").tolist()
+        assert packs[0] < packs[1], packs  # the dummy forwards of rank 0 kept the collectives in step
+        assert got.pop("__loss__").item() == pytest.approx(m["loss"], abs=1e-12)
+        diff = max((got[k] - want[k]).abs().max().item() for k in want)
+        print(f"packed, 2 processes ({strategy}, packs {packs}) vs padded, 1 process: max abs grad diff {diff:.2e}")
+        assert diff <= 1e-12, (strategy, diff)
