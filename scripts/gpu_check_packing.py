@@ -124,7 +124,7 @@ def check_offload() -> str:
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("nccl", rank=0, world_size=1)
     try:
-        policy = offload_policy(ModelOptions(cpu_offload=True), "fsdp")
+        policy = offload_policy(ModelOptions(cpu_offload=True), "fsdp", "cuda")
         m = model()
         for layer in m.model.layers:
             fully_shard(layer, offload_policy=policy)

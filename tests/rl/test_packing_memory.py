@@ -59,9 +59,11 @@ def test_offload_and_attention_choices():
     assert offload_policy(ModelOptions(), "fsdp") is None
     from torch.distributed.fsdp import CPUOffloadPolicy
 
-    assert isinstance(offload_policy(ModelOptions(cpu_offload=True), "fsdp"), CPUOffloadPolicy)
+    assert isinstance(offload_policy(ModelOptions(cpu_offload=True), "fsdp", "cuda"), CPUOffloadPolicy)
     with pytest.raises(ConfigError, match="strategy=fsdp"):
-        offload_policy(ModelOptions(cpu_offload=True), "ddp")
+        offload_policy(ModelOptions(cpu_offload=True), "ddp", "cuda")
+    with pytest.raises(ConfigError, match="needs GPUs"):  # FSDP2 offload cannot run without an accelerator
+        offload_policy(ModelOptions(cpu_offload=True), "fsdp", "cpu")
     cpu = torch.device("cpu")
     assert load_kwargs(ModelOptions(), cpu) == {}  # auto on CPU: transformers' default
     assert load_kwargs(ModelOptions(attn_implementation="eager"), cpu) == {"attn_implementation": "eager"}

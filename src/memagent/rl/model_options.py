@@ -46,13 +46,16 @@ def prepare_model(model: nn.Module, opts: ModelOptions) -> nn.Module:
     return model
 
 
-def offload_policy(opts: ModelOptions, strategy: str) -> Any | None:
-    """FSDP2's CPUOffloadPolicy when model.cpu_offload is set (strategy fsdp), else None. `wrap_model` applies it
-    under torchrun only (one process shards nothing)."""
+def offload_policy(opts: ModelOptions, strategy: str, device: str = "auto") -> Any | None:
+    """FSDP2's CPUOffloadPolicy when model.cpu_offload is set (strategy fsdp, on GPUs), else None. `wrap_model`
+    applies it under torchrun only (one process shards nothing). device: TrainConfig.device."""
     if not opts.cpu_offload:
         return None
     if strategy != "fsdp":
         raise ConfigError("model.cpu_offload needs strategy=fsdp (FSDP2 offloads its shards; DDP keeps whole copies)")
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        raise ConfigError("model.cpu_offload needs GPUs (FSDP2 copies the offloaded shards to an accelerator); "
+                          "on the CPU the parameters are in host memory already: set model.cpu_offload=false")
     try:
         from torch.distributed.fsdp import CPUOffloadPolicy
     except ImportError:

@@ -81,7 +81,7 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
                    config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
                    tensorboard=config.tensorboard, progress=config.progress, what="train",
-                   cpu_offload=offload_policy(config.model_options, config.strategy))
+                   cpu_offload=offload_policy(config.model_options, config.strategy, config.device))
 
 
 @dataclass(frozen=True)
