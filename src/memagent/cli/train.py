@@ -36,6 +36,9 @@ def train_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
     force: bool = typer.Option(False, "--force", help="Write into an out_dir that holds a model or another run."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-GPU memory estimate and steps per epoch; train nothing (no GPU, no weights)."),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="With --dry-run: the GPU count (torchrun --nproc-per-node) to shard over."),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="With --dry-run: training samples (default: the data file's lines)."),
 ) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.profile import load_profile, train_config_with_profile, write_profile
@@ -47,6 +50,11 @@ def train_cmd(
                       + (["force=true"] if force else []))
     explicit = set(parse_overrides(list(overrides or [])).get("agent", {}))
     cfg, resolved = train_config_with_profile(cfg, load_profile(profile) if profile else None, explicit)
+    if dry_run:
+        from memagent.rl.estimate import dry_run_report
+
+        typer.echo(dry_run_report(cfg, gpus, samples))
+        return
     check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
     if cfg.data and not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")

@@ -13,7 +13,9 @@ over pluggable per-row objectives.
     vllm_worker.py  the vLLM worker extension that receives them (runs inside vLLM)
     validation.py   periodic held-out validation: val/greedy_acc, val/sampled_acc
     samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`
-    packing.py      packing rows into micro-batches, teacher-forced log-probs
+    packing.py      packing rows into micro-batches (padded, or padding-free by a token budget), log-probs
+    model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
+    estimate.py     per-GPU memory and steps per epoch of a config, no GPU (`memagent train --dry-run`)
     schedule.py     data order, rollout seeds, optimiser + learning-rate schedule
     metrics_log.py  metrics.jsonl (resumable), TensorBoard, progress bar
     checkpoint.py   safetensors + JSON checkpoints, atomic, resumable

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from memagent.rl.algos import loss_denominator, row_loss_weights
 from memagent.rl.distributed import DistInfo, all_reduce, no_grad_sync
 from memagent.rl.objectives import MiniBatch, Objective
-from memagent.rl.packing import dummy_forward_loss, micro_batches, pack_rows, response_logits
+from memagent.rl.packing import batch_logits, dummy_forward_loss, pack_batch, plan_micro_batches
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,13 @@ def response_mask(responses: Sequence[Sequence[int]]) -> Tensor:
     return mask
 
 
-def _plan(term: Term, micro_batch_size: int, info: DistInfo) -> _Plan:
+def _plan(term: Term, micro_batch_size: int, micro_batch_tokens: int, info: DistInfo) -> _Plan:
     obj, rows = term.objective, term.rows
     mask = response_mask(rows.response_ids)  # (N, R)
     denom = all_reduce(loss_denominator(mask, obj.agg, rows.sample_index), info)
     weights = row_loss_weights(mask, obj.agg, rows.sample_index, obj.horizon, denominator=denom)  # (N,)
-    return _Plan(denom, weights, micro_batches(rows.num_rows, micro_batch_size, info))
+    return _Plan(denom, weights, plan_micro_batches(rows.prompt_ids, rows.response_ids, micro_batch_size=micro_batch_size,
+                                                    micro_batch_tokens=micro_batch_tokens, info=info))
 
 
 class _Tally:
@@ -85,12 +86,14 @@ class _Tally:
 
 
 def accumulate_gradients(model: nn.Module, terms: Sequence[Term], *, micro_batch_size: int, pad_id: int,
-                         info: DistInfo) -> list[dict[str, float]]:
+                         info: DistInfo, micro_batch_tokens: int = 0) -> list[dict[str, float]]:
     """Forward/backward every micro-batch of every term, leaving the step's gradient in .grad.
 
+    micro_batch_tokens > 0: padding-free micro-batches of at most that many tokens (memagent.rl.packing),
+    else padded micro-batches of micro_batch_size rows; the gradient is the same either way.
     Returns, per term, its objective's metrics over the whole mini-batch (all ranks).
     """
-    plans = [_plan(t, micro_batch_size, info) for t in terms]
+    plans = [_plan(t, micro_batch_size, micro_batch_tokens, info) for t in terms]
     tallies = [_Tally(t.objective.stats) for t in terms]
     last = (len(terms) - 1, len(plans[-1].chunks) - 1) if terms else (-1, -1)
     model.train()
@@ -100,9 +103,9 @@ def accumulate_gradients(model: nn.Module, terms: Sequence[Term], *, micro_batch
                 if not idx:
                     dummy_forward_loss(model, pad_id, info.device).backward()
                     continue
-                packed = pack_rows([term.rows.prompt_ids[j] for j in idx], [term.rows.response_ids[j] for j in idx],
-                                   pad_id).to(info.device)
-                logits = response_logits(model, packed)  # (B, R, V)
+                packed = pack_batch([term.rows.prompt_ids[j] for j in idx], [term.rows.response_ids[j] for j in idx],
+                                    pad_id, micro_batch_tokens > 0).to(info.device)
+                logits = batch_logits(model, packed)  # (B, R, V)
                 loss, stats = term.objective.micro_loss(logits, packed, term.rows, idx,
                                                         plan.weights[idx].to(info.device))
                 (loss * (term.weight * info.grad_scale)).backward()

@@ -20,7 +20,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
-from memagent.rl.run_options import DataConfig, LogConfig, ValConfig, VLLMConfig
+from memagent.rl.run_options import ATTN_IMPLEMENTATIONS, DataConfig, LogConfig, ModelOptions, ValConfig, VLLMConfig
 
 
 @dataclass
@@ -123,11 +123,21 @@ class UpdateConfig:
     micro_batch_size: int = 8  # conversation rows per forward/backward (memory bound, not the math)
     old_logprobs: str = "recompute"  # "recompute" with the policy before the update, or "rollout"
     #   (the sampling-time log-probs; exact only when rollout and training numerics agree)
+    packing: bool = False  # padding-free micro-batches of micro_batch_tokens tokens (rows back to back,
+    #   memagent.rl.packing) instead of micro_batch_size padded rows; the same gradient
+    micro_batch_tokens: int = 16384  # with packing: tokens per forward/backward (a longer row goes alone)
+
+    @property
+    def packed_tokens(self) -> int:
+        """The token budget of a padding-free micro-batch; 0 for the padded path."""
+        return self.micro_batch_tokens if self.packing else 0
 
     def __post_init__(self) -> None:
-        _positive(self, "mini_batch_size", "epochs", "micro_batch_size")
+        _positive(self, "mini_batch_size", "epochs", "micro_batch_size", "micro_batch_tokens")
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ConfigError(f"update.old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
+
+
 
 
 @dataclass
@@ -156,6 +166,7 @@ class TrainConfig:
     val: ValConfig = field(default_factory=ValConfig)  # periodic validation (val.every, val.samples, val.data)
     log: LogConfig = field(default_factory=LogConfig)  # log.wandb: Weights & Biases beside TensorBoard
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm / vllm-server rollout engines
+    model_options: ModelOptions = field(default_factory=ModelOptions)  # also written model.<field> (load_config)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # TrainConfig(data="file.jsonl") from Python
@@ -296,7 +307,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
-        parts = key.strip().split(".")
+        parts = _model_key(key.strip().split("."))
         if parts == ["data"] and isinstance(value, str):  # data=FILE is data.path=FILE (beside data.max_chunks)
             parts = ["data", "path"]
         for p in parts[:-1]:
@@ -331,13 +342,32 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
                               f"got a {type(data).__name__}")
-    data = _deep_merge(_path_sections(data), _path_sections(parse_overrides(overrides or [])))
+    data = _deep_merge(_path_sections(_split_model(data)), _path_sections(parse_overrides(overrides or [])))
     return config_from_dict(TrainConfig, data)
 
 
 def _path_sections(data: dict[str, Any]) -> dict[str, Any]:
     """`data: FILE` as `data: {path: FILE}`, so `data.max_chunks=8` and `data=FILE` merge either way round."""
     return {**data, "data": {"path": data["data"]}} if isinstance(data.get("data"), str) else data
+
+
+def _model_key(parts: list[str]) -> list[str]:
+    """model.path -> model; model.KEY -> model_options.KEY (the model's options share its name)."""
+    if parts[0] != "model" or len(parts) == 1:
+        return parts
+    return ["model"] if parts[1:] == ["path"] else ["model_options", *parts[1:]]
+
+
+def _split_model(data: dict[str, Any]) -> dict[str, Any]:
+    """YAML `model: {path: ..., gradient_checkpointing: ...}` -> model (the path) + model_options."""
+    if not isinstance(data.get("model"), dict):
+        return data
+    data, opts = dict(data), dict(data["model"])
+    del data["model"]
+    if "path" in opts:
+        data["model"] = opts.pop("path")
+    data["model_options"] = _deep_merge(data.get("model_options") or {}, opts)
+    return data
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:

@@ -93,8 +93,9 @@ def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
     return box[0]
 
 
-def wrap_model(model: nn.Module, strategy: str, info: DistInfo) -> nn.Module:
-    """DDP or FSDP2 around `model` (already on info.device); the model itself when not distributed."""
+def wrap_model(model: nn.Module, strategy: str, info: DistInfo, offload: Any = None) -> nn.Module:
+    """DDP or FSDP2 around `model` (already on info.device); the model itself when not distributed.
+    offload: an FSDP2 OffloadPolicy for every shard (memagent.rl.model_options.offload_policy) or None."""
     if not info.enabled:
         return model
     if strategy == "ddp":
@@ -106,9 +107,10 @@ def wrap_model(model: nn.Module, strategy: str, info: DistInfo) -> nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         layers = getattr(getattr(model, "model", None), "layers", None)
+        kw = {} if offload is None else {"offload_policy": offload}
         for layer in layers or []:  # shard each decoder layer, then the rest (embeddings, head)
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, **kw)
+        fully_shard(model, **kw)
         return model
     raise ValueError(f"unknown strategy {strategy!r}; choose ddp or fsdp")
 

@@ -1,11 +1,22 @@
 """Teacher-forced forward passes over conversation rows: packing and response log-probs.
 
-A micro-batch of rows (prompt ids, response ids) is packed as
+Two layouts of a micro-batch of rows (prompt ids, response ids), giving the same (B, R, V) response
+logits (the objectives see no difference):
+
+padded (`pack_rows`, micro-batches of `micro_batch_size` rows):
     [pad ... pad | prompt | response | pad ... pad]      (B, P + R)
 prompts left padded to P, responses right padded to R, positions counted over real tokens only.
 The response tokens then sit at the same columns in every row, and the logits that predict them
 are the last R + 1 positions minus the final one, so only those (B, R, V) logits are computed
 (`logits_to_keep`).
+
+padding-free (`pack_flat`, micro-batches of at most `micro_batch_tokens` tokens):
+    [prompt_1 response_1 prompt_2 response_2 ...]        (1, L), L = sum of the rows' lengths
+with position ids restarting at 0 on each row and no attention mask. transformers reads the
+restarts as separate sequences: a block-diagonal causal mask for eager / sdpa attention, varlen
+kernels for flash-attention (`attn_implementation="flash_attention_2"`). Only the K positions that
+predict response tokens get logits (`logits_to_keep` as an index tensor); they are scattered into
+the (B, R, V) grid of the padded layout (zeros where a row has no token).
 
 Under FSDP every rank must run the same number of forward passes (each one all-gathers the
 parameters), so `micro_batches` pads a rank's list with empty micro-batches up to the largest
@@ -76,9 +87,105 @@ def response_logits(model: nn.Module, packed: PackedRows) -> Tensor:
     return logits[:, -(r + 1) : -1]  # (B, R, V) (all positions were computed when logits_to_keep was dropped)
 
 
+@dataclass
+class FlatRows:
+    """Rows packed back to back into one sequence (the padding-free layout of the module docstring)."""
+
+    input_ids: Tensor  # (1, L) int64, each row's prompt then response, rows in order
+    position_ids: Tensor  # (1, L) int64, 0-based within each row
+    keep: Tensor  # (K,) int64, positions whose logits predict a response token (K = all response tokens)
+    slots: Tensor  # (K,) int64, each kept logit's place in the (B * R) response grid
+    response_ids: Tensor  # (B, R) int64, pad id 0 beyond each response
+    response_mask: Tensor  # (B, R) float32, 1 on real response tokens
+
+    def to(self, device: torch.device) -> "FlatRows":
+        return FlatRows(*(t.to(device) for t in (self.input_ids, self.position_ids, self.keep, self.slots,
+                                                   self.response_ids, self.response_mask)))
+
+
+def pack_flat(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> FlatRows:
+    """Pack rows without padding (module docstring). Every prompt needs >= 1 token."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every row needs a non-empty prompt (the first response token is predicted from it)")
+    r_max = max(1, max(len(r) for r in responses))
+    ids: list[int] = []
+    pos: list[int] = []
+    keep: list[int] = []
+    slots: list[int] = []
+    for n, (p, r) in enumerate(zip(prompts, responses)):
+        start = len(ids) + len(p) - 1  # the last prompt token predicts the first response token
+        keep.extend(range(start, start + len(r)))
+        slots.extend(range(n * r_max, n * r_max + len(r)))
+        ids.extend(p)
+        ids.extend(r)
+        pos.extend(range(len(p) + len(r)))
+    resp = torch.zeros((len(prompts), r_max), dtype=torch.long)
+    rmask = torch.zeros((len(prompts), r_max), dtype=torch.float32)
+    for n, r in enumerate(responses):
+        resp[n, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        rmask[n, : len(r)] = 1.0
+    as_long = lambda xs: torch.as_tensor(xs, dtype=torch.long)  # noqa: E731
+    return FlatRows(as_long(ids)[None], as_long(pos)[None], as_long(keep), as_long(slots), resp, rmask)
+
+
+def flat_response_logits(model: nn.Module, flat: FlatRows) -> Tensor:
+    """Logits predicting each response token, scattered into the padded layout's grid: (B, R, V)."""
+    b, r = flat.response_ids.shape
+    kwargs = dict(input_ids=flat.input_ids, position_ids=flat.position_ids, use_cache=False, logits_to_keep=flat.keep)
+    try:
+        logits = model(**kwargs).logits[0]  # (K, V)
+    except TypeError as e:  # an architecture without logits_to_keep: compute every position, then pick
+        if "logits_to_keep" not in str(e):
+            raise
+        del kwargs["logits_to_keep"]
+        logits = model(**kwargs).logits[0, flat.keep]
+    grid = logits.new_zeros((b * r, logits.shape[-1])).index_copy(0, flat.slots, logits)
+    return grid.view(b, r, -1)
+
+
+Batch = PackedRows | FlatRows
+
+
+def pack_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+               flat: bool) -> Batch:
+    """The padding-free layout when `flat`, else the padded one."""
+    return pack_flat(prompts, responses) if flat else pack_rows(prompts, responses, pad_id)
+
+
+def batch_logits(model: nn.Module, batch: Batch) -> Tensor:
+    """(B, R, V) response logits of either layout."""
+    return flat_response_logits(model, batch) if isinstance(batch, FlatRows) else response_logits(model, batch)
+
+
 def micro_batches(n_rows: int, micro_batch_size: int, info: DistInfo) -> list[list[int]]:
     """Row index lists of size <= micro_batch_size, padded with [] to the max count over ranks."""
     chunks = [list(range(i, min(i + micro_batch_size, n_rows))) for i in range(0, n_rows, micro_batch_size)]
+    return _pad_count(chunks, info)
+
+
+def token_micro_batches(lengths: Sequence[int], micro_batch_tokens: int, info: DistInfo) -> list[list[int]]:
+    """Row index lists in order, each holding rows of <= micro_batch_tokens tokens in all (a longer row
+    alone), padded with [] to the max count over ranks. lengths: prompt + response tokens per row."""
+    chunks: list[list[int]] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        if not chunks or used + n > micro_batch_tokens:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += n
+    return _pad_count(chunks, info)
+
+
+def plan_micro_batches(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
+                       micro_batch_size: int, micro_batch_tokens: int, info: DistInfo) -> list[list[int]]:
+    """By token budget when micro_batch_tokens > 0 (padding-free packing), else by row count."""
+    if micro_batch_tokens > 0:
+        return token_micro_batches([len(p) + len(r) for p, r in zip(prompts, responses)], micro_batch_tokens, info)
+    return micro_batches(len(prompts), micro_batch_size, info)
+
+
+def _pad_count(chunks: list[list[int]], info: DistInfo) -> list[list[int]]:
     count = int(all_reduce(torch.tensor(len(chunks)), info, "max"))
     return chunks + [[] for _ in range(count - len(chunks))]
 
@@ -99,19 +206,23 @@ def rows_logprobs(
     micro_batch_size: int,
     info: DistInfo,
     temperature: float = 1.0,
+    micro_batch_tokens: int = 0,
 ) -> list[Tensor]:
-    """Log-prob of every response token under `model`, one (R_n,) float32 CPU tensor per row."""
+    """Log-prob of every response token under `model`, one (R_n,) CPU tensor per row (the model's
+    float dtype, float32 at least). micro_batch_tokens > 0: padding-free micro-batches of that many tokens."""
     device = info.device
     out: list[Tensor] = []
     was_training = model.training
     model.eval()
     try:
-        for idx in micro_batches(len(prompts), micro_batch_size, info):
+        for idx in plan_micro_batches(prompts, responses, micro_batch_size=micro_batch_size,
+                                      micro_batch_tokens=micro_batch_tokens, info=info):
             if not idx:
                 dummy_forward_loss(model, pad_id, device)
                 continue
-            packed = pack_rows([prompts[i] for i in idx], [responses[i] for i in idx], pad_id).to(device)
-            lp = token_logprobs(response_logits(model, packed), packed.response_ids, temperature)  # (B, R)
+            packed = pack_batch([prompts[i] for i in idx], [responses[i] for i in idx], pad_id,
+                                micro_batch_tokens > 0).to(device)
+            lp = token_logprobs(batch_logits(model, packed), packed.response_ids, temperature)  # (B, R)
             for row, i in enumerate(idx):
                 out.append(lp[row, : len(responses[i])].cpu())
     finally:

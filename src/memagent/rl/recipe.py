@@ -66,6 +66,7 @@ class RunSpec:
     progress: bool = True
     what: str = "train"  # the progress bar's label
     wandb: dict[str, Any] | None = None  # LogConfig fields when Weights & Biases logging is on
+    cpu_offload: Any = None  # FSDP2 OffloadPolicy of the wrapped model (memagent.rl.model_options) or None
 
 
 class Algorithm(Protocol):
@@ -99,7 +100,7 @@ class Recipe:
         self.resumed_from = resume_point(spec)
         if self.resumed_from is not None:
             load_model_weights(model, self.resumed_from / "model")
-        self.model = wrap_model(model.to(info.device), spec.strategy, info)
+        self.model = wrap_model(model.to(info.device), spec.strategy, info, spec.cpu_offload)
         self.optimizer, self.scheduler = make_optimizer(self.model, spec.optim, spec.optimizer_steps)
         self.step, position = 0, 0
         if self.resumed_from is not None:

@@ -85,3 +85,20 @@ class VLLMConfig:
             raise ConfigError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.sync_chunk_mb < 1 or not 0 < self.nccl_port < 65536 or self.timeout <= 0:
             raise ConfigError("vllm.sync_chunk_mb must be >= 1, vllm.nccl_port in 1..65535 and vllm.timeout > 0")
+
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2")
+
+
+@dataclass
+class ModelOptions:
+    """Memory settings of the trained model, written `model.<field>` (`model` itself stays the path or id)."""
+
+    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
+    cpu_offload: bool = False  # strategy fsdp: parameters, gradients, optimiser state on the CPU (CPUOffloadPolicy)
+    attn_implementation: str = "auto"  # auto: flash_attention_2 on CUDA when flash-attn is installed, else
+    #   transformers' default; or eager, sdpa, flash_attention_2
+
+    def __post_init__(self) -> None:
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ConfigError(f"model.attn_implementation {self.attn_implementation!r} is unknown; choose one of: "
+                              f"{', '.join(ATTN_IMPLEMENTATIONS)}")

@@ -39,6 +39,7 @@ from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
 from memagent.rl.engines import make_engine
+from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
@@ -65,7 +66,8 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
         if tokenizer is None:
             tokenizer = load_tokenizer(config.model)
         if model is None:
-            model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device))
+            model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
+                                                         **load_kwargs(config.model_options, device))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load model {config.model!r}: {e}") from None
     return model, ensure_pad_token(tokenizer)
@@ -80,7 +82,8 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
                    config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
                    tensorboard=config.tensorboard, progress=config.progress, what="train",
-                   wandb=config_to_dict(config.log) if config.log.wandb else None)
+                   wandb=config_to_dict(config.log) if config.log.wandb else None,
+                   cpu_offload=offload_policy(config.model_options, config.strategy, config.device))
 
 
 @dataclass(frozen=True)
@@ -152,11 +155,13 @@ class MultiConvDAPO:
             if cfg.update.old_logprobs == "rollout":
                 log.warning("the rollout backend gave no log-probs: recomputing them with the policy")
             old = rows_logprobs(self.recipe.model, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
-                                micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature)
+                                micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature,
+                                micro_batch_tokens=cfg.update.packed_tokens)
         ref = None
         if self.ref is not None:
             ref = rows_logprobs(self.ref, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
-                                micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature)
+                                micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature,
+                                micro_batch_tokens=cfg.update.packed_tokens)
         return old, ref
 
     def update(self, batch: RolloutBatch, parts: list[list[int]]) -> dict[str, float]:
@@ -171,7 +176,8 @@ class MultiConvDAPO:
                 terms = [Term(self.dapo, 1.0, batch.mini_batch(part, old, ref)),
                          *(x.term(self.cfg.seed, self.recipe.step, k, self.info) for x in self.extra)]
                 rec, *more = accumulate_gradients(self.recipe.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
-                                                  pad_id=self.pad_id, info=self.info)
+                                                  pad_id=self.pad_id, info=self.info,
+                                                  micro_batch_tokens=self.cfg.update.packed_tokens)
                 for x, m in zip(self.extra, more):
                     rec.update({f"{x.name}_{key}": value for key, value in m.items() if key != "tokens"})
                 rec.update(self.recipe.optimizer_step(self.cfg.optim.grad_clip))
@@ -211,6 +217,7 @@ class Trainer:
         try:
             plain, tokenizer = load_policy(config, model, tokenizer, info.device)
             samples = cap_chunks(samples, tokenizer, config.agent.chunk_tokens, config.data.max_chunks)
+            prepare_model(plain, config.model_options)
             ref = None
             if config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)

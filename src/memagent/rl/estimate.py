@@ -1,0 +1,252 @@
+"""Per-GPU memory and steps per epoch of a training config, without a GPU and without loading weights
+(`memagent train --dry-run CONFIG`).
+
+Everything is arithmetic on the model's shape (its config.json, or `KNOWN_SHAPES` for a Hugging Face id) and the
+TrainConfig. Per GPU, for P parameters of b bytes (bf16: 2; `dtype=auto` assumes a GPU with bf16) over N GPUs:
+
+    weights      P b / N             (FSDP2 shards; DDP and one process keep P b)
+    gradients    P b / N             (same dtype as the parameters)
+    optimizer    2 P b / N           AdamW's two moments, in the parameters' dtype (torch.optim.AdamW)
+    reference    P b / N             the frozen KL reference (loss.kl_coef > 0), sharded like the policy
+    rollout copy P b                 rollout.engine=policy under FSDP2: an unsharded copy generates (rl/engines.py)
+    gathered     (3 layers + root) b FSDP2's all-gathered parameters of the running and prefetched layer, one
+                                     layer's unsharded gradients, the embeddings and head when the root runs
+    activations  T x per-token bytes saved for the backward pass at T = tokens of one micro-batch:
+                   without checkpointing  L (6h + 2 kv + 4 i) b per token (each layer keeps its input, both norms'
+                                          outputs, q, the attention output, k and v, and the MLP's gate, up,
+                                          activation and product; flash/sdpa attention stores no T x T matrix)
+                   with checkpointing     L h b per token (each layer's input) + one layer's (6h + 2 kv + 4 i) b
+                                          recomputed at a time
+    logits       R V (b + 8)         the response positions' logits, their float32 copy and log-softmax (R = response
+                                     tokens of the micro-batch)
+
+`model.cpu_offload` moves weights, gradients, optimizer (and the reference) to host memory, reported apart.
+Not counted: the CUDA context and allocator fragmentation (~1-3 GB), vLLM's own share (`rollout.engine=vllm`:
+its `gpu_memory_utilization`), the rollout's KV cache (generation does not overlap the update).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from memagent.config import ConfigError
+from memagent.rl.config import TrainConfig
+
+GB = 1e9
+TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a decoder-only transformer (Llama / Qwen2 layout) that fix its memory."""
+
+    vocab: int
+    hidden: int  # h
+    intermediate: int  # i, the MLP width (gate, up: h -> i; down: i -> h)
+    layers: int  # L
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool  # the output head shares the embedding matrix
+    qkv_bias: bool = True  # Qwen2 has biases on q, k, v
+
+    @property
+    def kv(self) -> int:
+        """Width of k (and of v): kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        h, q = self.hidden, self.heads * self.head_dim
+        attn = h * q + 2 * h * self.kv + q * h + ((q + 2 * self.kv) if self.qkv_bias else 0)
+        return attn + 3 * h * self.intermediate + 2 * h  # + two RMSNorm weights
+
+    @property
+    def root_params(self) -> int:
+        """Parameters outside the decoder layers: embeddings, final norm, head (unless tied)."""
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.root_params
+
+
+def _qwen(vocab: int, h: int, i: int, layers: int, heads: int, kv_heads: int, tied: bool) -> ModelShape:
+    return ModelShape(vocab, h, i, layers, heads, kv_heads, h // heads, tied)
+
+
+# Published config.json values of the Qwen2.5 family (base and Instruct share them).
+KNOWN_SHAPES: dict[str, ModelShape] = {
+    "qwen2.5-0.5b": _qwen(151936, 896, 4864, 24, 14, 2, True),
+    "qwen2.5-1.5b": _qwen(151936, 1536, 8960, 28, 12, 2, True),
+    "qwen2.5-3b": _qwen(151936, 2048, 11008, 36, 16, 2, True),
+    "qwen2.5-7b": _qwen(152064, 3584, 18944, 28, 28, 4, False),
+    "qwen2.5-14b": _qwen(152064, 5120, 13824, 48, 40, 8, False),
+    "qwen2.5-32b": _qwen(152064, 5120, 27648, 64, 40, 8, False),
+}
+
+
+def shape_from_config(config: dict, where: str) -> ModelShape:
+    """A ModelShape from a Hugging Face config.json's fields; a ConfigError names a missing one."""
+    try:
+        h, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        return ModelShape(vocab=int(config["vocab_size"]), hidden=h, intermediate=int(config["intermediate_size"]),
+                          layers=int(config["num_hidden_layers"]), heads=heads,
+                          kv_heads=int(config.get("num_key_value_heads") or heads),
+                          head_dim=int(config.get("head_dim") or h // heads),
+                          tied=bool(config.get("tie_word_embeddings", False)),
+                          qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{where} lacks a usable {e} field (need hidden_size, intermediate_size, "
+                          "num_hidden_layers, num_attention_heads, vocab_size)") from None
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape of `model`: a local folder's config.json, else a Hugging Face id of `KNOWN_SHAPES`."""
+    if not model:
+        raise ConfigError("no model: set model=PATH_OR_HF_ID (the estimate needs its shape)")
+    path = Path(model)
+    if path.is_dir():
+        cfg_file = path / "config.json"
+        if not cfg_file.is_file():
+            raise ConfigError(f"model folder {path} has no config.json; give a save_pretrained folder")
+        try:
+            data = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{cfg_file} is not readable JSON: {e}") from None
+        return shape_from_config(data.get("text_config", data) if isinstance(data, dict) else {}, str(cfg_file))
+    key = model.rstrip("/").split("/")[-1].lower().removesuffix("-instruct")
+    if key not in KNOWN_SHAPES:
+        raise ConfigError(f"model {model!r} is not a local folder and not a known Hugging Face id; known: "
+                          f"{', '.join('Qwen/Qwen2.5-' + k.split('-')[1].upper() for k in KNOWN_SHAPES)} (and their "
+                          "-Instruct); or download it and pass the folder (only config.json is read)")
+    return KNOWN_SHAPES[key]
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU of one update (see the module docstring); `host` is what model.cpu_offload moves to the CPU."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    reference: float
+    rollout_copy: float
+    gathered: float
+    activations: float
+    logits: float
+    host: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self) if f.name != "host")
+
+
+def activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool) -> float:
+    """Bytes of activations saved for the backward pass of one micro-batch of `tokens` tokens."""
+    per_layer = (6 * shape.hidden + 2 * shape.kv + 4 * shape.intermediate) * dtype_bytes  # per token
+    if checkpointing:
+        return tokens * (shape.layers * shape.hidden * dtype_bytes + per_layer)
+    return tokens * shape.layers * per_layer
+
+
+def estimate_memory(shape: ModelShape, *, gpus: int, sharded: bool, dtype_bytes: int, tokens: int,
+                    response_tokens: int, checkpointing: bool, reference: bool, rollout_copy: bool,
+                    cpu_offload: bool) -> MemoryEstimate:
+    """Per-GPU bytes of an update step (module docstring). sharded: FSDP2 over `gpus` (> 1) processes."""
+    p = shape.params * dtype_bytes
+    n = gpus if sharded else 1
+    states = {"weights": p / n, "gradients": p / n, "optimizer": 2 * p / n, "reference": p / n if reference else 0.0}
+    host = 0.0
+    if cpu_offload and sharded:
+        host, states = sum(states.values()), {k: 0.0 for k in states}
+    gathered = (3 * shape.layer_params + shape.root_params) * dtype_bytes if sharded else 0.0
+    return MemoryEstimate(**states, rollout_copy=p if rollout_copy else 0.0, gathered=gathered,
+                          activations=activation_bytes(shape, tokens, dtype_bytes, checkpointing),
+                          logits=response_tokens * shape.vocab * (dtype_bytes + 8), host=host)
+
+
+@dataclass(frozen=True)
+class UpdateShape:
+    """Tokens of one training row and of one micro-batch, from the config."""
+
+    row: int  # prompt + response tokens of a longest row (query + chunk + memory + template, then memory)
+    response: int  # response tokens of a longest row
+    tokens: int  # tokens of one micro-batch
+    responses: int  # response tokens of one micro-batch (the logits computed)
+    how: str  # how the micro-batch is formed, in words
+
+
+def update_shape(cfg: TrainConfig) -> UpdateShape:
+    a = cfg.agent
+    response = max(a.memory_tokens, a.answer_tokens)
+    row = a.query_tokens + a.chunk_tokens + a.memory_tokens + TEMPLATE_TOKENS + response
+    if cfg.update.packing:
+        t = cfg.update.micro_batch_tokens
+        rows = math.ceil(t / row)  # rows are rarely all longest: count the partial one
+        return UpdateShape(row, response, max(t, row), rows * response,
+                           f"packed: update.micro_batch_tokens={t} (up to {rows} row(s) of <= {row} tokens)")
+    m = cfg.update.micro_batch_size
+    return UpdateShape(row, response, m * row, m * response,
+                       f"padded: update.micro_batch_size={m} rows x {row} tokens (longest row)")
+
+
+def estimate_for(cfg: TrainConfig, shape: ModelShape, gpus: int, checkpointing: bool) -> MemoryEstimate:
+    """The estimate of `cfg` on `gpus` GPUs (launched with torchrun --nproc-per-node gpus)."""
+    sharded = cfg.strategy == "fsdp" and gpus > 1
+    dtype_bytes = 4 if cfg.dtype == "float32" else 2
+    u = update_shape(cfg)
+    return estimate_memory(shape, gpus=gpus, sharded=sharded, dtype_bytes=dtype_bytes, tokens=u.tokens,
+                           response_tokens=u.responses, checkpointing=checkpointing,
+                           reference=cfg.loss.kl_coef > 0, rollout_copy=sharded and cfg.rollout.engine == "policy",
+                           cpu_offload=cfg.model_options.cpu_offload)
+
+
+def count_samples(path: str) -> int:
+    """Non-blank lines of a JSONL data file (one sample each); a ConfigError when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError as e:
+        raise ConfigError(f"cannot read data file {path}: {e}; pass --samples N instead") from None
+
+
+def steps_per_epoch(samples: int, batch_size: int) -> float:
+    """Training steps to see every sample once: each step draws rollout.batch_size questions."""
+    return samples / batch_size
+
+
+def dry_run_report(cfg: TrainConfig, gpus: int, samples: int | None = None) -> str:
+    """The text `memagent train --dry-run` prints: the per-GPU estimate with and without checkpointing, steps."""
+    if gpus < 1:
+        raise ConfigError(f"--gpus must be >= 1, got {gpus}")
+    shape = model_shape(cfg.model)
+    on = estimate_for(cfg, shape, gpus, True)
+    off = estimate_for(cfg, shape, gpus, False)
+    u = update_shape(cfg)
+    chosen = "on" if cfg.model_options.gradient_checkpointing else "off"
+    lines = [f"model {cfg.model}: {shape.params / 1e9:.2f}B parameters ({shape.layers} layers, hidden {shape.hidden}, "
+             f"vocab {shape.vocab}); dtype {'float32' if cfg.dtype == 'float32' else 'bfloat16'}; "
+             f"{gpus} GPU(s), strategy {cfg.strategy}",
+             f"micro-batch: {u.how}; {u.tokens} tokens, {u.responses} response tokens",
+             f"{'per GPU (GB)':<16}{'checkpointing off':>18}{'on':>10}"]
+    for f in fields(MemoryEstimate):
+        if f.name != "host":
+            lines.append(f"{f.name:<16}{getattr(off, f.name) / GB:>18.2f}{getattr(on, f.name) / GB:>10.2f}")
+    lines.append(f"{'total':<16}{off.total / GB:>18.2f}{on.total / GB:>10.2f}")
+    if on.host:
+        lines.append(f"host memory per process (model.cpu_offload): {on.host / GB:.2f} GB")
+    est = on if chosen == "on" else off
+    lines.append(f"estimate: {est.total / GB:.1f} GB per GPU (model.gradient_checkpointing={chosen == 'on'}; "
+                 "plus CUDA context and fragmentation, ~1-3 GB)")
+    n = samples if samples is not None else (count_samples(cfg.data) if cfg.data else None)
+    if n is None:
+        lines.append("steps per epoch: unknown (set data=FILE or pass --samples N)")
+    else:
+        spe = steps_per_epoch(n, cfg.rollout.batch_size)
+        lines.append(f"steps per epoch: {n} samples / rollout.batch_size {cfg.rollout.batch_size} = {spe:.2f} "
+                     f"({math.ceil(spe * cfg.num_mini_batches * cfg.update.epochs)} optimiser steps); "
+                     f"total_steps {cfg.total_steps} = {cfg.total_steps / spe:.2f} epochs")
+    return "\n".join(lines)
