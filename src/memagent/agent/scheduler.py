@@ -142,7 +142,7 @@ class _Run:
             try:
                 started.append(self.steps.start(pos, item))
             except MemAgentError as exc:
-                self.failed(_Started(pos), exc)
+                self.failed(_Started(pos, item), exc)
         return started
 
     def finish(self, doc: Any, result: Any, in_flight: int = 0) -> None:
@@ -181,6 +181,7 @@ class _Started:
     """A document that failed before its state existed (its first chunk could not be read)."""
 
     pos: int
+    item: Any
     calls: int = 0
 
 

@@ -106,10 +106,12 @@ def _record(cfg: SweepConfig, method: str, w: _Work, fp: str, prediction: str | 
     return rec
 
 
-def _error_record(cfg: SweepConfig, method: str, w: _Work, fp: str, exc: BaseException) -> dict:
+def _error_record(cfg: SweepConfig, method: str, w: _Work, fp: str, exc: BaseException | dict) -> dict:
+    """The failure record of a sample; `exc` is the exception, or an agent result's error {kind, message}."""
     rec = _base(cfg, method, w, fp)
+    kind, message = (exc["kind"], exc["message"]) if isinstance(exc, dict) else (type(exc).__name__, str(exc))
     rec.update(status="error", score=failed_score(cfg.scoring), scores={}, prediction=None, raw=None,
-               gold=w.sample["answers"], error=dict(kind=type(exc).__name__, message=str(exc), attempts=w.attempts + 1))
+               gold=w.sample["answers"], error=dict(kind=kind, message=message, attempts=w.attempts + 1))
     return rec
 
 
@@ -124,7 +126,7 @@ def _memagent_group(backend: Any, cfg: SweepConfig, group: list[_Work], docs: Pa
     agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, group[0].repeat))
     items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    results = MemoryAgent(backend, agent, trace_path=trace).run(items)  # type: ignore[arg-type]
+    results = MemoryAgent(backend, agent, trace_path=trace, failures="record").run(items)  # type: ignore[arg-type]
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
     for line in trace.getvalue().splitlines():
@@ -139,6 +141,11 @@ def _memagent_group(backend: Any, cfg: SweepConfig, group: list[_Work], docs: Pa
             u["document"] += call["chunk_tokens"]
     out = []
     for i, (w, res) in enumerate(zip(group, results)):
+        if res.error is not None:  # its calls failed after the backend's retries; the others went on
+            log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], w.repeat,
+                        res.error["message"])
+            out.append(_error_record(cfg, "memagent", w, fp, res.error))
+            continue
         u = usage[str(i)]
         u["kept"] = u["document"]
         out.append(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, u, seconds, len(group),
