@@ -151,7 +151,7 @@ class _Run:
         if self.on_result is not None:
             self.on_result(result)
         if self.on_progress is not None:
-            self.on_progress(1, self.stats.calls, in_flight)
+            self.on_progress(1, self.stats.calls - in_flight, in_flight)
 
     def failed(self, doc: Any, exc: MemAgentError, in_flight: int = 0) -> None:
         if self.failures == "raise":
