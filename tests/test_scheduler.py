@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memagent.agent.scheduler import doc_call_seed, resolve_schedule, submitter
+from memagent.agent.scheduler import PoolSubmit, concurrent, doc_call_seed, resolve_schedule, submitter
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.base import BackendError, ConcurrentBackend, Generation, SamplingParams
 from memagent.config import AgentConfig
@@ -60,6 +60,7 @@ def test_greedy_pipelined_equals_lockstep_on_the_tiny_model(tiny_backend):
     lock = MemoryAgent(tiny_backend, cfg, keep_conversations=True).run(items)
     piped = MemoryAgent(Locked(tiny_backend, 2), cfg, keep_conversations=True)
     assert piped.schedule == "auto" and resolve_schedule("auto", piped.backend) == "pipelined"
+    assert isinstance(submitter(piped.backend), PoolSubmit)  # no submit of its own: a pool of 2 threads
     got = piped.run(items)
     assert [r.num_chunks for r in lock] == [1, 2, 3, 4, 1]
     assert _view(got) == _view(lock)
@@ -180,7 +181,7 @@ def test_pipelined_seeds_follow_the_document_and_its_step_not_the_timing(tiny_to
 
 def test_pipelined_needs_a_concurrent_backend(tiny_tokenizer):
     backend = ScriptedBackend(tiny_tokenizer, lambda p, c: "x")
-    assert resolve_schedule("auto", backend) == "lockstep" and submitter(backend) is None
+    assert resolve_schedule("auto", backend) == "lockstep" and submitter(backend) is None and not concurrent(backend)
     with pytest.raises(ValueError, match="needs a concurrent backend"):
         MemoryAgent(backend, AgentConfig(**SMALL), schedule="pipelined")
     with pytest.raises(ValueError, match="schedule must be one of"):

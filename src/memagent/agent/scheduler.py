@@ -98,13 +98,18 @@ class PoolSubmit:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def concurrent(backend: Any) -> bool:
+    """Whether `backend` takes single requests concurrently: it has a positive integer `max_concurrency`."""
+    limit = getattr(backend, "max_concurrency", None)
+    return isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
+
+
 def submitter(backend: Any) -> Any | None:
     """What takes single requests for `backend`: the backend itself when it has `submit`, a `PoolSubmit`
     when it has only `max_concurrency`, None for an in-process batch backend."""
-    limit = getattr(backend, "max_concurrency", None)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+    if not concurrent(backend):
         return None
-    return backend if callable(getattr(backend, "submit", None)) else PoolSubmit(backend, limit)
+    return backend if callable(getattr(backend, "submit", None)) else PoolSubmit(backend, backend.max_concurrency)
 
 
 def resolve_schedule(schedule: str, backend: Any) -> str:
@@ -112,8 +117,8 @@ def resolve_schedule(schedule: str, backend: Any) -> str:
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if schedule == "auto":
-        return "pipelined" if submitter(backend) is not None else "lockstep"
-    if schedule == "pipelined" and submitter(backend) is None:
+        return "pipelined" if concurrent(backend) else "lockstep"
+    if schedule == "pipelined" and not concurrent(backend):
         raise ValueError("schedule 'pipelined' needs a concurrent backend (one with max_concurrency); "
                          "use 'lockstep' for in-process backends")
     return schedule
