@@ -22,7 +22,7 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from memagent.backends.base import Generation, SamplingParams
 from memagent.errors import MemAgentError
@@ -124,14 +124,35 @@ def resolve_schedule(schedule: str, backend: Any) -> str:
     return schedule
 
 
+class _Pending:
+    """The documents not started yet, read from `items` only when one is needed (an iterator: a stream)."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self._it: Iterator[tuple[int, Any]] = enumerate(items)
+        self._next: tuple[int, Any] | None = None
+
+    def __bool__(self) -> bool:
+        if self._next is None:
+            self._next = next(self._it, None)
+        return self._next is not None
+
+    def popleft(self) -> tuple[int, Any]:
+        if not self:
+            raise IndexError("no document left")
+        item, self._next = self._next, None
+        return item  # type: ignore[return-value]
+
+
 class _Run:
     """State shared by both schedules: the queue, the results, the counts, the finish hook."""
 
-    def __init__(self, steps: Steps, items: Sequence[Any], max_docs: int, failures: str,
-                 on_result: Callable[[Any], None] | None, on_progress: Callable[[int, int, int], None] | None):
+    def __init__(self, steps: Steps, items: Iterable[Any], max_docs: int, failures: str,
+                 on_result: Callable[[Any], None] | None, on_progress: Callable[[int, int, int], None] | None,
+                 collect: bool = True):
         self.steps, self.max_docs, self.failures = steps, max_docs, failures
-        self.pending = deque(enumerate(items))
-        self.results: list[Any] = [None] * len(items)
+        self.pending = _Pending(items)
+        self.collect = collect  # keep the results (in input order); a stream only passes them to on_result
+        self.results: dict[int, Any] = {}
         self.on_result, self.on_progress = on_result, on_progress
         self.stats = RunStats()
         self.active = 0
@@ -152,7 +173,8 @@ class _Run:
 
     def finish(self, doc: Any, result: Any, in_flight: int = 0) -> None:
         self.active -= 1
-        self.results[doc.pos] = result
+        if self.collect:
+            self.results[doc.pos] = result
         if self.on_result is not None:
             self.on_result(result)
         if self.on_progress is not None:
@@ -178,7 +200,7 @@ class _Run:
 
     def done(self) -> list[Any]:
         self.stats.seconds = time.perf_counter() - self._t0
-        return self.results
+        return [self.results[pos] for pos in sorted(self.results)]
 
 
 @dataclass
@@ -190,12 +212,13 @@ class _Started:
     calls: int = 0
 
 
-def run_pipelined(steps: Steps, backend: Any, items: Sequence[Any], max_docs: int, seed: int | None,
+def run_pipelined(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int, seed: int | None,
                   failures: str = "raise", on_result: Callable[[Any], None] | None = None,
-                  on_progress: Callable[[int, int, int], None] | None = None) -> tuple[list[Any], RunStats]:
+                  on_progress: Callable[[int, int, int], None] | None = None,
+                  collect: bool = True) -> tuple[list[Any], RunStats]:
     """Run `items` on a concurrent backend, each document's next call sent as its previous reply comes in."""
     sub = submitter(backend)
-    run = _Run(steps, items, max_docs, failures, on_result, on_progress)
+    run = _Run(steps, items, max_docs, failures, on_result, on_progress, collect)
     ready: deque[Any] = deque()
     flying: dict[Future, tuple[Any, Call, float]] = {}
     try:
@@ -231,12 +254,13 @@ def run_pipelined(steps: Steps, backend: Any, items: Sequence[Any], max_docs: in
     return run.done(), run.stats
 
 
-def run_lockstep(steps: Steps, backend: Any, items: Sequence[Any], max_docs: int, seed: int | None,
+def run_lockstep(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int, seed: int | None,
                  failures: str = "raise", on_result: Callable[[Any], None] | None = None,
-                 on_progress: Callable[[int, int, int], None] | None = None) -> tuple[list[Any], RunStats]:
+                 on_progress: Callable[[int, int, int], None] | None = None,
+                 collect: bool = True) -> tuple[list[Any], RunStats]:
     """Run `items` in batches: each round, the memory prompts of the documents in flight form one batch and the
     final prompts of those that read their last chunk another."""
-    run = _Run(steps, items, max_docs, failures, on_result, on_progress)
+    run = _Run(steps, items, max_docs, failures, on_result, on_progress, collect)
     active: list[Any] = []
     batch_no = 0  # batches of this run so far: with the seed, it seeds the next one
     while run.pending or active:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
@@ -157,11 +157,16 @@ class MemoryAgent:
         self.schedule, self.failures = schedule, failures
         self.stats = RunStats()  # of the last run
         self._trace: TraceWriter | None = None
+        self._check_each = False  # check each question as its document starts (a stream)
         resolve_schedule(schedule, backend)
 
     # -- checks before any model call -----------------------------------------------------
     def check_budget(self, items: Sequence[AgentInput]) -> None:
         """Raise BudgetError for a question over its budget or a window that cannot hold a call."""
+        self._check_questions(items)
+        self._check_window()
+
+    def _check_questions(self, items: Sequence[AgentInput]) -> None:
         cfg, tok = self.config, self.backend.tokenizer
         for it in items:
             n = len(tok(it.question, add_special_tokens=False)["input_ids"])
@@ -177,7 +182,9 @@ class MemoryAgent:
                 if n > cfg.memory_tokens:
                     raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
                                       f"memory budget of {cfg.memory_tokens}; shorten it or raise --memory-tokens")
-        window = self.backend.max_window
+
+    def _check_window(self) -> None:
+        cfg, window = self.config, self.backend.max_window
         if window is None:
             return
         mem_overhead = self.backend.prompt_length(render(cfg.memory_template, question="", memory="", chunk=""))
@@ -202,23 +209,44 @@ class MemoryAgent:
         is `self.schedule`; `self.stats` holds the run's counts afterwards."""
         items = [replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items)]
         self.check_budget(items)
+        results, self.stats = self._drive(items, on_result, len(items), collect=True)
+        return results
+
+    def stream(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None],
+               total: int | None = None) -> RunStats:
+        """Run `items` as they come: the iterable is read only when a document can start, each result goes to
+        `on_result` as its document finishes, and none is kept (memory stays bounded by max_batch_docs
+        documents). The window is checked first; a question over its budget fails its own document (raised
+        under failures="raise"). `total`: the number of items, for the progress bar."""
+        self._check_window()
+        self._check_each = True
+        try:
+            docs = (replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items))
+            _, self.stats = self._drive(docs, on_result, total, collect=False)
+        finally:
+            self._check_each = False
+        return self.stats
+
+    def _drive(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None] | None,
+               total: int | None, collect: bool) -> tuple[list[AgentResult], RunStats]:
         self._trace = TraceWriter(self.trace_path) if self.trace_path else None
         schedule = resolve_schedule(self.schedule, self.backend)
-        bar = _Progress(len(items)) if self.progress else None
+        bar = _Progress(total) if self.progress and total is not None else None
         go = run_pipelined if schedule == "pipelined" else run_lockstep
         try:
-            results, self.stats = go(self, self.backend, items, self.config.max_batch_docs, self.config.seed,
-                                     self.failures, on_result, bar.update if bar else None)
+            return go(self, self.backend, items, self.config.max_batch_docs, self.config.seed, self.failures,
+                      on_result, bar.update if bar else None, collect)
         finally:
             if self._trace:
                 self._trace.close()
             self._trace = None
             if bar:
                 bar.close()
-        return results
 
     # -- the steps of one document (memagent.agent.scheduler.Steps) -------------------------
     def start(self, pos: int, item: AgentInput) -> _Doc:
+        if self._check_each:
+            self._check_questions([item])
         document = item.document
         if self.config.document_tokens is not None:
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
