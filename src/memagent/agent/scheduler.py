@@ -18,9 +18,10 @@ whose own call fails are failed.
 """
 from __future__ import annotations
 
+import queue
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
@@ -221,6 +222,7 @@ def run_pipelined(steps: Steps, backend: Any, items: Iterable[Any], max_docs: in
     run = _Run(steps, items, max_docs, failures, on_result, on_progress, collect)
     ready: deque[Any] = deque()
     flying: dict[Future, tuple[Any, Call, float]] = {}
+    replies: queue.SimpleQueue[Future] = queue.SimpleQueue()  # futures as they complete (no scan of all)
     try:
         while run.pending or ready or flying:
             ready.extend(run.admit())
@@ -229,13 +231,14 @@ def run_pipelined(steps: Steps, backend: Any, items: Iterable[Any], max_docs: in
                 call = steps.next_call(doc)
                 doc.calls += 1
                 params = steps.params(call.max_new_tokens, doc_call_seed(seed, doc.pos, doc.calls))
-                flying[sub.submit(call.prompt, params)] = (doc, call, time.perf_counter())
+                fut = sub.submit(call.prompt, params)
+                flying[fut] = (doc, call, time.perf_counter())
+                fut.add_done_callback(replies.put)
                 run.stats.calls += 1
                 run.stats.max_calls_in_flight = max(run.stats.max_calls_in_flight, len(flying))
             if not flying:
                 continue
-            finished, _ = wait(list(flying), return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=lambda f: flying[f][0].pos):
+            for fut in sorted(_completed(replies), key=lambda f: flying[f][0].pos):
                 doc, call, t0 = flying.pop(fut)
                 try:
                     gen = fut.result()
@@ -252,6 +255,16 @@ def run_pipelined(steps: Steps, backend: Any, items: Iterable[Any], max_docs: in
         if sub is not backend:
             sub.close()
     return run.done(), run.stats
+
+
+def _completed(replies: "queue.SimpleQueue[Future]") -> list[Future]:
+    """The futures completed so far: waits for the first, then takes every one already there."""
+    out = [replies.get()]
+    while True:
+        try:
+            out.append(replies.get_nowait())
+        except queue.Empty:
+            return out
 
 
 def run_lockstep(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int, seed: int | None,
