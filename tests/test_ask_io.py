@@ -63,16 +63,20 @@ def test_one_bad_document_keeps_the_finished_answers_and_a_rerun_resumes(tmp_pat
         {"id": "c", "question": "q3", "context": "key value " * 10}]))
     out = tmp_path / "out.jsonl"
     args = ["ask", "--model", str(tiny_model_dir), "--input", str(inp), "--output", str(out), "--batch-docs", "1", *SMALL]
-    assert run(args) == 2
-    assert "bad.txt is not valid UTF-8" in capsys.readouterr().err
-    assert [r["id"] for r in _lines(out)] == ["a"]  # on main: nothing written at all
+    assert run(args) == 2  # the other documents go on; the run ends with the count
+    err = capsys.readouterr().err
+    assert "error: 1 of 3 documents failed (first: id 'b': " in err and "bad.txt is not valid UTF-8" in err
+    lines = _lines(out)
+    assert [r["id"] for r in lines] == ["a", "b", "c"]
+    assert lines[1]["answer"] is None and lines[1]["error"]["kind"] == "DocumentError"
+    assert lines[1]["error"]["attempts"] == 1 and "error" not in lines[0] and "error" not in lines[2]
     first = out.read_bytes()
     bad.write_text("the document is fixed now " * 5)
     assert run(args) == 0
     results = _lines(out)
-    assert [r["id"] for r in results] == ["a", "b", "c"]  # a is not asked again
+    assert [r["id"] for r in results] == ["a", "b", "c", "b"]  # only the failed one is asked again
     assert out.read_bytes().startswith(first)
-    assert all(set(r) == {"id", "question", "answer", "raw_answer", "memory", "num_chunks"} for r in results)
+    assert all(set(r) == {"id", "question", "answer", "raw_answer", "memory", "num_chunks"} for r in results[3:])
 
 
 def test_a_rerun_trims_a_torn_last_line_and_skips_the_ids_already_answered(tmp_path, tiny_model_dir, monkeypatch,

@@ -2,7 +2,9 @@
 model call, and `--output` written one result a line as each finishes (a rerun skips the ids already there).
 
 Result line (one JSON object): id, question, answer (the boxed content or null), raw_answer, memory,
-num_chunks. Lines come in the order the documents finish, not the input order.
+num_chunks. Lines come in the order the documents finish, not the input order. A document whose model calls
+failed (after the backend's retries) has a line with answer null and error {kind, message, attempts}; a
+rerun tries it again (its later line wins).
 """
 from __future__ import annotations
 
@@ -108,6 +110,8 @@ class ResultLog:
     def __init__(self, path: Optional[Path]) -> None:
         self.path = path
         self.done: set[str] = set()
+        self.written = self.failed = 0  # results written by this run, and how many of them are failures
+        self.first_failure = ""  # "id 'b': why", of the first failure written
         self._f: Optional[TextIO] = None
         if path is not None and path.exists():
             self.done = _done_ids(path)
@@ -122,8 +126,14 @@ class ResultLog:
 
     def write(self, r: AgentResult) -> None:
         assert self._f is not None, "open() first"
-        line = json.dumps(dict(id=r.doc_id, question=r.question, answer=r.answer, raw_answer=r.raw_answer,
-                               memory=r.memory, num_chunks=r.num_chunks), ensure_ascii=False)
+        rec = dict(id=r.doc_id, question=r.question, answer=r.answer, raw_answer=r.raw_answer,
+                   memory=r.memory, num_chunks=r.num_chunks)
+        if r.error is not None:
+            rec["error"] = r.error
+            self.failed += 1
+            self.first_failure = self.first_failure or f"id {r.doc_id!r}: {r.error['message']}"
+        self.written += 1
+        line = json.dumps(rec, ensure_ascii=False)
         try:
             self._f.write(line + "\n")
             self._f.flush()
@@ -152,5 +162,19 @@ def _done_ids(path: Path) -> set[str]:
         if not isinstance(rec, dict) or "id" not in rec:
             raise InputError(f"{path}:{n}: not a result line of `memagent ask` (no 'id'); a rerun appends to "
                              "--output, so give a new file or one an earlier run wrote")
-        done.add(str(rec["id"]))
+        if rec.get("error") is None:  # a failed document is tried again
+            done.add(str(rec["id"]))
+        else:
+            done.discard(str(rec["id"]))
     return done
+
+
+class DocumentsFailed(InputError):
+    """Some documents of `ask --input` failed (their error lines are written); the run exits non-zero."""
+
+
+def failures_error(log: ResultLog, total: int) -> DocumentsFailed:
+    """The error `ask --input` ends with when documents failed: how many, the first, where to look."""
+    where = str(log.path) if log.path is not None else "the output"
+    return DocumentsFailed(f"{log.failed} of {total} documents failed (first: {log.first_failure}); see their lines "
+                           f"with \"error\" in {where}; fix the cause and rerun the same command to retry them")

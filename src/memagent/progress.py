@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
-__all__ = ["StepProgress", "format_seconds"]
+__all__ = ["CallRate", "StepProgress", "call_figures", "format_seconds"]
 
 
 def format_seconds(seconds: float) -> str:
@@ -22,6 +22,22 @@ def format_seconds(seconds: float) -> str:
     h, rest = divmod(s, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def call_figures(calls_done: int, in_flight: int, seconds: float) -> str:
+    """The model-call figures of a run's progress line: "calls 120 (14.3/s), 8 in flight"."""
+    rate = f"{calls_done / seconds:.1f}/s" if seconds > 0 else "?/s"
+    return f"calls {calls_done} ({rate}), {in_flight} in flight"
+
+
+class CallRate:
+    """`call_figures` from the time this object was made (a run's start)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock, self._t0 = clock, clock()
+
+    def info(self, calls_done: int, in_flight: int) -> str:
+        return call_figures(calls_done, in_flight, self._clock() - self._t0)
 
 
 class StepProgress:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
-from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, read_inputs
+from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, failures_error, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
@@ -146,7 +146,7 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
         write_profile(profile, profile_path_for(o.output))
     with _open_trace(o.trace, append=bool(results.done)) as trace:
         agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
-                            trace_chunks=o.trace_chunks)
+                            trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")
         if o.input is None:
             r = agent.run(todo)[0]
             missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'
@@ -154,6 +154,8 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
             return
         with results:
             agent.run(todo, on_result=results.write)
+        if results.failed:
+            raise failures_error(results, len(todo))
 
 
 def _open_trace(path: Optional[Path], append: bool) -> Any:

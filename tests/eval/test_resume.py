@@ -370,3 +370,19 @@ def test_a_task_name_matplotlib_would_parse_plots(tmp_path):
                                   rows={("m$", "memagent"): {10: (0.5, 0.1, 4), 20: (0.6, None, 1)}})}
     (png,) = plot_scores(agg, tmp_path)
     assert png.name == "scores___frac_a___b_.png" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_writes_its_report_then_fails_with_the_count_of_failed_samples(tokenizer, data, tmp_path, monkeypatch):
+    broken = Scripted(tokenizer, fail_on="item 5")
+    monkeypatch.setattr("memagent.profile.open_backend", lambda *a, **k: broken)
+    o = _options(data, tmp_path / "out")
+    with pytest.raises(EvalError, match=r"^1 of 3 samples failed; see the records with status \"error\" in .*"
+                                        r"results.jsonl .*rerun with --retry-failed$"):
+        run_eval(o)
+    assert [r["status"] for r in _records(tmp_path / "out")] == ["ok", "error", "ok"]  # one batch: s5 alone failed
+    assert broken.calls == 3 + 3 + 2  # the memory batch of 3 fails, then each alone, then the two finals
+    assert (tmp_path / "out" / "table.md").is_file()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["records"]["failed"] == 1
+    monkeypatch.setattr("memagent.profile.open_backend", lambda *a, **k: Scripted(tokenizer))
+    assert "(n=3)" in run_eval(dataclasses.replace(o, retry_failed=True))  # healed: exit 0

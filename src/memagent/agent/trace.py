@@ -4,7 +4,8 @@ Memory-update record: doc_id, step, chunk_start (token offset of the chunk in th
 evidence pointer), chunk_tokens, prompt_tokens, memory_tokens, memory, truncated, seconds,
 batch_size. Final record: doc_id, step, kind="final", prompt_tokens, memory_tokens, answer
 (the boxed content or null), raw_answer, seconds, batch_size. `seconds` is the wall-clock of the
-backend batch the call ran in (calls of one batch share it).
+backend batch the call ran in (calls of one batch share it); in a pipelined run (a concurrent backend) each
+call is its own request: `seconds` is its own, `batch_size` 1.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The read-write loop (paper: "The workflow"): each chunk is one independent call that
 overwrites a fixed-size memory; a last call answers from the question and the final memory.
 
-Many documents run at once: at every step, the memory prompts of all active documents go to the
-backend as one batch (and the final prompts of those that ran out of chunks as another), so
-documents of different lengths finish at different steps while the batch stays full. Per call
+Many documents run at once, each a small state machine driven by memagent.agent.scheduler: on an
+in-process backend the ready prompts of all documents in flight form one batch (memory prompts in one,
+final prompts in another); on a concurrent (HTTP) backend each document's next call goes out as soon
+as its previous reply is in. A finished document frees its place for the next one at once. Per call
 the work is O(C + M); per document O(N).
 
 Departures from the reference code: the memory is held to at most M tokens whatever the backend
@@ -17,17 +18,17 @@ the trace's `think_removed` field says for which calls it happened.
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
 from memagent.agent.prompts import render
+from memagent.agent.scheduler import (FAILURES, Call, RunStats, call_seed, resolve_schedule, run_lockstep,
+                                      run_pipelined)
 from memagent.agent.trace import TraceWriter
-from memagent.backends.base import Backend, SamplingParams
+from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 
@@ -72,6 +73,7 @@ class AgentResult:
     num_chunks: int
     conversations: list[Conversation] = field(default_factory=list)  # memory updates, then final
     think_removed: bool = False  # a think block was cut from the final reply before extraction
+    error: dict[str, Any] | None = None  # a failed document: {kind, message, attempts}; answer is None
 
 
 @dataclass
@@ -84,6 +86,7 @@ class _Doc:
     step: int = 0
     conversations: list[Conversation] = field(default_factory=list)
     memory_tokens: int | None = None  # of `memory`, once a memory step has counted them
+    calls: int = 0  # model calls made for this document (its k-th call is seeded by k in a pipelined run)
 
 
 def cap_tokens(text: str, tokenizer: Any, limit: int) -> tuple[str, int, bool]:
@@ -113,12 +116,6 @@ def cap_tokens_many(texts: Sequence[str], tokenizer: Any, limit: int) -> list[tu
     return [(t, n, False) if n <= limit else cap_tokens(t, tokenizer, limit) for t, n in zip(texts, counts)]
 
 
-def call_seed(seed: int | None, call: int) -> int | None:
-    """The sampling seed of the `call`-th model call (1, 2, ...) of a run under the config's `seed` (None:
-    unseeded). A run's seeds depend on its seed and its inputs only, not on what the agent ran before."""
-    return None if seed is None else seed * 1_000_003 + call
-
-
 class MemoryAgent:
     """Answer questions over documents of any length with a fixed-size, overwritten memory.
 
@@ -127,6 +124,10 @@ class MemoryAgent:
     on_step: called with each trace record as it is made (memory records carry `chunk_text`); an
     exception it raises stops the run (e.g. a cancelled job).
     trace_chunks: also write each memory record's `chunk_text` to the trace file.
+    schedule: "auto" (pipelined for a concurrent backend, lock-step batches for an in-process one),
+        "pipelined" or "lockstep" (memagent.agent.scheduler).
+    failures: "raise" (a failed call stops the run) or "record" (the document gets a result with `error`,
+        the others go on).
     """
 
     def __init__(
@@ -140,7 +141,11 @@ class MemoryAgent:
         keep_conversations: bool = False,
         on_step: Callable[[dict[str, Any]], None] | None = None,
         trace_chunks: bool = False,
+        schedule: str = "auto",
+        failures: str = "raise",
     ) -> None:
+        if failures not in FAILURES:
+            raise ValueError(f"failures must be one of {', '.join(FAILURES)}, got {failures!r}")
         self.backend = backend
         self.config = config or AgentConfig()
         self.trace_path = trace_path
@@ -149,10 +154,19 @@ class MemoryAgent:
         self.keep_conversations = keep_conversations
         self.on_step = on_step
         self.trace_chunks = trace_chunks
+        self.schedule, self.failures = schedule, failures
+        self.stats = RunStats()  # of the last run
+        self._trace: TraceWriter | None = None
+        self._check_each = False  # check each question as its document starts (a stream)
+        resolve_schedule(schedule, backend)
 
     # -- checks before any model call -----------------------------------------------------
     def check_budget(self, items: Sequence[AgentInput]) -> None:
         """Raise BudgetError for a question over its budget or a window that cannot hold a call."""
+        self._check_questions(items)
+        self._check_window()
+
+    def _check_questions(self, items: Sequence[AgentInput]) -> None:
         cfg, tok = self.config, self.backend.tokenizer
         for it in items:
             n = len(tok(it.question, add_special_tokens=False)["input_ids"])
@@ -168,7 +182,9 @@ class MemoryAgent:
                 if n > cfg.memory_tokens:
                     raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
                                       f"memory budget of {cfg.memory_tokens}; shorten it or raise --memory-tokens")
-        window = self.backend.max_window
+
+    def _check_window(self) -> None:
+        cfg, window = self.config, self.backend.max_window
         if window is None:
             return
         mem_overhead = self.backend.prompt_length(render(cfg.memory_template, question="", memory="", chunk=""))
@@ -189,44 +205,48 @@ class MemoryAgent:
         """Run every (question, document) pair; results come back in input order.
 
         on_result: called with each result as soon as its document finishes (finishing order), e.g. to
-        write it out, so an error in a later document does not lose it."""
+        write it out, so an error in a later document does not lose it. The schedule (memagent.agent.scheduler)
+        is `self.schedule`; `self.stats` holds the run's counts afterwards."""
         items = [replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items)]
         self.check_budget(items)
-        trace = TraceWriter(self.trace_path) if self.trace_path else None
-        results: list[AgentResult | None] = [None] * len(items)
-        pending = deque(enumerate(items))
-        active: list[_Doc] = []
-        bar = _Progress(len(items)) if self.progress else None
-        call = 0  # model calls (batches) of this run so far: with the config's seed, it seeds the next one
+        results, self.stats = self._drive(items, on_result, len(items), collect=True)
+        return results
+
+    def stream(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None],
+               total: int | None = None) -> RunStats:
+        """Run `items` as they come: the iterable is read only when a document can start, each result goes to
+        `on_result` as its document finishes, and none is kept (memory stays bounded by max_batch_docs
+        documents). The window is checked first; a question over its budget fails its own document (raised
+        under failures="raise"). `total`: the number of items, for the progress bar."""
+        self._check_window()
+        self._check_each = True
         try:
-            while pending or active:
-                while pending and len(active) < self.config.max_batch_docs:
-                    active.append(self._start(*pending.popleft()))
-                reading = [d for d in active if d.next_chunk is not None]
-                done = [d for d in active if d.next_chunk is None]
-                if reading:
-                    call += 1
-                    self._memory_step(reading, trace, call)
-                    if bar:
-                        bar.chunks(len(reading))
-                if done:
-                    call += 1
-                    for d, res in zip(done, self._final_step(done, trace, call)):
-                        results[d.pos] = res
-                        if on_result is not None:
-                            on_result(res)
-                    finished = {id(d) for d in done}
-                    active = [d for d in active if id(d) not in finished]
-                    if bar:
-                        bar.docs(len(done))
+            docs = (replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items))
+            _, self.stats = self._drive(docs, on_result, total, collect=False)
         finally:
-            if trace:
-                trace.close()
+            self._check_each = False
+        return self.stats
+
+    def _drive(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None] | None,
+               total: int | None, collect: bool) -> tuple[list[AgentResult], RunStats]:
+        self._trace = TraceWriter(self.trace_path) if self.trace_path else None
+        schedule = resolve_schedule(self.schedule, self.backend)
+        bar = _Progress(total) if self.progress and total is not None else None
+        go = run_pipelined if schedule == "pipelined" else run_lockstep
+        try:
+            return go(self, self.backend, items, self.config.max_batch_docs, self.config.seed, self.failures,
+                      on_result, bar.update if bar else None, collect)
+        finally:
+            if self._trace:
+                self._trace.close()
+            self._trace = None
             if bar:
                 bar.close()
-        return results  # type: ignore[return-value]
 
-    def _start(self, pos: int, item: AgentInput) -> _Doc:
+    # -- the steps of one document (memagent.agent.scheduler.Steps) -------------------------
+    def start(self, pos: int, item: AgentInput) -> _Doc:
+        if self._check_each:
+            self._check_questions([item])
         document = item.document
         if self.config.document_tokens is not None:
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
@@ -239,86 +259,93 @@ class MemoryAgent:
         return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory,
                     step=item.start_step)
 
-    def _emit(self, trace: TraceWriter | None, record: dict[str, Any], chunk_text: str | None = None) -> None:
+    def next_call(self, d: _Doc) -> Call:
+        """The document's next call: a memory update while chunks are left, then the final answer."""
+        cfg = self.config
+        if d.next_chunk is not None:
+            prompt = render(cfg.memory_template, question=d.item.question, memory=d.memory, chunk=d.next_chunk.text)
+            return Call("memory", prompt, cfg.memory_tokens)
+        return Call("final", render(cfg.final_template, question=d.item.question, memory=d.memory), cfg.answer_tokens)
+
+    def params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
+        return SamplingParams(max_new_tokens, self.config.temperature, self.config.top_p, seed)
+
+    def take(self, d: _Doc, call: Call, gen: Generation, seconds: float, batch_size: int) -> AgentResult | None:
+        if call.kind == "memory":
+            self._take_memory(d, call.prompt, gen, seconds, batch_size)
+            return None
+        return self._take_final(d, call.prompt, gen, seconds, batch_size)
+
+    def fail(self, d: Any, exc: BaseException) -> AgentResult:
+        """The result of a document whose call failed: no answer, and `error` {kind, message, attempts}."""
+        attempts = 1 + int(getattr(self.backend, "max_retries", 0) or 0) if isinstance(exc, BackendError) else 1
+        log.warning("document %s failed: %s", d.item.doc_id, exc)
+        if not isinstance(d, _Doc):  # failed before its first chunk was read
+            return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
+        return AgentResult(d.item.doc_id, d.item.question, None, "", d.memory, d.step, d.conversations,
+                           error=_error(exc, attempts))
+
+    def _emit(self, record: dict[str, Any], chunk_text: str | None = None) -> None:
         """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
         full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
-        if trace:
-            trace.write(full if self.trace_chunks else record)
+        if self._trace:
+            self._trace.write(full if self.trace_chunks else record)
         if self.on_step is not None:
             self.on_step(full)
 
-    def _params(self, max_new_tokens: int, call: int) -> SamplingParams:
-        cfg = self.config
-        return SamplingParams(max_new_tokens, cfg.temperature, cfg.top_p, call_seed(cfg.seed, call))
-
-    def _memory_step(self, docs: list[_Doc], trace: TraceWriter | None, call: int) -> None:
+    def _take_memory(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> None:
         cfg, tok = self.config, self.backend.tokenizer
-        prompts = [
-            render(cfg.memory_template, question=d.item.question, memory=d.memory, chunk=d.next_chunk.text)
-            for d in docs
-        ]
-        t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, self._params(cfg.memory_tokens, call))
-        seconds = time.perf_counter() - t0
-        replies = [strip_think(g.text) if cfg.think == "strip" else (g.text, False) for g in gens]
-        capped = cap_tokens_many([text.strip() for text, _ in replies], tok, cfg.memory_tokens)
-        for d, prompt, gen, (_, think_removed), (memory, n_mem, truncated) in zip(docs, prompts, gens, replies, capped):
-            chunk = d.next_chunk
-            if truncated:
-                log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
+        text, think_removed = strip_think(gen.text) if cfg.think == "strip" else (gen.text, False)
+        memory, n_mem, truncated = cap_tokens_many([text.strip()], tok, cfg.memory_tokens)[0]
+        chunk = d.next_chunk
+        if truncated:
+            log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
+        if self._trace or self.on_step:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            if trace or self.on_step:
-                self._emit(trace, dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
-                                       chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt,
-                                       memory_tokens=n_mem, memory=memory, truncated=truncated,
-                                       think_removed=think_removed, seconds=round(seconds, 6),
-                                       batch_size=len(docs)), chunk.text)
-            if self.keep_conversations:
-                d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
-                                                    gen.token_ids, gen.logprobs, memory, truncated))
-            d.memory, d.memory_tokens = memory, n_mem
-            d.step += 1
-            d.next_chunk = next(d.chunks, None)
+            self._emit(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
+                            chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt, memory_tokens=n_mem,
+                            memory=memory, truncated=truncated, think_removed=think_removed,
+                            seconds=round(seconds, 6), batch_size=batch_size), chunk.text)
+        if self.keep_conversations:
+            d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
+                                                gen.token_ids, gen.logprobs, memory, truncated))
+        d.memory, d.memory_tokens = memory, n_mem
+        d.step += 1
+        d.next_chunk = next(d.chunks, None)
 
-    def _final_step(self, docs: list[_Doc], trace: TraceWriter | None, call: int) -> list[AgentResult]:
+    def _take_final(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> AgentResult:
         cfg = self.config
-        prompts = [render(cfg.final_template, question=d.item.question, memory=d.memory) for d in docs]
-        t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, self._params(cfg.answer_tokens, call))
-        seconds = time.perf_counter() - t0
-        out = []
-        for d, prompt, gen in zip(docs, prompts, gens):
-            answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
+        answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
+        if self._trace or self.on_step:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            if trace or self.on_step:
-                self._emit(trace, dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
-                                 memory_tokens=d.memory_tokens if d.memory_tokens is not None else
-                                 len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"]),
-                                 answer=answer, raw_answer=gen.text, think_removed=think_removed, seconds=round(seconds, 6),
-                                 batch_size=len(docs)))
-            if self.keep_conversations:
-                d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
-                                                    gen.token_ids, gen.logprobs, gen.text))
-            out.append(AgentResult(d.item.doc_id, d.item.question, answer, gen.text, d.memory, d.step,
-                                   d.conversations, think_removed))
-        return out
+            n_mem = d.memory_tokens if d.memory_tokens is not None else \
+                len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"])
+            self._emit(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
+                            memory_tokens=n_mem, answer=answer, raw_answer=gen.text, think_removed=think_removed,
+                            seconds=round(seconds, 6), batch_size=batch_size))
+        if self.keep_conversations:
+            d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
+                                                gen.token_ids, gen.logprobs, gen.text))
+        return AgentResult(d.item.doc_id, d.item.question, answer, gen.text, d.memory, d.step,
+                           d.conversations, think_removed)
+
+
+def _error(exc: BaseException, attempts: int) -> dict[str, Any]:
+    return dict(kind=type(exc).__name__, message=str(exc), attempts=attempts)
 
 
 class _Progress:
-    """Documents finished and chunks read, on stderr (a bar on a terminal, a plain line every 5% in a log)."""
+    """Documents finished, calls in flight and calls/s, on stderr (a bar on a terminal, a plain line every 5%
+    in a log)."""
 
     def __init__(self, n_docs: int) -> None:
-        from memagent.progress import StepProgress
+        from memagent.progress import CallRate, StepProgress
 
         self._p = StepProgress("read", n_docs, unit="documents")
-        self._n = 0
+        self._rate = CallRate()
 
-    def chunks(self, n: int) -> None:
-        self._n += n
-        self._p.update(0, f"chunks read {self._n}")
-
-    def docs(self, n: int) -> None:
-        self._p.update(n)
+    def update(self, docs: int, calls_done: int, in_flight: int) -> None:
+        self._p.update(docs, self._rate.info(calls_done, in_flight))
 
     def close(self) -> None:
         self._p.close()

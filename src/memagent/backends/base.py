@@ -6,6 +6,7 @@ the tokenizer the workflow uses for chunking and budgets.
 """
 from __future__ import annotations
 
+import concurrent.futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -68,6 +69,13 @@ class Backend(Protocol):
     def prompt_length(self, prompt: str) -> int:
         """Number of tokens `prompt` occupies once rendered for the model (chat template included)."""
         ...
+
+
+@runtime_checkable
+class ConcurrentBackend(Backend, Protocol):
+    """A backend that takes single requests concurrently (HTTP): `submit` returns at once."""
+    max_concurrency: int  # requests it may have in flight
+    def submit(self, prompt: str, params: SamplingParams) -> "concurrent.futures.Future[Generation]": ...
 
 
 class BackendError(MemAgentError, RuntimeError):

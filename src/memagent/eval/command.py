@@ -116,7 +116,18 @@ def run_eval(o: EvalOptions) -> str:
         except EvalError:
             _finish(o, cfg, datas, keys)
             raise
-        return _finish(o, cfg, datas, keys)
+        text = _finish(o, cfg, datas, keys)
+        _check_failures(out / "results.jsonl", keys)
+        return text
+
+
+def _check_failures(results: Path, keys: list[str]) -> None:
+    """An EvalError counting the run's failed samples (error records), when there are any."""
+    records = latest(load_records(results))
+    failed = sum(records.get(k, {}).get("status") == "error" for k in keys)
+    if failed:
+        raise EvalError(f"{failed} of {len(keys)} samples failed; see the records with status \"error\" in "
+                        f"{results} (table.md and summary.json are written); fix the cause and rerun with --retry-failed")
 
 
 def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:

@@ -5,16 +5,20 @@ appended to `results.jsonl` and flushed to disk as soon as its group of samples 
 the keys already there, so a sweep killed mid-way resumes where it stopped, and a changed setting computes
 anew. A line cut short by a crash is dropped on the next run. Samples run in groups of
 `AgentConfig.max_batch_docs`: MemAgent reads a group's documents in one batch per step, the baselines
-generate a group's prompts in one batch. A group whose model calls fail (a `MemAgentError`: the backend
-gave up after its retries, a document cannot be read) is run again one sample at a time, and a sample that
-still fails is written as an error record; the sweep goes on.
+generate a group's prompts in one batch. MemAgent on a concurrent (HTTP) backend runs without groups: its
+samples are one stream, pipelined per document (memagent.agent.scheduler), a new sample starting as soon as
+another finishes, and each record is written as its sample finishes. A group whose model calls fail (a
+`MemAgentError`: the backend gave up after its retries, a document cannot be read) is run again one sample
+at a time, and a sample that still fails is written as an error record; the sweep goes on (MemAgent fails
+only the samples whose own calls fail, in a group or a stream).
 
 Record: key, status ("ok" | "error"), model, method, data (file name), data_path, data_sha256, fingerprint,
 repeat, seed, task, sample_id, length, length_unit, metric, score (the sample's own metric; None for a
 skipped failure), scores (the metric family: em/f1/sub_em or string_match_all/part), scoring (the
 ScoreOptions applied), prediction (boxed answer or null), raw (the model's last reply), gold, tokens (prompt
 and generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds (the
-group's wall-clock divided by its size), group_size, note; an error record has error {kind, message,
+group's wall-clock divided by its size; MemAgent on a concurrent backend: the sample's own wall-clock),
+group_size (there: --batch-docs, the samples in flight), note; an error record has error {kind, message,
 attempts} instead of the reply and tokens. The `memagent eval` command around it is `memagent.eval.command`.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from memagent.agent.answer import final_answer
+from memagent.agent.scheduler import concurrent
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context, context_budget, middle_truncate,
@@ -106,10 +111,12 @@ def _record(cfg: SweepConfig, method: str, w: _Work, fp: str, prediction: str | 
     return rec
 
 
-def _error_record(cfg: SweepConfig, method: str, w: _Work, fp: str, exc: BaseException) -> dict:
+def _error_record(cfg: SweepConfig, method: str, w: _Work, fp: str, exc: BaseException | dict) -> dict:
+    """The failure record of a sample; `exc` is the exception, or an agent result's error {kind, message}."""
     rec = _base(cfg, method, w, fp)
+    kind, message = (exc["kind"], exc["message"]) if isinstance(exc, dict) else (type(exc).__name__, str(exc))
     rec.update(status="error", score=failed_score(cfg.scoring), scores={}, prediction=None, raw=None,
-               gold=w.sample["answers"], error=dict(kind=type(exc).__name__, message=str(exc), attempts=w.attempts + 1))
+               gold=w.sample["answers"], error=dict(kind=kind, message=message, attempts=w.attempts + 1))
     return rec
 
 
@@ -124,21 +131,19 @@ def _memagent_group(backend: Any, cfg: SweepConfig, group: list[_Work], docs: Pa
     agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, group[0].repeat))
     items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    results = MemoryAgent(backend, agent, trace_path=trace).run(items)  # type: ignore[arg-type]
+    results = MemoryAgent(backend, agent, trace_path=trace, failures="record").run(items)  # type: ignore[arg-type]
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
     for line in trace.getvalue().splitlines():
         call = json.loads(line)
-        u = usage[call["doc_id"]]
-        u["calls"] += 1
-        u["prompt"] += call["prompt_tokens"]
-        if call.get("kind") == "final":
-            u["generated"] += count_tokens(backend.tokenizer, call["raw_answer"])
-        else:
-            u["generated"] += call["memory_tokens"]
-            u["document"] += call["chunk_tokens"]
+        _count_call(usage[call["doc_id"]], call, backend.tokenizer)
     out = []
     for i, (w, res) in enumerate(zip(group, results)):
+        if res.error is not None:  # its calls failed after the backend's retries; the others went on
+            log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], w.repeat,
+                        res.error["message"])
+            out.append(_error_record(cfg, "memagent", w, fp, res.error))
+            continue
         u = usage[str(i)]
         u["kept"] = u["document"]
         out.append(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, u, seconds, len(group),
@@ -254,24 +259,86 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
     bar = _bar(progress)
     failed: list[dict] = []
     with open(results, "a", encoding="utf-8") as fh:
+
+        def write(rec: dict) -> None:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            done[rec["key"]] = rec
+            if bar:
+                bar(_progress_line(rec))
+            if on_record:
+                on_record(rec)
+            if rec["status"] == "error":
+                failed.append(rec)
+
         for method in cfg.methods:
             for repeat in range(cfg.repeats):
                 pending = _pending(cfg, method, repeat, datas, done, retry_failed, fp)
+                if method == "memagent" and concurrent(backend):  # no groups: samples start as others finish
+                    stop = None if max_failures is None else lambda: _check_failed(failed, max_failures, results)
+                    _memagent_stream(backend, cfg, repeat, pending, docs, fp, write, stop)
+                    continue
                 for group in _groups(pending, cfg.agent.max_batch_docs):
                     for rec in _run_group(backend, cfg, method, group, docs, fp):
-                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        done[rec["key"]] = rec
-                        if bar:
-                            bar(_progress_line(rec))
-                        if on_record:
-                            on_record(rec)
-                        if rec["status"] == "error":
-                            failed.append(rec)
-                    if max_failures is not None and len(failed) >= max_failures:
-                        raise EvalError(failures_message(failed, max_failures, results))
+                        write(rec)
+                    if max_failures is not None:
+                        _check_failed(failed, max_failures, results)
     return results
+
+
+def _check_failed(failed: list[dict], max_failures: int, results: Path) -> None:
+    if len(failed) >= max_failures:
+        raise EvalError(failures_message(failed, max_failures, results))
+
+
+def _memagent_stream(backend: Any, cfg: SweepConfig, repeat: int, works: Iterator[_Work], docs: ParagraphCache,
+                     fp: str, write: Callable[[dict], None], stop: Callable[[], None] | None) -> None:
+    """MemAgent on a concurrent backend: the samples are one stream (a sample starts as another finishes) and
+    each record is written as its sample finishes; `stop` is called after each (it raises to stop the sweep)."""
+    from memagent.agent.workflow import AgentInput, MemoryAgent
+
+    started: dict[str, tuple[_Work, float, dict[str, int]]] = {}
+
+    def items() -> Iterator[AgentInput]:
+        for i, w in enumerate(works):
+            try:
+                document = sample_document(w.sample, docs)
+            except MemAgentError as exc:
+                log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], repeat, exc)
+                write(_error_record(cfg, "memagent", w, fp, exc))
+                continue
+            started[str(i)] = (w, time.perf_counter(), dict(prompt=0, generated=0, calls=0, document=0))
+            yield AgentInput(w.sample["question"], document, str(i))
+
+    def on_step(call: dict) -> None:
+        _count_call(started[call["doc_id"]][2], call, backend.tokenizer)
+
+    def on_result(res: Any) -> None:
+        w, t0, usage = started.pop(res.doc_id)
+        if res.error is not None:
+            log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], repeat,
+                        res.error["message"])
+            write(_error_record(cfg, "memagent", w, fp, res.error))
+        else:
+            write(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, dict(usage, kept=usage["document"]),
+                          time.perf_counter() - t0, cfg.agent.max_batch_docs, f"{res.num_chunks} chunks"))
+        if stop is not None:
+            stop()
+
+    agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, repeat))
+    MemoryAgent(backend, agent, on_step=on_step, failures="record").stream(items(), on_result)
+
+
+def _count_call(u: dict[str, int], call: dict, tokenizer: Any) -> None:
+    """Add one trace record's tokens to a sample's usage {prompt, generated, calls, document}."""
+    u["calls"] += 1
+    u["prompt"] += call["prompt_tokens"]
+    if call.get("kind") == "final":
+        u["generated"] += count_tokens(tokenizer, call["raw_answer"])
+    else:
+        u["generated"] += call["memory_tokens"]
+        u["document"] += call["chunk_tokens"]
 
 
 def _check_windows(backend: Any, cfg: SweepConfig) -> None:
