@@ -245,9 +245,10 @@ class OpenAIBackend:
         if note and note not in self._notes:
             self._notes.add(note)
             log.warning("openai backend: %s", note)
-        if gen.prompt_token_ids is None:
+        counted = prompt_tokens(data, where) if gen.prompt_token_ids is None else None
+        if counted is not None:
             local = self.encode(prompt)
-            if prompt_tokens(data, where) == len(local):
+            if counted == len(local):
                 gen.prompt_token_ids = local  # the server counted as many: same rendering
         return gen
 

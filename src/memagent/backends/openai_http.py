@@ -21,6 +21,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Coroutine
@@ -116,6 +117,7 @@ class Transport:
         self._slots = asyncio.Semaphore(s.max_concurrency)
         self._thread = threading.Thread(target=self._loop.run_forever, name="memagent-openai", daemon=True)
         self._thread.start()
+        self._finalizer = weakref.finalize(self, _stop, self._loop)  # a transport dropped without close() ends its thread
 
     def __repr__(self) -> str:
         return f"Transport(urls={public_url(','.join(self.urls))!r}, key={'set' if self.has_key else 'none'})"
@@ -130,6 +132,7 @@ class Transport:
     def close(self) -> None:
         if self._loop.is_closed():
             return
+        self._finalizer.detach()
         for c in self._clients:
             self.submit(c.close()).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -259,6 +262,11 @@ class Transport:
                                 "max_concurrency")
         return BackendError(f"the server at {where} failed all {tries} tries (last: HTTP {last.detail}); "
                             "check the server's log, or retry later with more max_retries")
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def _check(batch: Batch | None) -> None:
