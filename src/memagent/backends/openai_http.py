@@ -17,6 +17,7 @@ The API key goes to the SDK and nowhere else; every message is scrubbed of it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import threading
@@ -40,6 +41,7 @@ except ImportError:  # pragma: no cover - older SDKs
     from httpx import Response as _Response, Timeout as _Timeout  # type: ignore[assignment]
 
 
+@functools.lru_cache(maxsize=256)  # called per reply, with the few URLs of the replicas
 def public_url(url: str) -> str:
     """`url` (or a comma-separated list of URLs) without user:password@ and without a query string, safe to print."""
     if "," in url:
