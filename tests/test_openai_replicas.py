@@ -198,3 +198,30 @@ def test_an_unreachable_replica_at_start_is_a_warning(tiny_model_dir, refused_ur
         backend.close()
     with pytest.raises(BackendError, match="unreachable after 1 tries"):
         OpenAIBackend("sim", base_url=refused_url, tokenizer=tiny_model_dir, max_retries=0)
+
+
+def test_submit_is_bounded_and_a_cancelled_request_is_never_sent(tiny_model_dir):
+    with SimServer(latency=0.1).start() as a:
+        backend = sim_backend([a], tiny_model_dir, max_concurrency=3)
+        futures = [backend.submit(f"q{i}", SamplingParams(4)) for i in range(9)]
+        late = backend.submit("never sent", SamplingParams(4))
+        assert late.cancel()  # still waiting for a slot behind nine others
+        assert [f.result(timeout=20).text for f in futures] == [reply_text(f"q{i}") for i in range(9)]
+        stats = a.stats()
+        backend.close()
+    assert stats["max_in_flight"] == 3 and stats["received"] == 9 and late.cancelled()
+
+
+def test_cli_ask_over_two_replicas(tiny_model_dir, tmp_path, run_cli):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(f"Paragraph {i}: the bridge {i * 13} crosses the river." for i in range(12)))
+    with SimServer(latency=0.02).start() as a, SimServer(latency=0.02).start() as b:
+        code, out, err = run_cli("ask", "--backend", "openai", "--model", "sim", "--base-url", f"{a.url},{b.url}",
+                                 "--tokenizer", str(tiny_model_dir), "--document", str(doc), "--question", "Which?",
+                                 "--chunk-tokens", "48", "--memory-tokens", "12", "--answer-tokens", "12",
+                                 "--query-tokens", "32", "--no-progress")
+        served = a.stats()["served"], b.stats()["served"]
+    assert code == 0, err
+    assert out.strip()
+    # one document's calls follow one another: none outstanding at each pick, so the tie goes to the first
+    assert served[0] > 3 and served[1] == 0
