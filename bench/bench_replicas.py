@@ -4,9 +4,11 @@ Each replica is a simulated server (bench/sim_server.py) in its own process on 1
 most 8 requests at once (the rest queue) and sleeps a fixed time per reply (`--latencies`: 0.25 s for the
 headline, also 0.1 s). A document is a chain of
 `--calls` dependent calls: the next prompt holds the previous reply, so it goes out only once that reply
-is in (per-document pipelining, as MemAgent's memory updates). The documents are driven here directly
-with `OpenAIBackend.submit` and future callbacks, at most `--docs-in-flight` documents at once, one call
-in flight per document (the client's max_concurrency), not through MemoryAgent's scheduler.
+is in. Two drivers (`--driver`): `agent` runs MemoryAgent with per-document pipelining
+(`schedule="pipelined"`, documents of calls - 1 chunks plus the answer call), used when that scheduler is
+there; `submit` drives `OpenAIBackend.submit` directly with future callbacks (a document's next call
+holds its previous reply). Either way at most `--docs-in-flight` documents at once, one call in flight
+per document (also the client's max_concurrency).
 
 The same documents run against 1 replica and against 4; the final replies must be equal (the reply is a
 function of the request), and the ratio of documents/s is the headline. 64 documents in flight keep both
@@ -40,6 +42,11 @@ BENCH = Path(__file__).resolve().parent
 # and the client's delayed ACK adds ~40 ms to every call
 _LAUNCH = ("import sys; sys.path.insert(0, {bench!r}); import sim_server; "
            "sim_server._Handler.wbufsize = 1 << 16; sim_server.main(sys.argv[1:])")
+
+
+DRIVERS = {"agent": "MemoryAgent, per-document pipelining (schedule='pipelined')",
+           "submit": "documents as chains of dependent calls driven by OpenAIBackend.submit directly (MemoryAgent's "
+                     "pipelining scheduler was not on this branch)"}
 
 
 def free_port() -> int:
@@ -112,13 +119,42 @@ def run_documents(backend: OpenAIBackend, n_docs: int, calls: int, docs_in_fligh
     return time.perf_counter() - t0, finals
 
 
-def measure(urls: list[str], tokenizer: str, a: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+def has_pipelining() -> bool:
+    """Whether MemoryAgent takes `schedule=` (per-document pipelining, issue 14's scheduler)."""
+    import inspect
+
+    from memagent.agent.workflow import MemoryAgent
+
+    return "schedule" in inspect.signature(MemoryAgent.__init__).parameters
+
+
+def run_agent(backend: OpenAIBackend, n_docs: int, calls: int, docs_in_flight: int) -> tuple[float, list[Any]]:
+    """(seconds, each document's answer): MemoryAgent, pipelined, over documents of `calls - 1` chunks."""
+    from memagent.agent.workflow import AgentInput, MemoryAgent
+    from memagent.config import AgentConfig
+
+    cfg = AgentConfig(chunk_tokens=64, memory_tokens=32, answer_tokens=16, query_tokens=16,
+                      max_batch_docs=docs_in_flight)
+    items = []
+    for i in range(n_docs):
+        words: list[str] = []
+        while len(backend.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]) < (calls - 1) * 60:
+            words.append(f"harbour{i} lantern{len(words)}")
+        items.append(AgentInput(f"which lantern is in harbour {i}?", " ".join(words), f"d{i}"))
+    agent = MemoryAgent(backend, cfg, schedule="pipelined")  # type: ignore[call-arg]
+    t0 = time.perf_counter()
+    results = agent.run(items)
+    return time.perf_counter() - t0, [(r.num_chunks, r.answer) for r in results]
+
+
+def measure(urls: list[str], tokenizer: str, a: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     backend = OpenAIBackend("sim", base_url=",".join(urls), tokenizer=tokenizer, max_concurrency=a.docs_in_flight,
                             timeout=60.0)
     backend.generate([f"warm-up {i}" for i in range(len(urls) * 4)], SamplingParams(4))
     before = [stats(u)["served"] for u in urls]
     cpu0 = time.process_time()
-    seconds, finals = run_documents(backend, a.docs, a.calls, a.docs_in_flight)
+    drive = run_agent if a.driver == "agent" else run_documents
+    seconds, finals = drive(backend, a.docs, a.calls, a.docs_in_flight)
     cpu = time.process_time() - cpu0  # this process: the client alone (the replicas run in their own)
     served = [stats(u)["served"] - b for u, b in zip(urls, before)]
     peak = [stats(u)["max_serving"] for u in urls]
@@ -163,7 +199,10 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=64)
     ap.add_argument("--calls", type=int, default=10, help="dependent calls per document")
     ap.add_argument("--docs-in-flight", type=int, default=64, help="also the client's max_concurrency")
+    ap.add_argument("--driver", choices=("agent", "submit"), default=None,
+                    help="default: agent when MemoryAgent pipelines documents, else submit")
     a = ap.parse_args()
+    a.driver = a.driver or ("agent" if has_pipelining() else "submit")
     tokenizer = str(tiny_model())  # its tokenizer counts prompt tokens; the sim servers run no model
     runs = [scaling_at(float(x), tokenizer, a) for x in a.latencies.split(",")]
     zero = start_replicas(1, 0.0, 64)
@@ -175,8 +214,7 @@ def main() -> None:
     write_result("replicas", dict(
         setup=dict(max_concurrent_per_replica=a.max_concurrent, documents=a.docs, calls_per_document=a.calls,
                    docs_in_flight=a.docs_in_flight, client_max_concurrency=a.docs_in_flight,
-                   driver="documents as chains of dependent calls driven by OpenAIBackend.submit (not MemoryAgent's "
-                          "scheduler, which had not landed on this branch); replicas in their own processes"),
+                   driver=DRIVERS[a.driver], replicas="simulated servers, each in its own process"),
         runs=runs, transport_ms_per_call_zero_latency=round(client_ms, 2),
         headline=dict(replica_scaling_4=runs[0]["replica_scaling_4"]),
     ))
