@@ -181,8 +181,9 @@ def test_results_do_not_depend_on_the_number_of_replicas(openai_server, tiny_bac
 def test_a_request_that_always_fails_tries_every_replica_each_round(tiny_model_dir):
     with SimServer(latency=0.0, fail_marker="BAD").start() as a, SimServer(latency=0.0, fail_marker="BAD").start() as b:
         backend = sim_backend([a, b], tiny_model_dir, max_retries=1)
-        with pytest.raises(BackendError, match=r"last of 2 replicas\) failed all 4 tries \(last: HTTP 500"):
+        with pytest.raises(BackendError, match=r"last of 2 replicas\) failed all 4 tries \(last: HTTP 500") as e:
             backend.generate(["a BAD prompt"], SamplingParams(4))
+        assert e.value.attempts == 4  # the failure record's count
         assert (a.stats()["failed"], b.stats()["failed"]) == (2, 2)  # 2 rounds x 2 replicas
         assert backend.generate(["a good prompt"], SamplingParams(4))[0].text == reply_text("a good prompt")
         backend.close()
@@ -225,3 +226,13 @@ def test_cli_ask_over_two_replicas(tiny_model_dir, tmp_path, run_cli):
     assert out.strip()
     # one document's calls follow one another: none outstanding at each pick, so the tie goes to the first
     assert served[0] > 3 and served[1] == 0
+
+
+def test_close_cancels_the_requests_still_waiting(tiny_model_dir):
+    with SimServer(latency=2.0).start() as a:
+        backend = sim_backend([a], tiny_model_dir, max_concurrency=1)
+        futures = [backend.submit(f"q{i}", SamplingParams(4)) for i in range(2)]
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        backend.close()
+        assert time.perf_counter() - t0 < 1.5 and all(f.cancelled() for f in futures)

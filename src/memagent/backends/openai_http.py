@@ -135,6 +135,7 @@ class Transport:
         if self._loop.is_closed():
             return
         self._finalizer.detach()
+        self.submit(_cancel_all()).result(timeout=10)  # callers waiting on a request get CancelledError
         for c in self._clients:
             self.submit(c.close()).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -157,7 +158,10 @@ class Transport:
                 if i is not None:
                     tried.add(i)
                     tries += 1
-                    got = await self._try(i, method, path, body, allow_404, batch)
+                    try:
+                        got = await self._try(i, method, path, body, allow_404, batch)
+                    except BackendError as e:
+                        raise _counted(e, tries)
                     if not isinstance(got, _Failure):
                         return got, self.urls[i]
                     last = got
@@ -165,11 +169,11 @@ class Transport:
                     if rounds == self.s.max_retries and self.router.pick(time.monotonic(), exclude=tried) is None:
                         if batch is not None:
                             batch.failed = True  # before the slot is released: a queued request must see it
-                        raise self._give_up(last, tries)
+                        raise _counted(self._give_up(last, tries), tries)
                     continue
             rounds += 1
             if rounds > self.s.max_retries:
-                raise self._give_up(last, tries)
+                raise _counted(self._give_up(last, tries), tries)
             delay = backoff_delay(rounds, self.s.backoff, self.s.max_backoff, self._rng.random())
             if last is not None and last.retry_after is not None:
                 delay = max(delay, min(last.retry_after, self.s.max_backoff))
@@ -264,6 +268,20 @@ class Transport:
                                 "max_concurrency")
         return BackendError(f"the server at {where} failed all {tries} tries (last: HTTP {last.detail}); "
                             "check the server's log, or retry later with more max_retries")
+
+
+def _counted(e: BackendError, tries: int) -> BackendError:
+    """`e` with `attempts`: the tries its request made (read by the workflow's failure records)."""
+    if getattr(e, "attempts", None) is None:
+        e.attempts = tries  # type: ignore[attr-defined]
+    return e
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _stop(loop: asyncio.AbstractEventLoop) -> None:
