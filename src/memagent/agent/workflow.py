@@ -278,7 +278,9 @@ class MemoryAgent:
 
     def fail(self, d: Any, exc: BaseException) -> AgentResult:
         """The result of a document whose call failed: no answer, and `error` {kind, message, attempts}."""
-        attempts = 1 + int(getattr(self.backend, "max_retries", 0) or 0) if isinstance(exc, BackendError) else 1
+        attempts = 1
+        if isinstance(exc, BackendError):  # the tries the request made (replicas: more; a 4xx: one), else the most
+            attempts = getattr(exc, "attempts", None) or 1 + int(getattr(self.backend, "max_retries", 0) or 0)
         log.warning("document %s failed: %s", d.item.doc_id, exc)
         if not isinstance(d, _Doc):  # failed before its first chunk was read
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))

@@ -22,7 +22,8 @@ class BackendOptions:
 
     name: str = field(default="transformers", metadata=flag("transformers | openai | vllm", "--backend"))
     base_url: Optional[str] = field(default=None, metadata=flag(
-        "openai backend: server URL, e.g. http://localhost:8000/v1"))
+        "openai backend: server URL, e.g. http://localhost:8000/v1; replicas of one server as URL1,URL2,... "
+        "(each request goes to the least loaded; a failing one is rested)"))
     tokenizer: Optional[str] = field(default=None, metadata=flag(
         "openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model "
         "name."))

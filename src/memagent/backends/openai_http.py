@@ -1,0 +1,302 @@
+"""HTTP for the `openai` backend: the `openai` SDK's AsyncOpenAI on a background event-loop thread.
+
+`Transport.call` is a coroutine of that loop: one request (a JSON body in, the decoded JSON reply
+out), sent to one replica of the server at a time, at most `max_concurrency` in flight across all
+calls and replicas. Every try has a deadline that bounds all of it (connect, send, every byte of
+the reply), not each read. Retries are ours (the SDK's own are off, so that the flags keep their
+meaning): 5xx, 429, timeouts and connection errors are retryable, other 4xx fail at once.
+
+With several replicas (memagent.backends.replicas), a retryable failure rests that replica and the
+request goes at once to another one it has not failed on; once it has failed on every replica it
+can reach, that is one round: it waits the back-off (exponential with jitter, at least a 429's
+Retry-After) and tries again. After 1 + max_retries rounds the error says what happened (status,
+URL without credentials, number of tries) and what to do. With one replica a round is one try.
+
+The API key goes to the SDK and nowhere else; every message is scrubbed of it.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Coroutine
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from memagent.backends.base import BackendError
+from memagent.backends.replicas import Router
+
+log = logging.getLogger(__name__)
+
+try:  # the SDK's HTTP library (httpx2 in openai >= 3, httpx before)
+    from httpx2 import Response as _Response, Timeout as _Timeout
+except ImportError:  # pragma: no cover - older SDKs
+    from httpx import Response as _Response, Timeout as _Timeout  # type: ignore[assignment]
+
+
+@functools.lru_cache(maxsize=256)  # called per reply, with the few URLs of the replicas
+def public_url(url: str) -> str:
+    """`url` (or a comma-separated list of URLs) without user:password@ and without a query string, safe to print."""
+    if "," in url:
+        return ",".join(public_url(u.strip()) for u in url.split(","))
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def retryable(status: int) -> bool:
+    """Server errors and rate limits are worth another try; other 4xx are the request's fault."""
+    return status >= 500 or status == 429
+
+
+def backoff_delay(attempt: int, base: float, cap: float, u: float) -> float:
+    """Seconds to wait before retry `attempt` (1, 2, ...): base * 2^(attempt-1), jittered by the
+    factor 0.5 + u (u uniform in [0, 1)) so that clients do not retry in lock-step, capped at `cap`."""
+    return min(cap, base * 2 ** (attempt - 1) * (0.5 + u))
+
+
+class Cancelled(BackendError):
+    """A request stopped because another one of its batch failed (never the error reported)."""
+
+
+class Batch:
+    """Requests that stand or fall together: once one fails for good, the others are not sent."""
+
+    failed = False
+
+
+@dataclass
+class _Failure:
+    """A retryable failure of one try: kind is "unreachable", "connection broke", "timeout" or "HTTP"."""
+
+    kind: str
+    detail: str
+    url: str
+    retry_after: float | None = None
+
+
+@dataclass
+class Settings:
+    """The client settings (see OpenAIBackend)."""
+
+    timeout: float = 600.0
+    connect_timeout: float = 10.0
+    max_concurrency: int = 8
+    max_retries: int = 4
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+    retry_seed: int | None = None
+
+
+class Transport:
+    """Requests to the replicas at `urls`, from any thread (`run`, `submit`) or on the loop (`call`).
+
+    model / api_key_env: named in the errors (a 404, a refused key). key: the API key or None.
+    """
+
+    def __init__(self, urls: list[str], key: str | None, settings: Settings, *, model: str, api_key_env: str) -> None:
+        self.urls, self.s, self.model, self.api_key_env = urls, settings, model, api_key_env
+        self.has_key = bool(key)
+        s = settings
+        timeout = _Timeout(s.timeout, connect=min(s.connect_timeout, s.timeout))
+        # no key: the SDK wants one, so it gets a placeholder and every request omits the header
+        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=key or "unused", max_retries=0, timeout=timeout)
+                         for u in urls]
+        self._headers = None if key else {"Authorization": openai.omit}
+        self.router = Router(len(urls), s.backoff, s.max_backoff)
+        self._rng = random.Random(s.retry_seed)
+        self._loop = asyncio.new_event_loop()
+        self._slots = asyncio.Semaphore(s.max_concurrency)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="memagent-openai", daemon=True)
+        self._thread.start()
+        self._finalizer = weakref.finalize(self, _stop, self._loop)  # a transport dropped without close() ends its thread
+
+    def __repr__(self) -> str:
+        return f"Transport(urls={public_url(','.join(self.urls))!r}, key={'set' if self.has_key else 'none'})"
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> "Future[Any]":
+        """Run `coro` on the loop; its future (cancelling it cancels the coroutine)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.submit(coro).result()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._finalizer.detach()
+        self.submit(_cancel_all()).result(timeout=10)  # callers waiting on a request get CancelledError
+        for c in self._clients:
+            self.submit(c.close()).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    # -- one request, its tries and rounds ---------------------------------------------------
+    async def call(self, method: str, path: str, body: dict | None, *, batch: Batch | None = None,
+                   allow_404: bool = False, replica: int | None = None) -> tuple[Any, str]:
+        """(the decoded JSON reply or None on an allowed 404, the URL of the replica that answered);
+        a BackendError once every round failed. `replica`: send to that one only."""
+        others = set(range(len(self.urls))) - {replica} if replica is not None else set()
+        tried = set(others)
+        tries = rounds = 0
+        last: _Failure | None = None
+        while True:
+            async with self._slots:
+                _check(batch)
+                i = self.router.pick(time.monotonic(), exclude=tried, probe=tried == others)
+                if i is not None:
+                    tried.add(i)
+                    tries += 1
+                    try:
+                        got = await self._try(i, method, path, body, allow_404, batch)
+                    except BackendError as e:
+                        raise _counted(e, tries)
+                    if not isinstance(got, _Failure):
+                        return got, self.urls[i]
+                    last = got
+                    log.info("openai backend: %s %s from %s (try %d)", got.kind, got.detail, got.url, tries)
+                    if rounds == self.s.max_retries and self.router.pick(time.monotonic(), exclude=tried) is None:
+                        if batch is not None:
+                            batch.failed = True  # before the slot is released: a queued request must see it
+                        raise _counted(self._give_up(last, tries), tries)
+                    continue
+            rounds += 1
+            if rounds > self.s.max_retries:
+                raise _counted(self._give_up(last, tries), tries)
+            delay = backoff_delay(rounds, self.s.backoff, self.s.max_backoff, self._rng.random())
+            if last is not None and last.retry_after is not None:
+                delay = max(delay, min(last.retry_after, self.s.max_backoff))
+            await asyncio.sleep(delay)
+            tried = set(others)
+
+    async def _try(self, i: int, method: str, path: str, body: dict | None, allow_404: bool,
+                   batch: Batch | None) -> Any:
+        """One try on replica `i`: the reply's JSON, or a _Failure to retry; raises what must not be retried."""
+        url = self.urls[i] + path
+        self.router.start(i)
+        ok, retry_after = True, None
+        try:
+            got = await self._send(i, method, path, body, url, allow_404)
+            if isinstance(got, _Failure):
+                ok, retry_after = False, got.retry_after
+            return got
+        except BaseException:
+            if batch is not None:
+                batch.failed = True  # before the slot is released: a queued request must see it
+            raise
+        finally:
+            self.router.finish(i, time.monotonic(), ok=ok, retry_after=retry_after)
+
+    async def _send(self, i: int, method: str, path: str, body: dict | None, url: str, allow_404: bool) -> Any:
+        client, opts = self._clients[i], {"headers": self._headers} if self._headers else {}
+        try:
+            send = client.post(path, cast_to=_Response, body=body, options=opts) if method == "POST" else \
+                client.get(path, cast_to=_Response, options=opts)
+            r = await asyncio.wait_for(send, self.s.timeout)  # the whole try, not each read
+        except (asyncio.TimeoutError, openai.APITimeoutError) as e:
+            return _Failure("timeout", f"{type(e).__name__} after {self.s.timeout:g} s", public_url(url))
+        except openai.APIStatusError as e:
+            return self._status(e.response, url, allow_404)
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e
+            refused = "Connect" in type(cause).__name__
+            what = f"{cause}" or type(cause).__name__
+            return _Failure("unreachable" if refused else "connection broke", self.scrub(what), public_url(url))
+        try:
+            return r.json()
+        except ValueError:
+            raise BackendError(f"the server at {public_url(url)} answered HTTP 200 with a body "
+                               f"that is not JSON: {self._snippet(r)!r}") from None
+
+    def _status(self, r: Any, url: str, allow_404: bool) -> Any:
+        if r.status_code == 404 and allow_404:
+            return None
+        if not retryable(r.status_code):
+            raise self._client_error(r, url)
+        return _Failure("HTTP", f"{r.status_code}: {self._snippet(r)}", public_url(url), _retry_after(r))
+
+    # -- errors ----------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        key = self._clients[0].api_key if self.has_key else ""
+        return text.replace(key, "***") if key else text
+
+    def _snippet(self, r: Any) -> str:
+        try:
+            err = r.json().get("error")
+            text = err.get("message") if isinstance(err, dict) else str(err if err else r.text)
+        except (ValueError, AttributeError):
+            text = r.text
+        return self.scrub(" ".join(str(text).split())[:300])
+
+    def _client_error(self, r: Any, url: str) -> BackendError:
+        where, code, what = public_url(url), r.status_code, self._snippet(r)
+        if code in (401, 403):
+            held = (f"${self.api_key_env} holds a key the server does not accept" if self.has_key
+                    else f"${self.api_key_env} is not set")
+            return BackendError(f"the server at {where} refused the request (HTTP {code}: {what}); "
+                                f"{held}: put the server's API key in ${self.api_key_env}")
+        if code == 404:
+            return BackendError(f"HTTP 404 from {where} ({what}): the model {self.model!r} is not served "
+                                "there, or the base URL is wrong (it usually ends in /v1)")
+        return BackendError(f"the server at {where} rejected the request (HTTP {code}: {what}); "
+                            "not retried. A prompt may exceed the served context length, or a "
+                            "parameter is not supported by this server")
+
+    def _give_up(self, last: _Failure | None, tries: int) -> BackendError:
+        assert last is not None
+        where = last.url if len(self.urls) == 1 else f"{last.url} (last of {len(self.urls)} replicas)"
+        if last.kind == "unreachable":
+            return BackendError(f"the server at {where} is unreachable after {tries} tries "
+                                f"({last.detail}): start it, or fix --base-url / OPENAI_BASE_URL")
+        if last.kind == "connection broke":
+            return BackendError(f"the connection to {where} broke during the request, {tries} tries "
+                                f"({last.detail}): check the server's log, or retry with more max_retries")
+        if last.kind == "timeout":
+            return BackendError(f"no reply from {where} within {self.s.timeout:g} s, {tries} tries: the server "
+                                "is overloaded or the generation is long; raise the timeout or lower "
+                                "max_concurrency")
+        return BackendError(f"the server at {where} failed all {tries} tries (last: HTTP {last.detail}); "
+                            "check the server's log, or retry later with more max_retries")
+
+
+def _counted(e: BackendError, tries: int) -> BackendError:
+    """`e` with `attempts`: the tries its request made (read by the workflow's failure records)."""
+    if getattr(e, "attempts", None) is None:
+        e.attempts = tries  # type: ignore[attr-defined]
+    return e
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def _check(batch: Batch | None) -> None:
+    if batch is not None and batch.failed:
+        raise Cancelled("cancelled: another request of the batch failed")
+
+
+def _retry_after(r: Any) -> float | None:
+    """Seconds from a Retry-After header given in seconds (the HTTP-date form is ignored)."""
+    try:
+        return max(0.0, float(r.headers.get("retry-after", "")))
+    except ValueError:
+        return None
