@@ -1,0 +1,61 @@
+"""The Ray actor: one backend (an endpoint's client or an in-process engine), built once, that runs units of
+`ask` (a batch of questions) or `eval` (a group of samples of one method and repeat) and returns their
+results to the driver; it writes no file.
+"""
+from __future__ import annotations
+
+import io
+import os
+import socket
+from typing import Any, Sequence
+
+__all__ = ["ShardWorker"]
+
+
+class ShardWorker:
+    """Built by Ray in its own process: `model` through `backend` (BackendOptions) with `profile`'s
+    chat-template arguments and YaRN factor. A failure to build is kept and raised by `ready()`, so the
+    driver reports it as the error it is rather than as a lost actor."""
+
+    def __init__(self, model: str, backend: Any, profile: Any) -> None:
+        from memagent.profile import open_backend
+
+        self.error: BaseException | None = None
+        self.backend: Any = None
+        try:
+            self.backend = open_backend(model, backend, profile)
+        except Exception as e:  # noqa: BLE001  (re-raised by ready())
+            self.error = e
+
+    def ready(self) -> str:
+        """'host:pid' of this actor once its backend is built; the build's error otherwise."""
+        if self.error is not None:
+            raise self.error
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool
+            ) -> tuple[list[Any], str]:
+        """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one)."""
+        from memagent.agent.workflow import MemoryAgent
+
+        buf = io.StringIO() if trace else None
+        agent = MemoryAgent(self.backend, config, trace_path=buf, errors=errors, trace_chunks=trace_chunks)
+        results = agent.run(list(items))
+        for r in results:
+            r.conversations = []  # token ids stay here: the driver writes only the text fields
+        return results, buf.getvalue() if buf is not None else ""
+
+    def check_eval(self, cfg: Any) -> None:
+        """The sweep's settings against this backend's window (a run no sample can pass fails at once)."""
+        from memagent.eval.sweep import _check_windows
+
+        _check_windows(self.backend, cfg)
+
+    def eval_group(self, cfg: Any, method: str, group: Sequence[Any], fp: str) -> list[dict]:
+        """The records of one group (`_Work` items of one method and repeat), as the plain sweep makes them."""
+        from memagent.eval.sweep import _run_group
+        from memagent.tasks.schema import ParagraphCache
+
+        if not hasattr(self, "docs"):
+            self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
+        return _run_group(self.backend, cfg, method, list(group), self.docs, fp)
