@@ -10,15 +10,23 @@ from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from memagent.errors import MemAgentError
-from memagent.scale.options import LOCAL, WorkerSpec
+from memagent.scale.options import WorkerSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayRunError", "ShardPool", "connect"]
+__all__ = ["Raised", "RayRunError", "ShardPool", "connect"]
 
 
 class RayRunError(MemAgentError, RuntimeError):
     """Ray is missing, cannot be reached, or every actor of the run was lost."""
+
+
+class Raised:
+    """What an actor returns instead of raising a MemAgentError (bad input, a backend that gave up): the
+    driver raises it as the one-line error it is, and Ray logs no traceback for it."""
+
+    def __init__(self, error: MemAgentError) -> None:
+        self.error = error
 
 
 def connect(address: str) -> Any:
@@ -31,8 +39,7 @@ def connect(address: str) -> Any:
     if ray.is_initialized():
         return ray
     try:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
-                 log_to_driver=address == LOCAL)
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise RayRunError(f"--ray {address}: cannot reach a Ray instance ({e}); start one with `ray start "
                           "--head` and give --ray auto, or give --ray alone for a local instance") from None
@@ -106,12 +113,15 @@ class ShardPool:
     def _get(self, ref: Any) -> Any:
         """ray.get, with an error raised inside an actor re-raised as itself (a MemAgentError is one line)."""
         try:
-            return self.ray.get(ref)
+            value = self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, MemAgentError):
                 raise cause from None
             raise
+        if isinstance(value, Raised):
+            raise value.error
+        return value
 
     def close(self) -> None:
         """End the actors (their backends and engines go with them)."""

@@ -4,12 +4,41 @@ results to the driver; it writes no file.
 """
 from __future__ import annotations
 
+import functools
 import io
 import os
 import socket
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from memagent.errors import MemAgentError
+from memagent.scale.pool import Raised
 
 __all__ = ["ShardWorker"]
+
+
+def _returns_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A MemAgentError raised by `method` is returned as `Raised` (the driver raises it)."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except MemAgentError as e:
+            return Raised(e)
+
+    return run
+
+
+def _quiet_libraries() -> None:
+    """No weight-loading bars from every actor in the driver's log (the CLI quiets its own process)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 class ShardWorker:
@@ -22,17 +51,20 @@ class ShardWorker:
 
         self.error: BaseException | None = None
         self.backend: Any = None
+        _quiet_libraries()
         try:
             self.backend = open_backend(model, backend, profile)
-        except Exception as e:  # noqa: BLE001  (re-raised by ready())
+        except Exception as e:  # noqa: BLE001  (given back by ready())
             self.error = e
 
+    @_returns_errors
     def ready(self) -> str:
         """'host:pid' of this actor once its backend is built; the build's error otherwise."""
         if self.error is not None:
             raise self.error
         return f"{socket.gethostname()}:{os.getpid()}"
 
+    @_returns_errors
     def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool
             ) -> tuple[list[Any], str]:
         """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one)."""
@@ -45,12 +77,14 @@ class ShardWorker:
             r.conversations = []  # token ids stay here: the driver writes only the text fields
         return results, buf.getvalue() if buf is not None else ""
 
+    @_returns_errors
     def check_eval(self, cfg: Any) -> None:
         """The sweep's settings against this backend's window (a run no sample can pass fails at once)."""
         from memagent.eval.sweep import _check_windows
 
         _check_windows(self.backend, cfg)
 
+    @_returns_errors
     def eval_group(self, cfg: Any, method: str, group: Sequence[Any], fp: str) -> list[dict]:
         """The records of one group (`_Work` items of one method and repeat), as the plain sweep makes them."""
         from memagent.eval.sweep import _run_group
