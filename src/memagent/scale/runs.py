@@ -6,6 +6,7 @@ sweep group of `--batch-docs` samples of one method and repeat (eval).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from memagent.scale.worker import ShardWorker
 
 __all__ = ["open_pool", "ray_ask", "ray_sweep"]
 
-PoolHook = Callable[[ShardPool, int], None]  # called after each finished unit with the count so far (tests)
+PoolHook = Callable[[ShardPool, int], None]  # (pool, units finished): 0 once every actor is ready, then after each unit
 
 
 def open_pool(model: str, backend: Any, profile: Any, ray_opts: RayOptions) -> ShardPool:
@@ -49,6 +50,8 @@ def ray_ask(model: str, backend: Any, profile: Any, config: Any, items: Sequence
     pool = open_pool(model, backend, profile, ray_opts)
     done = 0
     try:
+        if hook:
+            hook(pool, 0)  # every actor ready
         units = _batches(items, config.max_batch_docs)
         args = lambda unit: (unit, config, errors, trace is not None, trace_chunks)  # noqa: E731
         for n, (unit, (results, trace_text)) in enumerate(pool.run(units, "ask", args), 1):
@@ -85,8 +88,14 @@ def ray_sweep(model: str, backend: Any, profile: Any, datas: Sequence[Any], out:
     units = ((method, group) for method in cfg.methods for repeat in range(cfg.repeats)
              for group in _groups(_pending(cfg, method, repeat, datas, done, retry_failed, fp),
                                   cfg.agent.max_batch_docs))
+    first = next(units, None)
+    if first is None:  # everything is done: no actor (nor model) is started
+        return results
+    units = itertools.chain([first], units)
     pool = open_pool(model, backend, profile, ray_opts)
     try:
+        if hook:
+            hook(pool, 0)  # every actor ready
         pool.call_one("check_eval", cfg)
         with open(results, "a", encoding="utf-8") as fh:
             args = lambda unit: (cfg, unit[0], unit[1], fp)  # noqa: E731

@@ -1,0 +1,243 @@
+"""A simulated OpenAI-compatible server on 127.0.0.1 for throughput benchmarks and tests.
+
+It runs no model: every generation request is answered after a sleep, with a reply text that is a
+pure function of the prompt (so two runs over the same inputs can be compared). Endpoints:
+GET /v1/models, POST /v1/chat/completions and /v1/completions, GET /stats.
+
+Latency distribution (seeded, per request): `latency` seconds, or `latency * straggler_x` with
+probability `straggler_p`. Whether a request straggles is drawn from a hash of (seed, prompt), not
+from the arrival order, so the same requests straggle in every run whatever the client's timing.
+
+At most `max_concurrent` requests are served at once; the rest queue (they count as in flight,
+not as serving). `GET /stats` gives {"in_flight", "max_in_flight", "serving", "max_serving",
+"served", "failed", "received"}: in_flight counts every request received and not yet answered,
+so a client's concurrency bound is checked by `max_in_flight`.
+
+Faults: every request whose prompt contains `fail_marker` is answered HTTP 500; `kill()` (or
+`--die-after N` requests) stops the server mid-run: the listening socket closes and requests in
+flight lose their connection without a reply.
+
+In-process: `with SimServer(latency=0.05).start() as s: s.url ...` (port 0 picks a free port).
+As a program: `python bench/sim_server.py --port 8000 --latency 0.1 --straggler-p 0.1 --straggler-x 10`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def reply_text(prompt: str) -> str:
+    """The reply to `prompt`: a short note and a boxed answer, both from the prompt's hash."""
+    h = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+    return f"note {h[:8]} {h[8:16]} \\boxed{{{h[16:22]}}}"
+
+
+def straggles(prompt: str, seed: int, p: float) -> bool:
+    """True for a fraction `p` of prompts, fixed by (seed, prompt)."""
+    if p <= 0:
+        return False
+    h = hashlib.sha256(f"{seed}\x00{prompt}".encode("utf-8")).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 < p
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # hundreds of clients connect at once
+    allow_reuse_address = True
+
+
+class SimServer:
+    """The simulated server. latency: seconds a reply takes (a straggler: latency * straggler_x);
+    max_concurrent: requests served at once (None: no cap); die_after: stop after that many requests."""
+
+    def __init__(self, *, port: int = 0, latency: float = 0.1, straggler_p: float = 0.0,
+                 straggler_x: float = 10.0, max_concurrent: int | None = None, seed: int = 0,
+                 fail_marker: str | None = None, die_after: int | None = None,
+                 model: str = "sim", max_model_len: int | None = 32768) -> None:
+        self.latency, self.straggler_p, self.straggler_x = latency, straggler_p, straggler_x
+        self.seed, self.fail_marker, self.die_after = seed, fail_marker, die_after
+        self.model, self.max_model_len = model, max_model_len
+        self._slots = threading.Semaphore(max_concurrent) if max_concurrent else None
+        self._lock = threading.Lock()
+        self._killed = threading.Event()
+        self.counts = dict(in_flight=0, max_in_flight=0, serving=0, max_serving=0, served=0, failed=0, received=0)
+        self._httpd = _Server(("127.0.0.1", port), _Handler)
+        self._httpd.app = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05),
+                                        daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "SimServer":
+        self._thread.start()
+        return self
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            for k in self.counts:
+                if k not in ("in_flight", "serving"):
+                    self.counts[k] = 0
+
+    def kill(self) -> None:
+        """Stop now: no new connections, requests in flight get no reply."""
+        if self._killed.is_set():
+            return
+        self._killed.set()
+        threading.Thread(target=self._httpd.shutdown, daemon=True).start()
+        self._httpd.socket.close()
+
+    def stop(self) -> None:
+        self._killed.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "SimServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _count(self, key: str, delta: int) -> None:
+        with self._lock:
+            self.counts[key] += delta
+            peak = "max_" + key
+            if peak in self.counts:
+                self.counts[peak] = max(self.counts[peak], self.counts[key])
+
+    # -- one request (handler threads) ---------------------------------------------------------
+    def answer(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None:
+        """(status, JSON payload), or None when the server was killed meanwhile (drop the connection)."""
+        if method == "GET" and path == "/stats":
+            return 200, self.stats()
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.model, "object": "model",
+                                                     "max_model_len": self.max_model_len}]}
+        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
+            return 404, _error(f"no route {method} {path}")
+        try:
+            req = json.loads(body)
+            prompt = req["messages"][-1]["content"] if path.endswith("chat/completions") else req["prompt"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return 400, _error("expected a JSON body with messages (chat) or prompt (completions)")
+        with self._lock:
+            self.counts["received"] += 1
+            n = self.counts["received"]
+        if self.die_after is not None and n > self.die_after:
+            self.kill()
+        self._count("in_flight", 1)
+        try:
+            return self._generate(req, str(prompt), chat=path.endswith("chat/completions"))
+        finally:
+            self._count("in_flight", -1)
+
+    def _generate(self, req: dict[str, Any], prompt: str, chat: bool) -> tuple[int, Any] | None:
+        if self._slots is not None:
+            self._slots.acquire()
+        self._count("serving", 1)
+        try:
+            wait = self.latency * (self.straggler_x if straggles(prompt, self.seed, self.straggler_p) else 1.0)
+            if wait > 0 and self._killed.wait(wait) or self._killed.is_set():
+                return None
+            if self.fail_marker and self.fail_marker in prompt:
+                self._count("failed", 1)
+                return 500, _error("simulated failure (the prompt holds the fail marker)")
+            self._count("served", 1)
+            return 200, _completion(req, reply_text(prompt), chat)
+        finally:
+            self._count("serving", -1)
+            if self._slots is not None:
+                self._slots.release()
+
+
+def _completion(req: dict[str, Any], text: str, chat: bool) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": None}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return {"id": "cmpl-sim", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": req.get("model", "sim"), "choices": [choice]}
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "server_error"}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        out = self.server.app.answer(method, self.path, body)  # type: ignore[attr-defined]
+        if out is None:  # killed: drop the connection without a reply
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        status, payload = out
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--latency", type=float, default=0.1, help="seconds per reply")
+    ap.add_argument("--straggler-p", type=float, default=0.0, help="fraction of replies that straggle")
+    ap.add_argument("--straggler-x", type=float, default=10.0, help="a straggler takes latency * this")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="requests served at once (the rest queue)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fail-marker", default=None, help="answer HTTP 500 to prompts containing this text")
+    ap.add_argument("--die-after", type=int, default=None, help="stop after this many requests")
+    ap.add_argument("--model", default="sim")
+    a = ap.parse_args(argv)
+    server = SimServer(port=a.port, latency=a.latency, straggler_p=a.straggler_p, straggler_x=a.straggler_x,
+                       max_concurrent=a.max_concurrent, seed=a.seed, fail_marker=a.fail_marker,
+                       die_after=a.die_after, model=a.model).start()
+    print(f"sim server at {server.url} (stats: http://127.0.0.1:{server.port}/stats)", flush=True)
+    try:
+        while not server._killed.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
