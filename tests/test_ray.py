@@ -124,3 +124,28 @@ def test_a_model_no_actor_can_load_is_one_error_line(run_cli, data_file, tmp_pat
     code, out, err = run_cli("eval", "--model", tmp_path / "no-model", "--data", data_file, "--out", tmp_path / "o",
                              "--methods", "memagent", "--ray", "--ray-workers", "1", *TINY)
     assert code == 2 and err.startswith("error: cannot load model") and "Traceback" not in err, err
+
+
+def test_one_actor_per_endpoint_each_server_serves(run_cli, tiny_model_dir, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from sim_server import SimServer
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": f"where is key {i}?",
+                                       "context": "memory key " * (20 + 7 * i)}) + "\n" for i in range(8)))
+    common = ["ask", "--model", "sim", "--backend", "openai", "--tokenizer", tiny_model_dir, "--input", inp,
+              "--batch-docs", "2", "--chunk-tokens", "40", "--memory-tokens", "8", "--answer-tokens", "8",
+              "--max-retries", "0", "--no-progress"]
+    with SimServer(latency=0.0).start() as a, SimServer(latency=0.0).start() as b:
+        code, _, err = run_cli(*common, "--base-url", a.url, "--output", tmp_path / "plain.jsonl")
+        assert code == 0, err
+        a.reset_stats()
+        code, _, err = run_cli(*common, "--base-url", f"{a.url},{b.url}", "--output", tmp_path / "ray.jsonl",
+                               "--ray")
+        assert code == 0, err
+        served = [a.stats()["served"], b.stats()["served"]]
+    assert min(served) > 0  # one actor a URL, both at work (8 questions, 4 units of 2)
+    by_id = lambda p: {r["id"]: r for r in map(json.loads, p.read_text().splitlines())}  # noqa: E731
+    assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "plain.jsonl")  # the sim server's replies: pure
