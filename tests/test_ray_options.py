@@ -56,3 +56,13 @@ def test_cli_refuses_ray_without_input_and_workers_without_ray(run_cli, tmp_path
                                          "--input FILE.jsonl")
     code, _, err = run_cli("ask", "--model", "m", "--question", "q", "--document", doc, "--ray-workers", 2)
     assert code == 2 and "--ray-workers is for --ray" in err
+
+
+def test_without_ray_installed_the_error_says_what_to_install(monkeypatch):
+    import sys
+
+    from memagent.scale.pool import RayRunError, connect
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(RayRunError, match=r"--ray needs Ray: pip install 'memagent\[ray\]'"):
+        connect("local")

@@ -25,6 +25,7 @@ PoolHook = Callable[[ShardPool, int], None]  # (pool, units finished): 0 once ev
 def open_pool(model: str, backend: Any, profile: Any, ray_opts: RayOptions) -> ShardPool:
     """Connect to Ray, start the actors of the run and wait until each has built its backend."""
     ray_opts.check()
+    backend.kwargs()  # a flag of another backend fails here, before Ray starts
     ray = connect(ray_opts.address or "local")
     specs = plan_workers(backend, ray_opts.workers, cluster_gpus(ray))
     pool = ShardPool(ray, ShardWorker, specs, lambda s: (model, s.backend, profile))
