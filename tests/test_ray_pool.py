@@ -82,3 +82,10 @@ def test_every_actor_lost_is_an_error_and_an_actors_error_is_itself():
             pool.close()  # kills both: the units they held have nowhere to go
     with pytest.raises(InputError, match="bad unit -1"):
         list(_pool(1).run([3, -1], "work"))
+
+
+def test_an_actor_that_cannot_start_says_what_to_install():
+    pool = _pool(2)
+    pool.ray.kill(pool.actors[1])  # as an actor whose process could not import memagent
+    with pytest.raises(RayRunError, match=r"a Ray actor could not start \(actor died\); memagent must be installed"):
+        pool.ready()

@@ -66,7 +66,12 @@ class ShardPool:
 
     def ready(self) -> list[str]:
         """Wait until every actor has built its backend (an error there is raised here, as itself)."""
-        return [self._get(ref) for ref in [a.ready.remote() for a in self.actors]]
+        try:
+            return [self._get(ref) for ref in [a.ready.remote() for a in self.actors]]
+        except self.ray.exceptions.RayActorError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RayRunError(f"a Ray actor could not start ({first}); memagent must be installed (pip install "
+                              "'memagent[ray]') in the Python environment of every Ray node") from None
 
     def call_one(self, method: str, *args: Any) -> Any:
         """`method(*args)` on one actor, its result (e.g. a check of the settings before the run)."""
