@@ -18,7 +18,7 @@ the same rank (`rl` and `eval`) may not import each other.
     2     agent     agent/*                      chunking, prompts, the read-write loop, answer extraction
     3     tasks     tasks/*                      samples, data synthesis, released formats, metrics
     4     rl        rl/*                         training
-    4     eval      eval/*, run, ask_io, profile, reference
+    4     eval      eval/*, run, ask_io, profile, reference, scale/*
                                                  running the agent over inputs and scoring it (`ask` is an
                                                  evaluation without gold answers; profiles set both)
     5     demo      demo/*                       the toy experiment: trains (rl) and evaluates (eval)
@@ -45,7 +45,7 @@ PLACES = {
     "memagent.agent": "agent",
     "memagent.tasks": "tasks",
     "memagent.rl": "rl",
-    **{f"memagent.{m}": "eval" for m in ("eval", "run", "ask_io", "profile", "reference")},
+    **{f"memagent.{m}": "eval" for m in ("eval", "run", "ask_io", "profile", "reference", "scale")},
     "memagent.demo": "demo",
     **{f"memagent.{m}": "app" for m in ("cli", "serve", "report")},
 }

@@ -18,6 +18,7 @@ from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_fla
 from memagent.io import atomic_write_text, read_text
 from memagent.lock import file_lock
 from memagent.profile import Profile, open_backend, profile_from_dict, resolve_profile, write_profile
+from memagent.scale.options import RayOptions
 
 
 @dataclass
@@ -44,6 +45,7 @@ class AskOptions:
         "strict: invalid UTF-8 is an error; replace: substitute U+FFFD."))
     batch_docs: int = field(default=16, metadata=flag("Documents in flight at once."))
     progress: bool = field(default=True, metadata=flag("Progress bar on stderr.", "--progress/--no-progress"))
+    ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
@@ -111,6 +113,9 @@ def run_ask(o: AskOptions) -> None:
         raise InputError("--input runs many questions; do not combine it with --question/--document")
     if o.output is not None and o.input is None:
         raise InputError("--output is for --input (many questions); one answer is printed to stdout")
+    o.ray.check()
+    if o.ray.address is not None and o.input is None:
+        raise InputError("--ray shards many questions over Ray actors; give them with --input FILE.jsonl")
     profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
     profile.agent_config(max_batch_docs=o.batch_docs)  # settings checked before any file is read
     if o.input is not None:
@@ -141,9 +146,18 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
-    backend = open_backend(o.model, o.backend, profile)
     if o.output:
         write_profile(profile, profile_path_for(o.output))
+    if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
+        from memagent.scale.runs import ray_ask
+
+        with _open_trace(o.trace, append=bool(results.done)) as trace, results:
+            ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,
+                    trace_chunks=o.trace_chunks, progress=o.progress)
+        if results.failed:
+            raise failures_error(results, len(todo))
+        return
+    backend = open_backend(o.model, o.backend, profile)
     with _open_trace(o.trace, append=bool(results.done)) as trace:
         agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
                             trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")

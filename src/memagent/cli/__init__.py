@@ -52,8 +52,11 @@ def run(args: Optional[list[str]] = None) -> int:
     from memagent.errors import MemAgentError
     from memagent.io import os_error_message
 
+    from memagent.scale.options import bare_ray_flag
+
     usage_errors, aborts = _click_exceptions()
     try:
+        args = bare_ray_flag(sys.argv[1:] if args is None else args)  # `--ray` alone: a local Ray instance
         code = app(args=args, prog_name="memagent", standalone_mode=False)
     except usage_errors as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # `memagent` alone: the help text

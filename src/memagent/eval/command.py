@@ -14,6 +14,7 @@ from memagent.eval.records import DataFile, fingerprint, latest, load_records, r
 from memagent.eval.sweep import METHODS, SweepConfig, plan, sweep
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
 from memagent.lock import run_lock
+from memagent.scale.options import RayOptions
 
 if TYPE_CHECKING:
     from memagent.profile import Profile
@@ -58,10 +59,12 @@ class EvalOptions:
         "raw substring rule)."))
     failed: Optional[str] = field(default=None, metadata=flag(
         "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
+    ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
     def record(self) -> dict:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
-        values = {k: v for k, v in flag_values(self).items() if k not in flag_values(self.backend)}
+        left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
+        values = {k: v for k, v in flag_values(self).items() if k not in left_out}
         return dict(values, backend=dataclasses.asdict(self.backend))
 
 
@@ -100,6 +103,7 @@ def run_eval(o: EvalOptions) -> str:
     from memagent.profile import open_backend, write_profile
 
     check_flags(flag_values(o))  # as `ask` checks its own
+    o.ray.check()
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
     if o.max_failures is not None and o.max_failures < 1:
@@ -110,9 +114,15 @@ def run_eval(o: EvalOptions) -> str:
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
             return _rescore_run(o, cfg, datas, keys)
-        backend = open_backend(o.model, o.backend, profile)
         try:
-            sweep(backend, datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
+            if o.ray.address is not None:  # the same sweep, its groups on Ray actors (memagent[ray])
+                from memagent.scale.runs import ray_sweep
+
+                ray_sweep(o.model, o.backend, profile, datas, out, cfg, o.ray, o.progress, o.retry_failed,
+                          o.max_failures)
+            else:
+                sweep(open_backend(o.model, o.backend, profile), datas, out, cfg, None, o.progress, o.retry_failed,
+                      o.max_failures)
         except EvalError:
             _finish(o, cfg, datas, keys)
             raise

@@ -1,0 +1,96 @@
+"""The Ray actor: one backend (an endpoint's client or an in-process engine), built once, that runs units of
+`ask` (a batch of questions) or `eval` (a group of samples of one method and repeat) and returns their
+results to the driver; it writes no file.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import socket
+from typing import Any, Callable, Sequence
+
+from memagent.errors import MemAgentError
+from memagent.scale.pool import Raised
+
+__all__ = ["ShardWorker"]
+
+
+def _returns_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A MemAgentError raised by `method` is returned as `Raised` (the driver raises it)."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except MemAgentError as e:
+            return Raised(e)
+
+    return run
+
+
+def _quiet_libraries() -> None:
+    """No weight-loading bars from every actor in the driver's log (the CLI quiets its own process)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+class ShardWorker:
+    """Built by Ray in its own process: `model` through `backend` (BackendOptions) with `profile`'s
+    chat-template arguments and YaRN factor. A failure to build is kept and raised by `ready()`, so the
+    driver reports it as the error it is rather than as a lost actor."""
+
+    def __init__(self, model: str, backend: Any, profile: Any) -> None:
+        from memagent.profile import open_backend
+
+        self.error: BaseException | None = None
+        self.backend: Any = None
+        _quiet_libraries()
+        try:
+            self.backend = open_backend(model, backend, profile)
+        except Exception as e:  # noqa: BLE001  (given back by ready())
+            self.error = e
+
+    @_returns_errors
+    def ready(self) -> str:
+        """'host:pid' of this actor once its backend is built; the build's error otherwise."""
+        if self.error is not None:
+            raise self.error
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    @_returns_errors
+    def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool
+            ) -> tuple[list[Any], str]:
+        """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one)."""
+        from memagent.agent.workflow import MemoryAgent
+
+        buf = io.StringIO() if trace else None
+        agent = MemoryAgent(self.backend, config, trace_path=buf, errors=errors, trace_chunks=trace_chunks,
+                            failures="record")  # a failed document is a result; the others go on
+        results = agent.run(list(items))
+        for r in results:
+            r.conversations = []  # token ids stay here: the driver writes only the text fields
+        return results, buf.getvalue() if buf is not None else ""
+
+    @_returns_errors
+    def check_eval(self, cfg: Any) -> None:
+        """The sweep's settings against this backend's window (a run no sample can pass fails at once)."""
+        from memagent.eval.sweep import _check_windows
+
+        _check_windows(self.backend, cfg)
+
+    @_returns_errors
+    def eval_group(self, cfg: Any, method: str, group: Sequence[Any], fp: str) -> list[dict]:
+        """The records of one group (`_Work` items of one method and repeat), as the plain sweep makes them."""
+        from memagent.eval.sweep import _run_group
+        from memagent.tasks.schema import ParagraphCache
+
+        if not hasattr(self, "docs"):
+            self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
+        return _run_group(self.backend, cfg, method, list(group), self.docs, fp)
