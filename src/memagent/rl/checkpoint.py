@@ -24,13 +24,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -39,6 +37,7 @@ from torch import nn
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 from memagent.rl.distributed import DistInfo, barrier
+from memagent.rl.rng import rng_state, seed_all, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,8 @@ def checkpoint_problem(ckpt: Path) -> str | None:
             return "trainer_state.json is not valid JSON"
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):
             return "trainer_state.json has no integer step"
-        needed = ["model/config.json", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
+        model_cfg = "adapter_config.json" if (ckpt / "model" / "adapter_config.json").is_file() else "config.json"
+        needed = [f"model/{model_cfg}", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
                                         for ext in ("json", "safetensors"))]
         if (ckpt / "optimizer.json").exists() or (ckpt / "optimizer.safetensors").exists():
             needed += ["optimizer.json", "optimizer.safetensors"]
@@ -110,15 +110,18 @@ def checkpoint_problem(ckpt: Path) -> str | None:
             return f"{', '.join(missing)} missing"
         if not list((ckpt / "model").glob("*.safetensors")):
             return "model/ holds no *.safetensors"
+        if (ckpt / "dcp_state.json").is_file() and not list((ckpt / "dcp").glob("*.safetensors")):
+            return "dcp/ holds no *.safetensors"
         for f in sorted([*ckpt.glob("*.json"), *(ckpt / "model").glob("*.json")]):
             try:
                 json.loads(f.read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError):
                 return f"{f.relative_to(ckpt)} is not valid JSON"
-        for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors")]):
+        for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors"),
+                         *(ckpt / "dcp").glob("*.safetensors")]):
             problem = _safetensors_problem(f)
             if problem:
-                return problem if f.parent == ckpt else f"model/{problem}"
+                return problem if f.parent == ckpt else f"{f.parent.name}/{problem}"
     except (OSError, ValueError) as e:
         return f"unreadable ({e})"
     return None
@@ -160,32 +163,6 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=1) + "\n")
-
-
-def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """This process's generator states: tensors (torch) and JSON-able values (random, NumPy)."""
-    tensors = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"torch_cuda_{i}"] = s
-    version, state, gauss = random.getstate()
-    np_state = np.random.get_state()
-    meta = {
-        "python": [version, list(state), gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-    }
-    return tensors, meta
-
-
-def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    torch.set_rng_state(tensors["torch_cpu"])
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-    version, state, gauss = meta["python"]
-    random.setstate((version, tuple(state), gauss))
-    name, keys, pos, has_gauss, cached = meta["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
 def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -253,11 +230,14 @@ def write_checkpoint(
     trainer_state: dict[str, Any],
     config: dict[str, Any] | None = None,
     keep_last: int = 0,
+    sharded: bool = False,
 ) -> Path:
     """Write checkpoint `step` under `root` atomically (no error mapping; see `save_checkpoint`).
 
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
+    sharded: the trainable weights and optimiser state also as DCP shards, each rank its own (memagent.rl.dcp);
+        then rank 0 writes no optimizer.safetensors.
     """
     from memagent.rl.distributed import full_state_dict
 
@@ -270,12 +250,16 @@ def write_checkpoint(
             shutil.rmtree(stale)
         tmp.mkdir()
     barrier(info)
-    weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0
+    weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0 (the model/ export)
+    if sharded:
+        from memagent.rl.dcp import save_sharded
+
+        shards, optimizer = save_sharded(tmp, model, optimizer, info.rank), None
     opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
     rng_tensors, rng_meta = rng_state()
     save_file(rng_tensors, tmp / f"rng_rank{info.rank}.safetensors")
     _write_json(tmp / f"rng_rank{info.rank}.json", rng_meta)
-    written = [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json"]
+    written = [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json", *(shards if sharded else [])]
     if info.is_main:
         state = dict(trainer_state, step=step, world_size=info.world_size,
                      scheduler=scheduler.state_dict() if scheduler is not None else None)
@@ -315,7 +299,8 @@ def _write_main_files(tmp: Path, model: nn.Module, weights: dict[str, torch.Tens
 
 def _publish(tmp: Path, final: Path, keep_last: int) -> None:
     """Rename the finished `tmp` to `final` (durably), then drop checkpoints beyond the newest keep_last."""
-    _fsync_dir(tmp / "model")
+    for sub in ("model", "dcp"):
+        _fsync_dir(tmp / sub)
     _fsync_dir(tmp)
     if final.exists():  # re-saving the same step (e.g. a resumed run ending where it began)
         shutil.rmtree(final)
@@ -331,6 +316,10 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
 
     Missing keys are allowed only for tied parameters (e.g. lm_head tied to the embeddings).
     """
+    if (Path(model_dir) / "adapter_config.json").is_file():  # a LoRA run's adapters
+        from memagent.rl.lora import load_adapters
+
+        return load_adapters(model, Path(model_dir))
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"no *.safetensors in {model_dir}; is it a save_pretrained directory?")
@@ -369,16 +358,24 @@ def load_checkpoint(
         raise CheckpointError(f"{ckpt} is not a complete checkpoint (no trainer_state.json); "
                               "resume from an earlier step_* directory")
     state = _read(state_file, _load_json)
-    if restore_rng and state.get("world_size", 1) != info.world_size:
+    sharded = (ckpt / "dcp_state.json").is_file()  # resumable under another number of processes
+    if restore_rng and state.get("world_size", 1) != info.world_size and not sharded:
         raise CheckpointError(f"{ckpt} was written by {state.get('world_size')} process(es); resume it with "
                               f"the same --nproc-per-node (got {info.world_size})")
     if optimizer is not None:
         if model is None:
             raise CheckpointError("loading optimizer state needs the model it optimises")
-        load_optimizer_state(model, optimizer, ckpt)
+        if sharded:
+            from memagent.rl.dcp import load_sharded
+
+            load_sharded(ckpt, model, optimizer)
+        else:
+            load_optimizer_state(model, optimizer, ckpt)
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
-    if restore_rng:
+    if restore_rng and info.rank >= state.get("world_size", 1):  # a rank the saving run did not have
+        seed_all(int(state.get("seed", 0)) + info.rank)
+    elif restore_rng:
         tensors = _read(ckpt / f"rng_rank{info.rank}.safetensors", load_file)
         meta = _read(ckpt / f"rng_rank{info.rank}.json", _load_json)
         set_rng_state(tensors, meta)

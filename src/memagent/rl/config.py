@@ -20,6 +20,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
+from memagent.rl.scale_config import CheckpointConfig, LoraConfig
 
 
 @dataclass
@@ -151,6 +152,8 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters (peft); r = 0 trains the full model
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # safetensors (rank 0) or dcp (sharded)
 
     def __post_init__(self) -> None:
         _positive(self, "total_steps")

@@ -65,6 +65,7 @@ class RunSpec:
     tensorboard: bool = False
     progress: bool = True
     what: str = "train"  # the progress bar's label
+    checkpoint_format: str = "safetensors"  # or "dcp": sharded training state (memagent.rl.dcp)
 
 
 class Algorithm(Protocol):
@@ -132,7 +133,7 @@ class Recipe:
         return save_checkpoint(self.ckpt_root, self.step, self.info, model=self.model, tokenizer=self.tokenizer,
                                optimizer=self.optimizer, scheduler=self.scheduler,
                                trainer_state={"data_position": self.data.position, **spec.state},
-                               config=spec.config, keep_last=spec.keep_last)
+                               config=spec.config, keep_last=spec.keep_last, sharded=spec.checkpoint_format == "dcp")
 
     def run(self, algorithm: Algorithm, callback: Callback | None = None) -> TrainResult:
         """Steps until total_steps (or a callback answering False), checkpoints, then `cleanup`."""

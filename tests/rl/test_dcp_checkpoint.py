@@ -1,0 +1,89 @@
+"""Sharded (DCP) checkpoints: each rank writes its shards as safetensors, nothing is pickled, and a run saved by
+2 processes resumes under 1 or 2 with the metrics of the uninterrupted run."""
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl_helpers import torchrun
+from dcp_script import run
+
+
+def metrics(out: Path) -> list[dict]:
+    drop = {"step_s"}
+    return [{k: v for k, v in json.loads(x).items() if k not in drop} for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def cut_back(src: Path, dst: Path, step: int) -> None:
+    """dst: a copy of run src as if it had stopped after checkpoint `step`."""
+    shutil.copytree(src, dst)
+    for ckpt in (dst / "checkpoints").glob("step_*"):
+        if int(ckpt.name.split("_")[1]) > step:
+            shutil.rmtree(ckpt)
+
+
+@pytest.fixture
+def no_pickle(monkeypatch):
+    """pickle.load / pickle.loads fail for the test's duration (torch.load(weights_only=True) does not use them)."""
+    def refuse(*a, **k):
+        raise AssertionError("something unpickled")
+
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+
+
+def test_one_process_save_and_resume_equals_the_uninterrupted_run(tmp_path, no_pickle):
+    full = run(str(tmp_path / "a"), "ddp", 3, False)
+    ckpt = tmp_path / "a" / "checkpoints" / "step_000001"
+    assert sorted(p.name for p in (ckpt / "dcp").iterdir()) == ["shard-00001-model-00001-of-00001.safetensors"]
+    assert not list(ckpt.rglob(".metadata")) and not (ckpt / "optimizer.safetensors").exists()
+    cut_back(tmp_path / "a", tmp_path / "b", 1)
+    resumed = run(str(tmp_path / "b"), "ddp", 3, True)
+    assert metrics(tmp_path / "b") == metrics(tmp_path / "a")  # exactly, steps 2 and 3 included
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_lora_run_shards_hold_only_the_adapters(tmp_path):
+    run(str(tmp_path / "a"), "ddp", 2, False, 4)
+    from safetensors import safe_open
+
+    ckpt = tmp_path / "a" / "checkpoints" / "step_000001"
+    [shard] = (ckpt / "dcp").iterdir()
+    with safe_open(str(shard), "pt") as f:
+        keys = list(f.keys())
+    model_keys = [k for k in keys if k.startswith("model/")]
+    # 2 layers x (q_proj, v_proj) x (lora_A, lora_B), and AdamW's exp_avg, exp_avg_sq, step for each
+    assert len(model_keys) == 8 and all("lora_" in k for k in model_keys), model_keys
+    assert len(keys) == 8 * 4
+    cut_back(tmp_path / "a", tmp_path / "b", 1)
+    run(str(tmp_path / "b"), "ddp", 2, True, 4)
+    assert metrics(tmp_path / "b") == metrics(tmp_path / "a")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
+def test_saved_by_two_processes_resumed_by_one_and_by_two(tmp_path, strategy, monkeypatch):
+    script = "dcp_script.py"
+    torchrun(script, tmp_path / "a", strategy, 3, 0, timeout=400)  # the uninterrupted run, 2 processes
+    ckpt = tmp_path / "a" / "checkpoints" / "step_000001"
+    shards = sorted(p.name for p in (ckpt / "dcp").iterdir())
+    assert shards == ["shard-00001-model-00001-of-00001.safetensors", "shard-00002-model-00001-of-00001.safetensors"]
+    assert json.loads((ckpt / "trainer_state.json").read_text())["world_size"] == 2
+    full = metrics(tmp_path / "a")
+    cut_back(tmp_path / "a", tmp_path / "two", 1)
+    torchrun(script, tmp_path / "two", strategy, 3, 1, timeout=400)
+    assert metrics(tmp_path / "two") == full  # the same 2 processes: exactly equal
+    cut_back(tmp_path / "a", tmp_path / "one", 1)
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    run(str(tmp_path / "one"), strategy, 3, True)  # one process (no torchrun): the pieces of both shard files
+    one = metrics(tmp_path / "one")
+    assert [r["step"] for r in one] == [1, 2, 3] and one[0] == full[0]
+    for a, b in zip(one[1:], full[1:]):  # reductions over 1 rank instead of 2: float64 rounding only
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), (a["step"], k)
