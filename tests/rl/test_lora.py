@@ -73,13 +73,17 @@ def test_reference_is_the_base_model_with_adapters_disabled():
         assert torch.equal(p, dict(model.get_base_model().named_parameters())[name]), name
 
 
-def test_merged_model_gives_the_outputs_of_base_plus_adapters(tmp_path):
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj", "down_proj"), ("o_proj", "lm_head")])
+def test_merged_model_gives_the_outputs_of_base_plus_adapters(tmp_path, targets):
+    """lm_head shares its weight with the embeddings (tied): its merged adapter must change the head only."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35]])
     tiny_model().save_pretrained(tmp_path / "base")
-    perturbed_lora(AutoModelForCausalLM.from_pretrained(tmp_path / "base")).save_pretrained(tmp_path / "adapters")
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert base.lm_head.weight is base.model.embed_tokens.weight
+    perturbed_lora(base, targets=targets).save_pretrained(tmp_path / "adapters")
     assert not (tmp_path / "adapters" / "model.safetensors").exists()  # adapters only
     with pytest.raises(ConfigError, match="no LoRA adapters"):
         merge_lora(tmp_path / "base", tmp_path / "bad", base=str(tmp_path / "base"))

@@ -115,6 +115,8 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
     base_path = base_of(adapter_dir, base)
     try:
         model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        if "lm_head" in _json(adapter_dir / ADAPTER_CONFIG).get("target_modules", []):
+            _untie_head(model)
         peft_model = _peft().PeftModel.from_pretrained(model, str(adapter_dir))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}") from None
@@ -123,6 +125,17 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
     tokenizer_dir = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_path
     load_tokenizer(str(tokenizer_dir)).save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def _untie_head(model: nn.Module) -> None:
+    """Give lm_head its own copy of the weight it shares with the input embeddings (tie_word_embeddings), so
+    merging an adapter of lm_head changes the output layer only, not the embeddings too."""
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embed is not None and head.weight is embed.weight:
+        head.weight = nn.Parameter(head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        if hasattr(model.config, "get_text_config"):
+            model.config.get_text_config().tie_word_embeddings = False
 
 
 def _json(path: Path) -> dict[str, Any]:
