@@ -8,6 +8,8 @@ Layout of `<out_dir>/checkpoints/step_000010/`:
     rng_rank<r>.safetensors   torch CPU (and CUDA) generator states of rank r
     rng_rank<r>.json          Python `random` and NumPy generator states of rank r
     config.json               the TrainConfig of the run (when given)
+A LoRA run's model/ holds its adapters (memagent.rl.lora); with `sharded` (checkpoint.format=dcp)
+the optimiser files are replaced by every rank's DCP shards, dcp/ and dcp_state.json (memagent.rl.dcp).
 
 Atomicity: everything is written into `step_000010.tmp`, each file fsync'ed, then the directory is
 renamed to `step_000010` and its parent fsync'ed. A run killed while saving leaves a `.tmp`
@@ -34,21 +36,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from memagent.config import ConfigError
-from memagent.errors import MemAgentError
+from memagent.rl.checkpoint_errors import CheckpointError, TrainOutputError
 from memagent.rl.distributed import DistInfo, barrier
 from memagent.rl.rng import rng_state, seed_all, set_rng_state
 
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint is missing, incomplete or does not fit the run; the message says what to do.
-
-    A ConfigError, so the CLI reports it as one line (resuming is a configuration choice).
-    """
 
 
 def checkpoint_dir(root: str | Path, step: int) -> Path:
@@ -62,10 +56,6 @@ def list_checkpoints(root: str | Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
     return [p for _, p in sorted(found) if (p / "trainer_state.json").is_file()]
-
-
-class TrainOutputError(MemAgentError):
-    """A training run cannot write its files (disk full, file too large, read-only folder)."""
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:

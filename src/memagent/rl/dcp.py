@@ -89,7 +89,7 @@ def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer 
     from torch.distributed.checkpoint import HuggingFaceStorageReader
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    from memagent.rl.checkpoint import CheckpointError
+    from memagent.rl.checkpoint_errors import CheckpointError
 
     msd, osd = _state(model, optimizer)
     tensors, _ = _flat(msd, osd)

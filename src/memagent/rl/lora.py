@@ -32,8 +32,12 @@ def _peft() -> Any:
     return peft
 
 
-def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
-    """`model` (a plain Hugging Face causal LM) with LoRA adapters on `cfg.target_modules`; only they train."""
+def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.Module:
+    """`model` (a plain Hugging Face causal LM) with LoRA adapters on `cfg.target_modules`; only they train.
+    engine: the run's rollout.engine (vllm is refused: it would sample with the base weights)."""
+    if engine != "policy":
+        raise ConfigError(f"lora.r > 0 works with rollout.engine=policy only (the {engine} engine gets no adapter "
+                          "weights); set rollout.engine=policy, or lora.r=0")
     peft = _peft()
     linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     missing = [t for t in cfg.target_modules if t not in linear]
@@ -66,7 +70,7 @@ def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
     """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
     from safetensors.torch import load_file
 
-    from memagent.rl.checkpoint import CheckpointError
+    from memagent.rl.checkpoint_errors import CheckpointError
 
     if not is_lora(model):
         raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "

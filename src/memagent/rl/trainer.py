@@ -209,7 +209,7 @@ class Trainer:
             plain, tokenizer = load_policy(config, model, tokenizer, info.device)
             ref = None
             if config.lora.r > 0:  # only adapters train; the KL reference is the base (adapters disabled)
-                plain = apply_lora(plain, config.lora)
+                plain = apply_lora(plain, config.lora, config.rollout.engine)
             elif config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
             self.recipe = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
