@@ -47,6 +47,25 @@ def test_one_process_save_and_resume_equals_the_uninterrupted_run(tmp_path, no_p
         assert torch.equal(p, q), name
 
 
+def test_asynchronous_save_gives_the_same_checkpoints(tmp_path):
+    """checkpoint.async_save: the shards are staged (copied) then written in the background while training goes
+    on; each checkpoint is published at the next save or the run's end, and holds exactly the synchronous one."""
+    from safetensors.torch import load_file
+
+    run(str(tmp_path / "sync"), "ddp", 3, False)
+    res = run(str(tmp_path / "async"), "ddp", 3, False, 0, True)
+    assert res.checkpoint == tmp_path / "async" / "checkpoints" / "step_000003" and res.checkpoint.is_dir()
+    assert metrics(tmp_path / "async") == metrics(tmp_path / "sync")
+    for step in (1, 2, 3):  # saved at step 1 while steps 2 and 3 changed the weights: still step 1's values
+        name = f"step_{step:06d}/dcp/shard-00001-model-00001-of-00001.safetensors"
+        a, b = (load_file(tmp_path / run_ / "checkpoints" / name) for run_ in ("sync", "async"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not list((tmp_path / "async" / "checkpoints").glob("*.tmp"))
+    cut_back(tmp_path / "async", tmp_path / "b", 1)
+    run(str(tmp_path / "b"), "ddp", 3, True, 0, True)
+    assert metrics(tmp_path / "b") == metrics(tmp_path / "sync")
+
+
 def test_lora_run_shards_hold_only_the_adapters(tmp_path):
     run(str(tmp_path / "a"), "ddp", 2, False, 4)
     from safetensors import safe_open
@@ -65,10 +84,10 @@ def test_lora_run_shards_hold_only_the_adapters(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
-def test_saved_by_two_processes_resumed_by_one_and_by_two(tmp_path, strategy, monkeypatch):
+@pytest.mark.parametrize("strategy,async_save", [("fsdp", 1), ("ddp", 0)])
+def test_saved_by_two_processes_resumed_by_one_and_by_two(tmp_path, strategy, async_save, monkeypatch):
     script = "dcp_script.py"
-    torchrun(script, tmp_path / "a", strategy, 3, 0, timeout=400)  # the uninterrupted run, 2 processes
+    torchrun(script, tmp_path / "a", strategy, 3, 0, 0, async_save, timeout=400)  # uninterrupted, 2 processes
     ckpt = tmp_path / "a" / "checkpoints" / "step_000001"
     shards = sorted(p.name for p in (ckpt / "dcp").iterdir())
     assert shards == ["shard-00001-model-00001-of-00001.safetensors", "shard-00002-model-00001-of-00001.safetensors"]

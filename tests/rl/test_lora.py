@@ -46,7 +46,8 @@ def test_config_checks():
     cfg = load_config(None, ["lora.r=8", "lora.target_modules=q_proj,v_proj"])
     assert cfg.lora.r == 8 and cfg.lora.target_modules == ["q_proj", "v_proj"]
     for bad, what in [("lora.r=-1", "lora.r"), ("lora.alpha=0", "lora.alpha"), ("lora.dropout=1", "lora.dropout"),
-                      ("lora.target_modules=[]", "target_modules"), ("checkpoint.format=zip", "checkpoint.format")]:
+                      ("lora.target_modules=[]", "target_modules"), ("checkpoint.format=zip", "checkpoint.format"),
+                      ("checkpoint.async_save=true", "async_save")]:
         with pytest.raises(ConfigError, match=what):
             load_config(None, [bad])
     with pytest.raises(ConfigError, match="no linear layer named qkv.*q_proj"):

@@ -23,6 +23,7 @@ cannot write (disk full, read-only folder) is a `TrainOutputError`, its temporar
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ from torch import nn
 
 from memagent.rl.checkpoint_errors import CheckpointError, TrainOutputError
 from memagent.rl.distributed import DistInfo, barrier
+from memagent.rl.optim_state import load_optimizer_state, optimizer_state
 from memagent.rl.rng import rng_state, seed_all, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -155,51 +157,29 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=1) + "\n")
 
 
-def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    """The full optimiser state keyed by parameter name: (tensors, JSON-able rest). Collective under FSDP."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    osd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for fqn, entry in osd.get("state", {}).items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"{fqn}/{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(fqn, {})[key] = value
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in osd.get("param_groups", [])]
-    return tensors, {"param_groups": groups, "scalars": scalars}
-
-
-def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    tensors = _read(ckpt / "optimizer.safetensors", load_file)
-    meta = _read(ckpt / "optimizer.json", _load_json)
-    state: dict[str, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        fqn, _, name = key.rpartition("/")
-        state.setdefault(fqn, {})[name] = value
-    for fqn, extra in meta["scalars"].items():
-        state.setdefault(fqn, {}).update(extra)
-    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
-    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
-                             options=StateDictOptions(full_state_dict=True))
-
-
 # -- save / load ----------------------------------------------------------------------------------
 
 
-def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> Path:
+def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> Any:
     """Write checkpoint `step` under `root` atomically; every rank must call this (collectives).
 
     Keyword arguments as `write_checkpoint`. A write that fails (disk full, file too large,
     read-only folder) removes the temporary directory and raises TrainOutputError; the earlier
-    checkpoints are untouched.
+    checkpoints are untouched. Returns the checkpoint's Path, or with `asynchronous` a
+    `memagent.rl.dcp.PendingCheckpoint` to `finish_checkpoint` later.
     """
+    return _mapped(root, step, info, lambda: write_checkpoint(root, step, info, **kw))
+
+
+def finish_checkpoint(pending: Any, info: DistInfo) -> Path:
+    """Wait for an asynchronous save (`PendingCheckpoint`) and publish it; collective. Returns its Path."""
+    return _mapped(pending.path.parent, int(pending.path.name[5:]), info, pending.wait)
+
+
+def _mapped(root: str | Path, step: int, info: DistInfo, write: Any) -> Any:
+    """write(), a failure to write a TrainOutputError (the temporary directory removed)."""
     try:
-        return write_checkpoint(root, step, info, **kw)
+        return write()
     except (OSError, SafetensorError) as e:
         if info.is_main:
             shutil.rmtree(checkpoint_dir(root, step).with_name(f"step_{step:06d}.tmp"), ignore_errors=True)
@@ -221,13 +201,16 @@ def write_checkpoint(
     config: dict[str, Any] | None = None,
     keep_last: int = 0,
     sharded: bool = False,
-) -> Path:
+    asynchronous: bool = False,
+) -> Any:
     """Write checkpoint `step` under `root` atomically (no error mapping; see `save_checkpoint`).
 
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
     sharded: the trainable weights and optimiser state also as DCP shards, each rank its own (memagent.rl.dcp);
         then rank 0 writes no optimizer.safetensors.
+    asynchronous (with sharded): the shards are written in a background thread (DCP async_save) and a
+        `PendingCheckpoint` is returned; the checkpoint is published by `finish_checkpoint`.
     """
     from memagent.rl.distributed import full_state_dict
 
@@ -244,7 +227,8 @@ def write_checkpoint(
     if sharded:
         from memagent.rl.dcp import save_sharded
 
-        shards, optimizer = save_sharded(tmp, model, optimizer, info.rank), None
+        shards, pending = save_sharded(tmp, model, optimizer, info.rank, asynchronous)
+        optimizer = None
     opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
     rng_tensors, rng_meta = rng_state()
     save_file(rng_tensors, tmp / f"rng_rank{info.rank}.safetensors")
@@ -255,6 +239,16 @@ def write_checkpoint(
                      scheduler=scheduler.state_dict() if scheduler is not None else None)
         written += _write_main_files(tmp, model, weights, tokenizer, (opt_tensors, opt_meta) if optimizer is not None
                                      else None, state, config)
+    finish = functools.partial(_finish, tmp, final, written, info, keep_last)
+    if sharded and pending is not None:
+        from memagent.rl.dcp import PendingCheckpoint
+
+        return PendingCheckpoint(final, pending, finish)
+    return finish()
+
+
+def _finish(tmp: Path, final: Path, written: list[Path], info: DistInfo, keep_last: int) -> Path:
+    """Make this rank's files durable, then (all ranks done) publish `tmp` as `final`; collective."""
     for p in written:
         _fsync_file(p)
     barrier(info)
@@ -360,7 +354,8 @@ def load_checkpoint(
 
             load_sharded(ckpt, model, optimizer)
         else:
-            load_optimizer_state(model, optimizer, ckpt)
+            load_optimizer_state(model, optimizer, _read(ckpt / "optimizer.safetensors", load_file),
+                                 _read(ckpt / "optimizer.json", _load_json))
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
     if restore_rng and info.rank >= state.get("world_size", 1):  # a rank the saving run did not have

@@ -17,8 +17,10 @@ under M. The model/ export (save_pretrained) is written as in the default format
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -67,19 +69,55 @@ def _flat(msd: dict[str, Any], osd: dict[str, Any]) -> tuple[dict[str, torch.Ten
     return tensors, {"param_groups": groups, "scalars": scalars}
 
 
-def save_sharded(tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, rank: int) -> list[Path]:
+@dataclass
+class PendingCheckpoint:
+    """A checkpoint whose shards are still being written in the background (`checkpoint.async_save`)."""
+
+    path: Path  # where it will be published
+    future: Future  # DCP's upload: done when this rank's shards are on disk
+    finish: Callable[[], Path]  # fsync, wait for every rank, publish (collective)
+
+    def wait(self) -> Path:
+        self.future.result()
+        return self.finish()
+
+
+def save_sharded(tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, rank: int,
+                 asynchronous: bool = False) -> tuple[list[Path], Future | None]:
     """Write this rank's shards into `tmp`/dcp (collective: every rank calls it) and, on rank 0, dcp_state.json.
-    Returns the files this rank wrote (DCP fsyncs its shard files itself)."""
+    Returns the files this rank wrote that still need an fsync (DCP fsyncs its shard files itself) and, when
+    `asynchronous`, the future of the shards' upload: the tensors are copied first (staged), so training may
+    change them while the copy is written, by a background thread on a gloo group of its own."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
     tensors, meta = _flat(*_state(model, optimizer))
     writer = HuggingFaceStorageWriter(str(tmp / DCP_DIR), save_distributed=True, enable_consolidation=False)
-    dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
+    future = None
+    if asynchronous:
+        future = dcp.async_save(tensors, storage_writer=writer, process_group=_async_group(),
+                                no_dist=not _distributed())
+    else:
+        dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
     if rank != 0:
-        return []
+        return [], future
     (tmp / DCP_STATE).write_text(json.dumps(meta, indent=1) + "\n")
-    return [tmp / DCP_STATE]
+    return [tmp / DCP_STATE], future
+
+
+_ASYNC_GROUP: list[Any] = []
+
+
+def _async_group() -> Any:
+    """A gloo process group for background saves (their collectives must not interleave with training's);
+    created once, by every rank at its first asynchronous save. None when not distributed."""
+    if not _distributed():
+        return None
+    if not _ASYNC_GROUP:
+        import torch.distributed as dist
+
+        _ASYNC_GROUP.append(dist.new_group(backend="gloo"))
+    return _ASYNC_GROUP[0]
 
 
 def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:

@@ -47,8 +47,11 @@ class CheckpointConfig:
     another number of processes). Both also write `model/` (save_pretrained) for inference."""
 
     format: str = "safetensors"
+    async_save: bool = False  # dcp only: shards written in the background while training goes on
 
     def __post_init__(self) -> None:
         if self.format not in CHECKPOINT_FORMATS:
             raise ConfigError(f"checkpoint.format {self.format!r} is unknown; choose one of: "
                               f"{', '.join(CHECKPOINT_FORMATS)}")
+        if self.async_save and self.format != "dcp":
+            raise ConfigError("checkpoint.async_save needs checkpoint.format=dcp")

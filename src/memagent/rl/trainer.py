@@ -80,7 +80,7 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
                    config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
                    tensorboard=config.tensorboard, progress=config.progress, what="train",
-                   checkpoint_format=config.checkpoint.format)
+                   checkpoint_format=config.checkpoint.format, async_save=config.checkpoint.async_save)
 
 
 @dataclass(frozen=True)
