@@ -223,7 +223,10 @@ def write_checkpoint(
             shutil.rmtree(stale)
         tmp.mkdir()
     barrier(info)
-    weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0 (the model/ export)
+    from memagent.rl.lora import is_lora, trainable_state_dict
+
+    # the model/ export, collective under FSDP: the full weights (a LoRA run's adapters only) on rank 0
+    weights = trainable_state_dict(model) if is_lora(model) else full_state_dict(model)
     if sharded:
         from memagent.rl.dcp import save_sharded
 

@@ -62,6 +62,16 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
         yield
 
 
+def trainable_state_dict(model: nn.Module) -> dict[str, Any]:
+    """The trainable weights (a LoRA run's adapters), whole, on rank 0 (collective under FSDP): what a LoRA
+    checkpoint's model/ holds, without gathering the frozen base."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    trainable = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    return {k: v for k, v in get_model_state_dict(model, options=options).items() if k in trainable}
+
+
 def is_adapter_dir(path: Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
