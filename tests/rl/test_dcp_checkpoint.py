@@ -106,3 +106,42 @@ def test_saved_by_two_processes_resumed_by_one_and_by_two(tmp_path, strategy, as
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), (a["step"], k)
+
+
+@pytest.mark.slow
+def test_cli_fsdp_lora_async_run_resumed_by_one_process_then_merged(tmp_path):
+    """The pieces together through the CLI: FSDP2 over 2 processes with LoRA adapters and asynchronous sharded
+    checkpoints, resumed by 1 process, the adapters merged into a model that transformers loads."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from memagent.backends.tiny import build_tiny_model, build_tokenizer
+
+    model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
+                             intermediate_size=64)
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"id": f"q{i}", "question": f"what is key {i}?", "answers": [str(i * 3)],
+                                "context": f"the key {i} is {i * 3}. the sky is blue."}) + "\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("total_steps: 2\nsave_every: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, "
+                   "answer_tokens: 2}\nrollout: {batch_size: 4, group_size: 2}\nupdate: {mini_batch_size: 2}\n"
+                   "loss: {kl_coef: 0.01}\nlora: {r: 4}\ncheckpoint: {format: dcp, async_save: true}\n")
+    args = ["train", cfg, f"model={model}", f"data={tmp_path / 'train.jsonl'}", f"out_dir={tmp_path / 'out'}"]
+    torchrun("-m memagent.cli", *args, "strategy=fsdp", "total_steps=1", timeout=400)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2] / "src"))
+    cli = [sys.executable, "-m", "memagent.cli"]
+    p = subprocess.run([*cli, *map(str, args), "--resume"], env=env, capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    records = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and records[1]["kl"] >= 0
+    ckpt = tmp_path / "out" / "checkpoints" / "step_000001"
+    assert len(list((ckpt / "dcp").glob("*.safetensors"))) == 2  # written by 2 processes
+    assert (ckpt / "model" / "adapter_model.safetensors").is_file()
+    p = subprocess.run([*cli, "merge-lora", tmp_path / "out" / "checkpoints" / "step_000002", tmp_path / "merged"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sum(x.numel() for x in AutoModelForCausalLM.from_pretrained(tmp_path / "merged").parameters()) > 0

@@ -56,6 +56,12 @@ def test_config_checks():
         apply_lora(tiny_model(), LoraConfig(r=2), engine="vllm")
 
 
+def test_without_peft_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)  # import peft raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'memagent\[lora\]'"):
+        apply_lora(tiny_model(), LoraConfig(r=2))
+
+
 def test_reference_is_the_base_model_with_adapters_disabled():
     ids = torch.tensor([[3, 14, 15, 9, 26, 5]])
     base = tiny_model()
