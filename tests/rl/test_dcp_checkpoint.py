@@ -47,6 +47,18 @@ def test_one_process_save_and_resume_equals_the_uninterrupted_run(tmp_path, no_p
         assert torch.equal(p, q), name
 
 
+def test_a_damaged_shard_makes_resume_use_the_checkpoint_before(tmp_path, caplog):
+    from memagent.rl.checkpoint import checkpoint_problem, resume_checkpoint
+
+    run(str(tmp_path / "a"), "ddp", 2, False)
+    root = tmp_path / "a" / "checkpoints"
+    [shard] = (root / "step_000002" / "dcp").iterdir()
+    shard.write_bytes(shard.read_bytes()[:-10])  # cut short, as by a crash or a full disk
+    assert "dcp/" in checkpoint_problem(root / "step_000002") and "truncated" in checkpoint_problem(root / "step_000002")
+    assert resume_checkpoint(root) == root / "step_000001"
+    assert "step_000002 is damaged" in caplog.text
+
+
 def test_asynchronous_save_gives_the_same_checkpoints(tmp_path):
     """checkpoint.async_save: the shards are staged (copied) then written in the background while training goes
     on; each checkpoint is published at the next save or the run's end, and holds exactly the synchronous one."""

@@ -16,11 +16,13 @@ under M. The model/ export (save_pretrained) is written as in the default format
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -94,11 +96,12 @@ def save_sharded(tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer |
     tensors, meta = _flat(*_state(model, optimizer))
     writer = HuggingFaceStorageWriter(str(tmp / DCP_DIR), save_distributed=True, enable_consolidation=False)
     future = None
-    if asynchronous:
-        future = dcp.async_save(tensors, storage_writer=writer, process_group=_async_group(),
-                                no_dist=not _distributed())
-    else:
-        dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
+    with _quiet():
+        if asynchronous:
+            future = dcp.async_save(tensors, storage_writer=writer, process_group=_async_group(),
+                                    no_dist=not _distributed())
+        else:
+            dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
     if rank != 0:
         return [], future
     (tmp / DCP_STATE).write_text(json.dumps(meta, indent=1) + "\n")
@@ -133,7 +136,8 @@ def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer 
     tensors, _ = _flat(msd, osd)
     try:
         meta = json.loads((ckpt / DCP_STATE).read_text(encoding="utf-8"))
-        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(ckpt / DCP_DIR)), no_dist=not _distributed())
+        with _quiet():
+            dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(ckpt / DCP_DIR)), no_dist=not _distributed())
     except (OSError, ValueError, RuntimeError, KeyError, AssertionError) as e:
         raise CheckpointError(f"cannot load the sharded state in {ckpt / DCP_DIR}: {e}; the checkpoint is damaged "
                               "or from another model or lora setting: move it away to resume from an earlier one") from None
@@ -143,6 +147,14 @@ def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer 
             osd["state"].setdefault(fqn, {}).update(extra)
         groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
         set_optimizer_state_dict(model, optimizer, {"state": osd["state"], "param_groups": groups}, options=_options())
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Without DCP's warning that one process saves or loads (intended: a run without torchrun)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _distributed() -> bool:
