@@ -99,3 +99,20 @@ def demo(
     with run_lock(out, "demo"):  # one demo per --out
         run_demo(DemoConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
 
+
+
+@app.command("merge-lora")
+def merge_lora_cmd(
+    checkpoint: Path = typer.Argument(..., help="A LoRA run's checkpoint (RUN/checkpoints/step_*) or its model/ folder."),
+    out_dir: Path = typer.Argument(..., help="Directory to write the merged model (save_pretrained) to."),
+    base: Optional[str] = typer.Option(None, "--base", help="The base model (default: the one the adapters name, "
+                                       "else the `model` of the run's config.json)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in OUT_DIR."),
+) -> None:
+    """Merge a LoRA run's adapters into its base model: a full checkpoint that loads with from_pretrained."""
+    from memagent.io import check_output_dir, refuse_occupied
+    from memagent.rl.lora import merge_lora
+
+    check_output_dir(out_dir, "OUT_DIR", {"CHECKPOINT": checkpoint})
+    refuse_occupied(out_dir, "OUT_DIR", force)
+    typer.echo(f"wrote the merged model to {merge_lora(checkpoint, out_dir, base)}")

@@ -8,6 +8,8 @@ Layout of `<out_dir>/checkpoints/step_000010/`:
     rng_rank<r>.safetensors   torch CPU (and CUDA) generator states of rank r
     rng_rank<r>.json          Python `random` and NumPy generator states of rank r
     config.json               the TrainConfig of the run (when given)
+A LoRA run's model/ holds its adapters (memagent.rl.lora); with `sharded` (checkpoint.format=dcp)
+the optimiser files are replaced by every rank's DCP shards, dcp/ and dcp_state.json (memagent.rl.dcp).
 
 Atomicity: everything is written into `step_000010.tmp`, each file fsync'ed, then the directory is
 renamed to `step_000010` and its parent fsync'ed. A run killed while saving leaves a `.tmp`
@@ -21,35 +23,28 @@ cannot write (disk full, read-only folder) is a `TrainOutputError`, its temporar
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from memagent.config import ConfigError
-from memagent.errors import MemAgentError
+from memagent.rl.checkpoint_errors import CheckpointError, TrainOutputError
 from memagent.rl.distributed import DistInfo, barrier
+from memagent.rl.optim_state import load_optimizer_state, optimizer_state
+from memagent.rl.rng import rng_state, seed_all, set_rng_state
 
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint is missing, incomplete or does not fit the run; the message says what to do.
-
-    A ConfigError, so the CLI reports it as one line (resuming is a configuration choice).
-    """
 
 
 def checkpoint_dir(root: str | Path, step: int) -> Path:
@@ -63,10 +58,6 @@ def list_checkpoints(root: str | Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
     return [p for _, p in sorted(found) if (p / "trainer_state.json").is_file()]
-
-
-class TrainOutputError(MemAgentError):
-    """A training run cannot write its files (disk full, file too large, read-only folder)."""
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
@@ -101,7 +92,8 @@ def checkpoint_problem(ckpt: Path) -> str | None:
             return "trainer_state.json is not valid JSON"
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):
             return "trainer_state.json has no integer step"
-        needed = ["model/config.json", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
+        model_cfg = "adapter_config.json" if (ckpt / "model" / "adapter_config.json").is_file() else "config.json"
+        needed = [f"model/{model_cfg}", *(f"rng_rank{r}.{ext}" for r in range(int(state.get("world_size", 1)))
                                         for ext in ("json", "safetensors"))]
         if (ckpt / "optimizer.json").exists() or (ckpt / "optimizer.safetensors").exists():
             needed += ["optimizer.json", "optimizer.safetensors"]
@@ -110,15 +102,18 @@ def checkpoint_problem(ckpt: Path) -> str | None:
             return f"{', '.join(missing)} missing"
         if not list((ckpt / "model").glob("*.safetensors")):
             return "model/ holds no *.safetensors"
+        if (ckpt / "dcp_state.json").is_file() and not list((ckpt / "dcp").glob("*.safetensors")):
+            return "dcp/ holds no *.safetensors"
         for f in sorted([*ckpt.glob("*.json"), *(ckpt / "model").glob("*.json")]):
             try:
                 json.loads(f.read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError):
                 return f"{f.relative_to(ckpt)} is not valid JSON"
-        for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors")]):
+        for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors"),
+                         *(ckpt / "dcp").glob("*.safetensors")]):
             problem = _safetensors_problem(f)
             if problem:
-                return problem if f.parent == ckpt else f"model/{problem}"
+                return problem if f.parent == ckpt else f"{f.parent.name}/{problem}"
     except (OSError, ValueError) as e:
         return f"unreadable ({e})"
     return None
@@ -162,77 +157,29 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=1) + "\n")
 
 
-def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """This process's generator states: tensors (torch) and JSON-able values (random, NumPy)."""
-    tensors = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"torch_cuda_{i}"] = s
-    version, state, gauss = random.getstate()
-    np_state = np.random.get_state()
-    meta = {
-        "python": [version, list(state), gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-    }
-    return tensors, meta
-
-
-def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    torch.set_rng_state(tensors["torch_cpu"])
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-    version, state, gauss = meta["python"]
-    random.setstate((version, tuple(state), gauss))
-    name, keys, pos, has_gauss, cached = meta["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    """The full optimiser state keyed by parameter name: (tensors, JSON-able rest). Collective under FSDP."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    osd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for fqn, entry in osd.get("state", {}).items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"{fqn}/{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(fqn, {})[key] = value
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in osd.get("param_groups", [])]
-    return tensors, {"param_groups": groups, "scalars": scalars}
-
-
-def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    tensors = _read(ckpt / "optimizer.safetensors", load_file)
-    meta = _read(ckpt / "optimizer.json", _load_json)
-    state: dict[str, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        fqn, _, name = key.rpartition("/")
-        state.setdefault(fqn, {})[name] = value
-    for fqn, extra in meta["scalars"].items():
-        state.setdefault(fqn, {}).update(extra)
-    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
-    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
-                             options=StateDictOptions(full_state_dict=True))
-
-
 # -- save / load ----------------------------------------------------------------------------------
 
 
-def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> Path:
+def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> Any:
     """Write checkpoint `step` under `root` atomically; every rank must call this (collectives).
 
     Keyword arguments as `write_checkpoint`. A write that fails (disk full, file too large,
     read-only folder) removes the temporary directory and raises TrainOutputError; the earlier
-    checkpoints are untouched.
+    checkpoints are untouched. Returns the checkpoint's Path, or with `asynchronous` a
+    `memagent.rl.dcp.PendingCheckpoint` to `finish_checkpoint` later.
     """
+    return _mapped(root, step, info, lambda: write_checkpoint(root, step, info, **kw))
+
+
+def finish_checkpoint(pending: Any, info: DistInfo) -> Path:
+    """Wait for an asynchronous save (`PendingCheckpoint`) and publish it; collective. Returns its Path."""
+    return _mapped(pending.path.parent, int(pending.path.name[5:]), info, pending.wait)
+
+
+def _mapped(root: str | Path, step: int, info: DistInfo, write: Any) -> Any:
+    """write(), a failure to write a TrainOutputError (the temporary directory removed)."""
     try:
-        return write_checkpoint(root, step, info, **kw)
+        return write()
     except (OSError, SafetensorError) as e:
         if info.is_main:
             shutil.rmtree(checkpoint_dir(root, step).with_name(f"step_{step:06d}.tmp"), ignore_errors=True)
@@ -253,11 +200,17 @@ def write_checkpoint(
     trainer_state: dict[str, Any],
     config: dict[str, Any] | None = None,
     keep_last: int = 0,
-) -> Path:
+    sharded: bool = False,
+    asynchronous: bool = False,
+) -> Any:
     """Write checkpoint `step` under `root` atomically (no error mapping; see `save_checkpoint`).
 
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
+    sharded: the trainable weights and optimiser state also as DCP shards, each rank its own (memagent.rl.dcp);
+        then rank 0 writes no optimizer.safetensors.
+    asynchronous (with sharded): the shards are written in a background thread (DCP async_save) and a
+        `PendingCheckpoint` is returned; the checkpoint is published by `finish_checkpoint`.
     """
     from memagent.rl.distributed import full_state_dict
 
@@ -270,17 +223,35 @@ def write_checkpoint(
             shutil.rmtree(stale)
         tmp.mkdir()
     barrier(info)
-    weights = full_state_dict(model)  # collective under FSDP; full copy on rank 0
+    from memagent.rl.lora import is_lora, trainable_state_dict
+
+    # the model/ export, collective under FSDP: the full weights (a LoRA run's adapters only) on rank 0
+    weights = trainable_state_dict(model) if is_lora(model) else full_state_dict(model)
+    if sharded:
+        from memagent.rl.dcp import save_sharded
+
+        shards, pending = save_sharded(tmp, model, optimizer, info.rank, asynchronous)
+        optimizer = None
     opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
     rng_tensors, rng_meta = rng_state()
     save_file(rng_tensors, tmp / f"rng_rank{info.rank}.safetensors")
     _write_json(tmp / f"rng_rank{info.rank}.json", rng_meta)
-    written = [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json"]
+    written = [tmp / f"rng_rank{info.rank}.safetensors", tmp / f"rng_rank{info.rank}.json", *(shards if sharded else [])]
     if info.is_main:
         state = dict(trainer_state, step=step, world_size=info.world_size,
                      scheduler=scheduler.state_dict() if scheduler is not None else None)
         written += _write_main_files(tmp, model, weights, tokenizer, (opt_tensors, opt_meta) if optimizer is not None
                                      else None, state, config)
+    finish = functools.partial(_finish, tmp, final, written, info, keep_last)
+    if sharded and pending is not None:
+        from memagent.rl.dcp import PendingCheckpoint
+
+        return PendingCheckpoint(final, pending, finish)
+    return finish()
+
+
+def _finish(tmp: Path, final: Path, written: list[Path], info: DistInfo, keep_last: int) -> Path:
+    """Make this rank's files durable, then (all ranks done) publish `tmp` as `final`; collective."""
     for p in written:
         _fsync_file(p)
     barrier(info)
@@ -315,7 +286,8 @@ def _write_main_files(tmp: Path, model: nn.Module, weights: dict[str, torch.Tens
 
 def _publish(tmp: Path, final: Path, keep_last: int) -> None:
     """Rename the finished `tmp` to `final` (durably), then drop checkpoints beyond the newest keep_last."""
-    _fsync_dir(tmp / "model")
+    for sub in ("model", "dcp"):
+        _fsync_dir(tmp / sub)
     _fsync_dir(tmp)
     if final.exists():  # re-saving the same step (e.g. a resumed run ending where it began)
         shutil.rmtree(final)
@@ -331,6 +303,10 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
 
     Missing keys are allowed only for tied parameters (e.g. lm_head tied to the embeddings).
     """
+    if (Path(model_dir) / "adapter_config.json").is_file():  # a LoRA run's adapters
+        from memagent.rl.lora import load_adapters
+
+        return load_adapters(model, Path(model_dir))
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"no *.safetensors in {model_dir}; is it a save_pretrained directory?")
@@ -369,16 +345,25 @@ def load_checkpoint(
         raise CheckpointError(f"{ckpt} is not a complete checkpoint (no trainer_state.json); "
                               "resume from an earlier step_* directory")
     state = _read(state_file, _load_json)
-    if restore_rng and state.get("world_size", 1) != info.world_size:
+    sharded = (ckpt / "dcp_state.json").is_file()  # resumable under another number of processes
+    if restore_rng and state.get("world_size", 1) != info.world_size and not sharded:
         raise CheckpointError(f"{ckpt} was written by {state.get('world_size')} process(es); resume it with "
                               f"the same --nproc-per-node (got {info.world_size})")
     if optimizer is not None:
         if model is None:
             raise CheckpointError("loading optimizer state needs the model it optimises")
-        load_optimizer_state(model, optimizer, ckpt)
+        if sharded:
+            from memagent.rl.dcp import load_sharded
+
+            load_sharded(ckpt, model, optimizer)
+        else:
+            load_optimizer_state(model, optimizer, _read(ckpt / "optimizer.safetensors", load_file),
+                                 _read(ckpt / "optimizer.json", _load_json))
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
-    if restore_rng:
+    if restore_rng and info.rank >= state.get("world_size", 1):  # a rank the saving run did not have
+        seed_all(int(state.get("seed", 0)) + info.rank)
+    elif restore_rng:
         tensors = _read(ckpt / f"rng_rank{info.rank}.safetensors", load_file)
         meta = _read(ckpt / f"rng_rank{info.rank}.json", _load_json)
         set_rng_state(tensors, meta)

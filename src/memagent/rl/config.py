@@ -21,6 +21,7 @@ from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 from memagent.rl.run_options import ATTN_IMPLEMENTATIONS, DataConfig, LogConfig, ModelOptions, ValConfig, VLLMConfig
+from memagent.rl.scale_config import CheckpointConfig, LoraConfig
 
 
 @dataclass
@@ -167,6 +168,8 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)  # log.wandb: Weights & Biases beside TensorBoard
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm / vllm-server rollout engines
     model_options: ModelOptions = field(default_factory=ModelOptions)  # also written model.<field> (load_config)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters (peft); r = 0 trains the full model
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # safetensors (rank 0) or dcp (sharded)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # TrainConfig(data="file.jsonl") from Python

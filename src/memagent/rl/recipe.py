@@ -25,7 +25,8 @@ from torch import nn
 
 from memagent.config import ConfigError
 from memagent.io import atomic_write_text
-from memagent.rl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, resume_checkpoint, save_checkpoint
+from memagent.rl.checkpoint import (finish_checkpoint, latest_checkpoint, load_checkpoint, load_model_weights,
+                                    resume_checkpoint, save_checkpoint)
 from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo, clip_grad_norm, unwrap, wrap_model
 from memagent.rl.metrics_log import MetricsLog, Progress
@@ -67,6 +68,8 @@ class RunSpec:
     what: str = "train"  # the progress bar's label
     wandb: dict[str, Any] | None = None  # LogConfig fields when Weights & Biases logging is on
     cpu_offload: Any = None  # FSDP2 OffloadPolicy of the wrapped model (memagent.rl.model_options) or None
+    checkpoint_format: str = "safetensors"  # or "dcp": sharded training state (memagent.rl.dcp)
+    async_save: bool = False  # dcp: write the shards in the background; published at the next save or the end
 
 
 class Algorithm(Protocol):
@@ -97,6 +100,7 @@ class Recipe:
         self.spec, self.info, self.tokenizer = spec, info, tokenizer
         self.held = held or contextlib.ExitStack()  # released by cleanup()
         self.ckpt_root = spec.out_dir / "checkpoints"
+        self.pending: Any = None  # an asynchronous save not yet published (memagent.rl.dcp.PendingCheckpoint)
         self.resumed_from = resume_point(spec)
         if self.resumed_from is not None:
             load_model_weights(model, self.resumed_from / "model")
@@ -131,11 +135,24 @@ class Recipe:
         return rec
 
     def save(self) -> Path:
+        """Checkpoint the current step; with async_save it is published later (`finish_save`)."""
         spec = self.spec
-        return save_checkpoint(self.ckpt_root, self.step, self.info, model=self.model, tokenizer=self.tokenizer,
-                               optimizer=self.optimizer, scheduler=self.scheduler,
-                               trainer_state={"data_position": self.data.position, **spec.state},
-                               config=spec.config, keep_last=spec.keep_last)
+        self.finish_save()
+        out = save_checkpoint(self.ckpt_root, self.step, self.info, model=self.model, tokenizer=self.tokenizer,
+                              optimizer=self.optimizer, scheduler=self.scheduler,
+                              trainer_state={"data_position": self.data.position, **spec.state},
+                              config=spec.config, keep_last=spec.keep_last, sharded=spec.checkpoint_format == "dcp",
+                              asynchronous=spec.async_save)
+        if isinstance(out, Path):
+            return out
+        self.pending = out
+        return out.path
+
+    def finish_save(self) -> None:
+        """Wait for an asynchronous save still being written and publish it (collective)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            finish_checkpoint(pending, self.info)
 
     def run(self, algorithm: Algorithm, callback: Callback | None = None) -> TrainResult:
         """Steps until total_steps (or a callback answering False), checkpoints, then `cleanup`."""
@@ -159,6 +176,7 @@ class Recipe:
                     break
             if spec.save_final and saved_at != self.step:
                 result.checkpoint = self.save()
+            self.finish_save()
         finally:
             progress.close()
             self.cleanup()

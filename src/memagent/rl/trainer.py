@@ -40,6 +40,7 @@ from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
 from memagent.rl.engines import make_engine
 from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
+from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
@@ -83,7 +84,8 @@ def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
                    config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
                    tensorboard=config.tensorboard, progress=config.progress, what="train",
                    wandb=config_to_dict(config.log) if config.log.wandb else None,
-                   cpu_offload=offload_policy(config.model_options, config.strategy, config.device))
+                   cpu_offload=offload_policy(config.model_options, config.strategy, config.device),
+                   checkpoint_format=config.checkpoint.format, async_save=config.checkpoint.async_save)
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,13 @@ class MultiConvDAPO:
                                 micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature,
                                 micro_batch_tokens=cfg.update.packed_tokens)
         ref = None
-        if self.ref is not None:
-            ref = rows_logprobs(self.ref, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
-                                micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature,
-                                micro_batch_tokens=cfg.update.packed_tokens)
+        if self.ref is not None or (cfg.loss.kl_coef > 0 and is_lora(self.recipe.model)):
+            # with LoRA the reference is the policy with its adapters off (the base model)
+            with adapters_disabled(self.recipe.model) if self.ref is None else contextlib.nullcontext():
+                ref = rows_logprobs(self.ref if self.ref is not None else self.recipe.model, batch.prompt_ids,
+                                    batch.response_ids, pad_id=self.pad_id, micro_batch_size=mu, info=self.info,
+                                    temperature=self.dapo.temperature,
+                                    micro_batch_tokens=cfg.update.packed_tokens)
         return old, ref
 
     def update(self, batch: RolloutBatch, parts: list[list[int]]) -> dict[str, float]:
@@ -219,7 +224,9 @@ class Trainer:
             samples = cap_chunks(samples, tokenizer, config.agent.chunk_tokens, config.data.max_chunks)
             prepare_model(plain, config.model_options)
             ref = None
-            if config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
+            if config.lora.r > 0:  # only adapters train; the KL reference is the base (adapters disabled)
+                plain = apply_lora(plain, config.lora, config.rollout.engine)
+            elif config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
             self.recipe = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
             self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.recipe, ref, extra)

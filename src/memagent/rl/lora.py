@@ -1,0 +1,160 @@
+"""LoRA adapters through peft (the optional extra `lora`: `pip install 'memagent[lora]'`).
+
+With `lora.r > 0` the policy is wrapped by `peft.get_peft_model`: its base weights are frozen and
+only the adapters (A: r x d_in, B: d_out x r, B starting at zero) train. The KL reference is the
+same model with the adapters disabled (`adapters_disabled`), so no second copy is held. A
+checkpoint's `model/` holds the adapters as `save_pretrained` writes them (adapter_config.json,
+adapter_model.safetensors) and the tokenizer; `merge_lora` folds them into the base weights and
+writes a full save_pretrained model that loads with `AutoModelForCausalLM`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from torch import nn
+
+from memagent.config import ConfigError
+from memagent.rl.distributed import unwrap
+from memagent.rl.scale_config import LoraConfig
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("lora.r > 0 needs peft: pip install 'memagent[lora]' (or pip install peft)") from None
+    return peft
+
+
+def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.Module:
+    """`model` (a plain Hugging Face causal LM) with LoRA adapters on `cfg.target_modules`; only they train.
+    engine: the run's rollout.engine (vllm is refused: it would sample with the base weights)."""
+    if engine != "policy":
+        raise ConfigError(f"lora.r > 0 works with rollout.engine=policy only (the {engine} engine gets no adapter "
+                          "weights); set rollout.engine=policy, or lora.r=0")
+    peft = _peft()
+    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    missing = [t for t in cfg.target_modules if t not in linear]
+    if missing:
+        raise ConfigError(f"lora.target_modules: the model has no linear layer named {', '.join(missing)}; its "
+                          f"linear layers are: {', '.join(sorted(linear))}")
+    config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                             target_modules=list(cfg.target_modules), bias="none", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, config)
+
+
+def is_lora(model: nn.Module) -> bool:
+    """Whether `model` (wrapped for training or not) is a peft model with adapters."""
+    inner = unwrap(model)
+    return hasattr(inner, "peft_config") and hasattr(inner, "disable_adapter")
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[None]:
+    """Within the block, `model` computes as its base (the adapters are bypassed): the KL reference."""
+    with unwrap(model).disable_adapter():
+        yield
+
+
+def trainable_state_dict(model: nn.Module) -> dict[str, Any]:
+    """The trainable weights (a LoRA run's adapters), whole, on rank 0 (collective under FSDP): what a LoRA
+    checkpoint's model/ holds, without gathering the frozen base."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    trainable = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    return {k: v for k, v in get_model_state_dict(model, options=options).items() if k in trainable}
+
+
+def is_adapter_dir(path: Path) -> bool:
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
+    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
+    from safetensors.torch import load_file
+
+    from memagent.rl.checkpoint_errors import CheckpointError
+
+    if not is_lora(model):
+        raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
+                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
+    try:
+        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}") from None
+    result = _peft().set_peft_model_state_dict(unwrap(model), state)
+    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
+    if result.unexpected_keys or len(state) != len(loaded_shapes):
+        raise CheckpointError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
+                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
+                              f"{list(result.unexpected_keys)[:5]}")
+
+
+def base_of(adapter_dir: Path, base: str | None = None) -> str:
+    """The base model of an adapter directory: `base`, else the one its adapter_config.json names, else
+    the `model` of the run's config.json beside the checkpoint."""
+    if base:
+        return base
+    named = _json(Path(adapter_dir) / ADAPTER_CONFIG).get("base_model_name_or_path") or ""
+    if named and Path(named).exists():
+        return named
+    for cfg in (Path(adapter_dir).parent / "config.json", Path(adapter_dir).parents[2] / "config.json"):
+        if cfg.is_file() and _json(cfg).get("model"):
+            return str(_json(cfg)["model"])
+    if named:
+        return named
+    raise ConfigError(f"{adapter_dir} does not say which base model its adapters belong to; pass --base MODEL")
+
+
+def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: str = "auto") -> Path:
+    """Merge the adapters of `checkpoint` (a step_* directory or its model/ folder) into their base model
+    and write the result to `out_dir` (save_pretrained, safetensors, with the tokenizer). Returns out_dir."""
+    from transformers import AutoModelForCausalLM
+
+    from memagent.backends.tokenizer import load_tokenizer
+
+    checkpoint = Path(checkpoint)
+    adapter_dir = checkpoint / "model" if is_adapter_dir(checkpoint / "model") else checkpoint
+    if not is_adapter_dir(adapter_dir):
+        raise ConfigError(f"{checkpoint} holds no LoRA adapters (no {ADAPTER_CONFIG} in it or in its model/); "
+                          "give a checkpoint of a run with lora.r > 0")
+    base_path = base_of(adapter_dir, base)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        if "lm_head" in _json(adapter_dir / ADAPTER_CONFIG).get("target_modules", []):
+            _untie_head(model)
+        peft_model = _peft().PeftModel.from_pretrained(model, str(adapter_dir))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}") from None
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer_dir = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_path
+    load_tokenizer(str(tokenizer_dir)).save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def _untie_head(model: nn.Module) -> None:
+    """Give lm_head its own copy of the weight it shares with the input embeddings (tie_word_embeddings), so
+    merging an adapter of lm_head changes the output layer only, not the embeddings too."""
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embed is not None and head.weight is embed.weight:
+        head.weight = nn.Parameter(head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        if hasattr(model.config, "get_text_config"):
+            model.config.get_text_config().tie_word_embeddings = False
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    return data if isinstance(data, dict) else {}
