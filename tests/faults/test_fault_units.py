@@ -1,9 +1,7 @@
-"""The pure pieces behind the fault handling: metrics trimming, checkpoint checks, the deadline clock."""
+"""The pure pieces behind the fault handling: metrics trimming, checkpoint checks."""
 from __future__ import annotations
 
-import time
 
-import httpcore
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -11,7 +9,6 @@ from safetensors.torch import save_file
 from memagent.config import ConfigError
 from memagent.rl.checkpoint import _safetensors_problem
 from memagent.rl.metrics_log import kept_records
-from memagent.backends.deadline import deadline, time_left
 
 
 def test_kept_records_drops_later_steps_and_a_torn_last_line(tmp_path):
@@ -43,13 +40,3 @@ def test_safetensors_length_is_checked_against_its_header(tmp_path):
     assert "not a safetensors file" in _safetensors_problem(f)
 
 
-def test_time_left_clamps_each_operation_to_the_deadline():
-    assert time_left(7.0, httpcore.ReadTimeout) == 7.0  # no deadline: unchanged
-    with deadline(0.5):
-        assert 0.4 < time_left(7.0, httpcore.ReadTimeout) <= 0.5
-        assert time_left(0.1, httpcore.ReadTimeout) == 0.1
-        assert 0.4 < time_left(None, httpcore.ReadTimeout) <= 0.5
-        time.sleep(0.55)
-        with pytest.raises(httpcore.ReadTimeout, match="deadline"):
-            time_left(7.0, httpcore.ReadTimeout)
-    assert time_left(7.0, httpcore.ReadTimeout) == 7.0  # the deadline ends with its block
