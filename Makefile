@@ -1,5 +1,5 @@
 # One command each, on a fresh machine (Python 3.11, no GPU needed):
-#   make demo   set up .venv and run the main job (the CPU-scale reproduction, about 11 min)
+#   make demo   set up .venv and run the main job (the CPU-scale reproduction, about 8 min)
 #   make test   set up .venv and run the test suite (what CI runs; make test-fast skips the slow ones)
 PY ?= python3
 VENV := .venv
