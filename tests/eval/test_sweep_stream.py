@@ -68,3 +68,18 @@ def test_stream_records_equal_the_grouped_sweep_and_a_failure_is_isolated(tiny_t
     assert {r["group_size"] for r in recs if r["status"] == "ok"} == {3}
     stopped = load_records(tmp_path / "stopped" / "results.jsonl")
     assert sum(r["status"] == "error" for r in stopped) == 1 and len(stopped) < 7
+
+
+def test_stream_progress_shows_samples_calls_in_flight_rate_and_eta(tiny_tokenizer, tmp_path, capsys):
+    from memagent.backends.openai import OpenAIBackend
+
+    data = tmp_path / "kv.jsonl"
+    write_samples(_samples(6), data)
+    agent = AgentConfig(chunk_tokens=24, memory_tokens=12, answer_tokens=12, query_tokens=24, max_batch_docs=3)
+    with SimServer(latency=0.005).start() as server:
+        http = OpenAIBackend("sim", server.url, tiny_tokenizer, max_concurrency=2, max_retries=0)
+        run_sweep(http, [data], tmp_path / "out", SweepConfig("sim", methods=["memagent"], agent=agent),
+                  progress=True)
+    err = capsys.readouterr().err
+    last = [line for line in err.splitlines() if line.startswith("[read]")][-1]  # a log: plain lines every 5%
+    assert "documents 6/6 (100%)" in last and "in flight" in last and "/s)" in last and "ETA" in last

@@ -277,7 +277,8 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
                 pending = _pending(cfg, method, repeat, datas, done, retry_failed, fp)
                 if method == "memagent" and concurrent(backend):  # no groups: samples start as others finish
                     stop = None if max_failures is None else lambda: _check_failed(failed, max_failures, results)
-                    _memagent_stream(backend, cfg, repeat, pending, docs, fp, write, stop)
+                    total = sum(1 for _ in _pending(cfg, method, repeat, datas, done, retry_failed, fp)) if bar else None
+                    _memagent_stream(backend, cfg, repeat, pending, docs, fp, write, stop, total)
                     continue
                 for group in _groups(pending, cfg.agent.max_batch_docs):
                     for rec in _run_group(backend, cfg, method, group, docs, fp):
@@ -293,9 +294,12 @@ def _check_failed(failed: list[dict], max_failures: int, results: Path) -> None:
 
 
 def _memagent_stream(backend: Any, cfg: SweepConfig, repeat: int, works: Iterator[_Work], docs: ParagraphCache,
-                     fp: str, write: Callable[[dict], None], stop: Callable[[], None] | None) -> None:
+                     fp: str, write: Callable[[dict], None], stop: Callable[[], None] | None,
+                     total: int | None = None) -> None:
     """MemAgent on a concurrent backend: the samples are one stream (a sample starts as another finishes) and
-    each record is written as its sample finishes; `stop` is called after each (it raises to stop the sweep)."""
+    each record is written as its sample finishes; `stop` is called after each (it raises to stop the sweep).
+    `total` (the samples to run, with --progress): the agent's progress line (samples done, calls in flight,
+    calls/s, ETA)."""
     from memagent.agent.workflow import AgentInput, MemoryAgent
 
     started: dict[str, tuple[_Work, float, dict[str, int]]] = {}
@@ -327,7 +331,8 @@ def _memagent_stream(backend: Any, cfg: SweepConfig, repeat: int, works: Iterato
             stop()
 
     agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, repeat))
-    MemoryAgent(backend, agent, on_step=on_step, failures="record").stream(items(), on_result)
+    MemoryAgent(backend, agent, on_step=on_step, failures="record", progress=total is not None).stream(
+        items(), on_result, total=total)
 
 
 def _count_call(u: dict[str, int], call: dict, tokenizer: Any) -> None:
