@@ -11,12 +11,12 @@ Writes bench/results/pipeline.json.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import ROOT, write_result
+from common import toy_documents, write_result
+from sim_server import launch
 
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.openai import OpenAIBackend
@@ -29,22 +29,7 @@ CONFIG = AgentConfig(chunk_tokens=CHUNK_TOKENS, memory_tokens=32, answer_tokens=
 
 
 def documents(tok) -> list[AgentInput]:
-    """DOCS documents of exactly CHUNKS chunks each (the tiny tokenizer: one token a word and a space)."""
-    items = []
-    for i in range(DOCS):
-        words, n = [], 0
-        while n < CHUNKS * CHUNK_TOKENS - 8:
-            words.append(f"city{i} river{len(words)}")
-            n = len(tok(" ".join(words), add_special_tokens=False)["input_ids"])
-        items.append(AgentInput(f"where is river {i}?", " ".join(words), f"d{i}"))
-    return items
-
-
-def start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "sim_server.py"), "--port", "0", *args],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()  # "sim server at http://127.0.0.1:PORT/v1 (stats: ...)"
-    return proc, line.split()[3]
+    return toy_documents(tok, DOCS, CHUNKS, CHUNK_TOKENS, "city", "river")
 
 
 def timed(backend, items, schedule: str) -> dict:
@@ -60,7 +45,7 @@ def timed(backend, items, schedule: str) -> dict:
 
 
 def compare(tok, items, server_args: list[str], schedules=("pipelined", "lockstep")) -> dict:
-    proc, url = start_server(*server_args)
+    proc, url = launch(*server_args)
     try:
         backend = OpenAIBackend("sim", url, tok, max_concurrency=DOCS, max_retries=0)
         runs = {s: timed(backend, items, s) for s in schedules}

@@ -10,12 +10,12 @@ Writes bench/results/ray.json; headline `ray_scaling_2` (target >= 1.7).
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import ROOT, WORK, write_result
+from common import WORK, toy_documents, write_result
+from sim_server import launch
 
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.options import BackendOptions
@@ -31,21 +31,7 @@ CONFIG = AgentConfig(chunk_tokens=CHUNK_TOKENS, memory_tokens=32, answer_tokens=
 
 
 def documents(tok) -> list[AgentInput]:
-    """DOCS documents of CHUNKS chunks each (the tiny tokenizer: about one token a word and a space)."""
-    items = []
-    for i in range(DOCS):
-        words, n = [], 0
-        while n < CHUNKS * CHUNK_TOKENS - 8:
-            words.append(f"town{i} lake{len(words)}")
-            n = len(tok(" ".join(words), add_special_tokens=False)["input_ids"])
-        items.append(AgentInput(f"where is lake {i}?", " ".join(words), f"d{i}"))
-    return items
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "sim_server.py"), "--port", "0", "--latency",
-                             str(LATENCY), "--max-concurrent", str(SERVER_SLOTS)], stdout=subprocess.PIPE, text=True)
-    return proc, proc.stdout.readline().split()[3]  # "sim server at URL (stats: ...)"
+    return toy_documents(tok, DOCS, CHUNKS, CHUNK_TOKENS, "town", "lake")
 
 
 def ray_run(items, urls: list[str], tok_dir: Path) -> dict:
@@ -73,7 +59,7 @@ def main() -> None:
     tok_dir = WORK / "ray_tokenizer"
     tok.save_pretrained(tok_dir)
     items = documents(tok)
-    servers = [start_server() for _ in range(2)]
+    servers = [launch("--latency", str(LATENCY), "--max-concurrent", str(SERVER_SLOTS)) for _ in range(2)]
     urls = [url for _, url in servers]
     try:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")

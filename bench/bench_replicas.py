@@ -23,25 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from common import tiny_model, write_result  # common puts src/ on the path
+from sim_server import launch
 
 from memagent.backends.base import SamplingParams
 from memagent.backends.openai import OpenAIBackend
 
-BENCH = Path(__file__).resolve().parent
-# one write per reply: the simulated server's handler otherwise sends headers and body in two segments,
-# and the client's delayed ACK adds ~40 ms to every call
-_LAUNCH = ("import sys; sys.path.insert(0, {bench!r}); import sim_server; "
-           "sim_server._Handler.wbufsize = 1 << 16; sim_server.main(sys.argv[1:])")
 
 
 DRIVERS = {"agent": "MemoryAgent, per-document pipelining (schedule='pipelined')",
@@ -49,28 +42,9 @@ DRIVERS = {"agent": "MemoryAgent, per-document pipelining (schedule='pipelined')
                      "pipelining scheduler was not on this branch)"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_replicas(n: int, latency: float, max_concurrent: int) -> list[tuple[subprocess.Popen, str]]:
-    """n simulated servers, each in its own process; (process, base URL) once each answers /v1/models."""
-    out = []
-    for _ in range(n):
-        port = free_port()
-        cmd = [sys.executable, "-c", _LAUNCH.format(bench=str(BENCH)), "--port", str(port), "--latency", str(latency),
-               "--max-concurrent", str(max_concurrent)]
-        out.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL), f"http://127.0.0.1:{port}/v1"))
-    for _, url in out:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(url + "/models", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.05)
-    return out
+    """n simulated servers, each in its own process; (process, base URL) once each listens."""
+    return [launch("--latency", str(latency), "--max-concurrent", str(max_concurrent)) for _ in range(n)]
 
 
 def stats(url: str) -> dict[str, int]:

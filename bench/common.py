@@ -97,3 +97,18 @@ def table(rows: list[list[Any]], header: list[str]) -> None:
     for r in rows:
         t.add_row(*[f"{x:.4g}" if isinstance(x, float) else str(x) for x in r])
     Console().print(t)
+
+
+def toy_documents(tok: Any, n: int, chunks: int, chunk_tokens: int, place: str, thing: str) -> list[Any]:
+    """n AgentInputs of about `chunks` chunks each ("{place}{i} {thing}{j}" words; the tiny tokenizer: about one
+    token a word and a space), asking "where is {thing} {i}?"."""
+    from memagent.agent.workflow import AgentInput
+
+    items = []
+    for i in range(n):
+        words, size = [], 0
+        while size < chunks * chunk_tokens - 8:
+            words.append(f"{place}{i} {thing}{len(words)}")
+            size = len(tok(" ".join(words), add_special_tokens=False)["input_ids"])
+        items.append(AgentInput(f"where is {thing} {i}?", " ".join(words), f"d{i}"))
+    return items

@@ -23,6 +23,8 @@ As a program: `python bench/sim_server.py --port 8000 --latency 0.1 --straggler-
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import hashlib
 import json
 import socket
@@ -214,6 +216,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+
+def launch(*args: str) -> tuple[subprocess.Popen, str]:
+    """This server in a process of its own on a free port, with `main`'s flags: (process, base URL), returned once
+    it listens (it prints its URL then)."""
+    proc = subprocess.Popen([sys.executable, __file__, "--port", "0", *args], stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().split()[3]  # "sim server at URL (stats: ...)"
 
 
 def main(argv: list[str] | None = None) -> None:
