@@ -2,7 +2,8 @@
 
 1. Speed: tokens per second of one update step (forward + backward of every micro-batch, then AdamW) on a
    batch whose row lengths spread 10x, padded micro-batches (update.micro_batch_size rows, each padded to
-   the longest) against packed ones (update.micro_batch_tokens, rows back to back), timed alternately in
+   the longest) against packed ones (update.micro_batch_tokens, rows back to back, per-row varlen attention
+   as the trainer switches it on), timed alternately in
    one run; the median of each is compared. Headline: packing_speedup.
 2. Memory: the peak resident memory added by one update step with and without gradient checkpointing, each
    measured in a fresh subprocess (Linux VmHWM after resetting it through /proc/self/clear_refs).
@@ -77,29 +78,38 @@ def update_step(model, opt, mb, micro_batch_tokens: int) -> float:
 
 
 def speed() -> dict:
-    """Padded against packed with a budget of 2 longest rows (the headline), and with one as large as the
-    padded micro-batch's real tokens: without varlen kernels the block-diagonal mask still costs attention
-    over the whole pack, so a pack of many rows loses part of the gain (docs/training.md)."""
+    """Padded against packed with a budget of 2 longest rows (the headline), as the trainer runs it: packing
+    switches "auto" attention to per-row varlen attention (memagent.rl.varlen). Also packed with transformers'
+    sdpa and its dense block-diagonal mask (attention over the whole pack: what packing gave before varlen),
+    and varlen with a budget as large as the padded micro-batch's real tokens."""
     import torch
 
-    model, mb = build_model(), batch()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    from memagent.rl.config import ModelOptions
+    from memagent.rl.model_options import prepare_model
+
+    mb = batch()
     real = sum(len(p) + len(r) for p, r in zip(mb.prompt_ids, mb.response_ids))
     chunks = [range(k, min(k + MICRO_ROWS, ROWS)) for k in range(0, ROWS, MICRO_ROWS)]
     padded_tokens = sum(len(c) * (max(len(mb.prompt_ids[i]) for i in c) + max(len(mb.response_ids[i]) for i in c))
                         for c in chunks)  # (B, P + R) per padded micro-batch
-    budgets = {"padded": 0, "packed": 2 * LONG, "packed_large": MICRO_ROWS * real // ROWS}
-    for budget in budgets.values():  # warm-up
+    budgets = {"padded": 0, "packed": 2 * LONG, "packed_sdpa_mask": 2 * LONG, "packed_large": MICRO_ROWS * real // ROWS}
+    variants = {}
+    for name, budget in budgets.items():  # one model each, the same initial weights
+        model = prepare_model(build_model(), ModelOptions(), packed=budget > 0 and name != "packed_sdpa_mask")
+        variants[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-6), budget)
+    attention = {k: m.config._attn_implementation for k, (m, _, _) in variants.items()}
+    for model, opt, budget in variants.values():  # warm-up
         update_step(model, opt, mb, budget)
     times: dict[str, list[float]] = {k: [] for k in budgets}
     for _ in range(REPS):  # alternate, so a change of machine load hits every variant
-        for name, budget in budgets.items():
+        for name, (model, opt, budget) in variants.items():
             times[name].append(update_step(model, opt, mb, budget))
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"rows": ROWS, "row_lengths": [SHORT, LONG], "real_tokens": real, "padded_tokens_computed": padded_tokens,
-            "micro_batch_size": MICRO_ROWS, "micro_batch_tokens": budgets, "seconds": times,
+            "micro_batch_size": MICRO_ROWS, "micro_batch_tokens": budgets, "attention": attention, "seconds": times,
             "tokens_per_s": {k: real / v for k, v in med.items()},
             "packing_speedup": round(med["padded"] / med["packed"], 3),
+            "packing_speedup_sdpa_mask": round(med["padded"] / med["packed_sdpa_mask"], 3),
             "packing_speedup_large_budget": round(med["padded"] / med["packed_large"], 3)}
 
 
@@ -144,15 +154,18 @@ def main() -> None:
         return
     s = speed()
     tps = s["tokens_per_s"]
-    print(f"update step, rows {SHORT}-{LONG} tokens: padded {tps['padded']:.0f} tok/s, packed {tps['packed']:.0f} "
-          f"tok/s -> packing_speedup {s['packing_speedup']} (budget {s['micro_batch_tokens']['packed_large']}: "
-          f"{tps['packed_large']:.0f} tok/s, {s['packing_speedup_large_budget']}x)")
+    print(f"update step, rows {SHORT}-{LONG} tokens: padded {tps['padded']:.0f} tok/s, packed (varlen attention) "
+          f"{tps['packed']:.0f} tok/s -> packing_speedup {s['packing_speedup']}; packed with sdpa's block mask "
+          f"{tps['packed_sdpa_mask']:.0f} tok/s ({s['packing_speedup_sdpa_mask']}x); budget "
+          f"{s['micro_batch_tokens']['packed_large']}: {tps['packed_large']:.0f} tok/s "
+          f"({s['packing_speedup_large_budget']}x)")
     m = memory()
     print(f"peak RSS added by an update of {m['on']['tokens']} tokens: checkpointing off {m['off']['peak_added_mb']:.0f} MB, "
           f"on {m['on']['peak_added_mb']:.0f} MB (ratio {m['gradient_checkpointing_memory_ratio']}); step "
           f"{m['off']['seconds']:.2f} s vs {m['on']['seconds']:.2f} s")
     write_result("packing", {"model": MODEL, "speed": s, "memory": m,
                              "headline": {"packing_speedup": s["packing_speedup"],
+                                          "packing_speedup_sdpa_mask": s["packing_speedup_sdpa_mask"],
                                           "gradient_checkpointing_memory_ratio": m["gradient_checkpointing_memory_ratio"]}})
 
 

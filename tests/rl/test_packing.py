@@ -53,16 +53,21 @@ def _grads(model, mb, objective, micro, tokens=0):
     return {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "varlen"])
 @pytest.mark.parametrize("agg", AGG_MODES)
-def test_packed_gradients_equal_padded(agg):
+def test_packed_gradients_equal_padded(agg, attention):
+    """Packed with transformers' block-diagonal sdpa mask, and with per-row varlen attention."""
+    from memagent.rl.varlen import use_varlen
+
     model = tiny_model()
+    packed = use_varlen(tiny_model()) if attention == "varlen" else model
     mb = synthetic_minibatch(seed=1, n_samples=4)
     objective = dapo(agg, kl_coef=0.1, horizon=8)
     ref, m_ref = _grads(model, mb, objective, micro=3)
     for tokens in (12, 40, 10_000):  # several rows per pack, and the whole mini-batch as one sequence
-        got, m = _grads(model, mb, objective, micro=3, tokens=tokens)
+        got, m = _grads(packed, mb, objective, micro=3, tokens=tokens)
         diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
-        print(f"packed vs padded {agg} micro_batch_tokens={tokens}: max abs grad diff {diff:.2e}")
+        print(f"packed ({attention}) vs padded {agg} micro_batch_tokens={tokens}: max abs grad diff {diff:.2e}")
         assert diff <= 1e-6 and max(g.abs().max().item() for g in ref.values()) > 1e-3
         for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_min", "ratio_max", "tokens"):
             assert m[key] == pytest.approx(m_ref[key], abs=1e-9), key

@@ -2,7 +2,9 @@
 checkpointing, FSDP2 CPU offload.
 
     attn_implementation   "auto" picks flash_attention_2 on CUDA when the flash-attn package imports (its varlen
-                          kernels then serve padding-free packing), else transformers' default (sdpa)
+                          kernels then serve padding-free packing), else transformers' default (sdpa), which
+                          `prepare_model` switches to "varlen" (memagent.rl.varlen: per-row sdpa) when
+                          update.packing is on; "varlen" asks for that switch explicitly
     gradient_checkpointing each decoder layer's activations are recomputed in the backward pass
                           (non-reentrant torch.utils.checkpoint): the same gradient, less memory, ~1/3 more compute
     cpu_offload           under strategy fsdp, FSDP2's CPUOffloadPolicy keeps parameter, gradient and optimiser
@@ -18,6 +20,7 @@ from torch import nn
 
 from memagent.config import ConfigError
 from memagent.rl.config import ModelOptions
+from memagent.rl.varlen import use_varlen
 
 
 def load_kwargs(opts: ModelOptions, device: torch.device) -> dict[str, Any]:
@@ -26,14 +29,20 @@ def load_kwargs(opts: ModelOptions, device: torch.device) -> dict[str, Any]:
     if choice == "auto":
         has_flash = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
         return {"attn_implementation": "flash_attention_2"} if has_flash else {}
+    if choice == "varlen":  # loaded as transformers' default, then switched by prepare_model
+        return {}
     if choice == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
         raise ConfigError("model.attn_implementation=flash_attention_2 needs the flash-attn package (a CUDA GPU): "
                           "pip install flash-attn, or set model.attn_implementation=auto")
     return {"attn_implementation": choice}
 
 
-def prepare_model(model: nn.Module, opts: ModelOptions) -> nn.Module:
-    """Turn on gradient checkpointing when asked (in place); returns the model."""
+def prepare_model(model: nn.Module, opts: ModelOptions, packed: bool = False) -> nn.Module:
+    """Turn on gradient checkpointing when asked, and varlen attention when asked or when `packed`
+    (padding-free micro-batches) leaves "auto" on sdpa (in place); returns the model."""
+    current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if opts.attn_implementation == "varlen" or (packed and opts.attn_implementation == "auto" and current == "sdpa"):
+        use_varlen(model)
     if opts.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ConfigError(f"model.gradient_checkpointing: {type(model).__name__} does not support it; "

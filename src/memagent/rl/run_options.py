@@ -86,7 +86,7 @@ class VLLMConfig:
         if self.sync_chunk_mb < 1 or not 0 < self.nccl_port < 65536 or self.timeout <= 0:
             raise ConfigError("vllm.sync_chunk_mb must be >= 1, vllm.nccl_port in 1..65535 and vllm.timeout > 0")
 
-ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2")
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "varlen")
 
 
 @dataclass
@@ -96,7 +96,8 @@ class ModelOptions:
     gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
     cpu_offload: bool = False  # strategy fsdp: parameters, gradients, optimiser state on the CPU (CPUOffloadPolicy)
     attn_implementation: str = "auto"  # auto: flash_attention_2 on CUDA when flash-attn is installed, else
-    #   transformers' default; or eager, sdpa, flash_attention_2
+    #   transformers' default, switched to varlen under update.packing; or eager, sdpa, flash_attention_2,
+    #   varlen (per-row sdpa for packed micro-batches, memagent.rl.varlen)
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:

@@ -222,7 +222,7 @@ class Trainer:
         try:
             plain, tokenizer = load_policy(config, model, tokenizer, info.device)
             samples = cap_chunks(samples, tokenizer, config.agent.chunk_tokens, config.data.max_chunks)
-            prepare_model(plain, config.model_options)
+            prepare_model(plain, config.model_options, packed=config.update.packing)
             ref = None
             if config.lora.r > 0:  # only adapters train; the KL reference is the base (adapters disabled)
                 plain = apply_lora(plain, config.lora, config.rollout.engine)
