@@ -26,7 +26,7 @@ MODEL = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_at
              num_key_value_heads=2, vocab=2048)
 ROWS, MICRO_ROWS = 32, 8  # rows of the update batch; padded micro-batch size
 SHORT, LONG = 40, 400  # row lengths spread 10x (prompt + response tokens)
-REPS = 5
+REPS = 7
 
 
 def build_model(seed: int = 0):

@@ -5,6 +5,8 @@ Meant for scripts/gpu_check.sh (one GPU, well under a minute); on a machine with
 runs on the CPU, flash-attention and offload are skipped.
 
     packed-sdpa        packed vs padded log-probs and gradients, float32, transformers' sdpa attention
+    packed-varlen      packed with memagent's per-row varlen attention (rl/varlen.py) vs padded sdpa: log-probs
+                       and gradients, float32
     packed-flash-varlen packed vs padded log-probs with attn_implementation=flash_attention_2 (bf16), and a
                        packed row equal to the same row alone (the varlen kernels keep rows apart)
     checkpointing      identical gradients, lower peak GPU memory of the update (torch.cuda.max_memory_allocated)
@@ -82,6 +84,19 @@ def check_packed_sdpa() -> str:
     return f"log-prob diff {lp:.2e}, gradient diff {g:.2e}"
 
 
+def check_packed_varlen() -> str:
+    from memagent.rl.varlen import use_varlen
+
+    padded, packed, mb = model(), use_varlen(model()), rows()
+    kw = dict(pad_id=0, micro_batch_size=4, info=INFO)
+    pad = rows_logprobs(padded, mb.prompt_ids, mb.response_ids, **kw)
+    flat = rows_logprobs(packed, mb.prompt_ids, mb.response_ids, micro_batch_tokens=300, **kw)
+    lp = max((a - b).abs().max().item() for a, b in zip(pad, flat))
+    g = max_diff(grads(padded, mb, 0), grads(packed, mb, 300))
+    assert lp < 1e-4 and g < 1e-4, f"log-prob diff {lp:.2e}, gradient diff {g:.2e}"
+    return f"log-prob diff {lp:.2e}, gradient diff {g:.2e}"
+
+
 def check_packed_flash() -> str:
     if DEV.type != "cuda" or importlib.util.find_spec("flash_attn") is None:
         raise SkipCheck("needs CUDA and the flash-attn package")
@@ -147,7 +162,8 @@ class SkipCheck(Exception):
 
 def main() -> int:
     failed = 0
-    for name, fn in [("packed-sdpa", check_packed_sdpa), ("packed-flash-varlen", check_packed_flash),
+    for name, fn in [("packed-sdpa", check_packed_sdpa), ("packed-varlen", check_packed_varlen),
+                     ("packed-flash-varlen", check_packed_flash),
                      ("checkpointing", check_checkpointing), ("fsdp-cpu-offload", check_offload)]:
         try:
             print(f"PASS {name}: {fn()}", flush=True)

@@ -80,6 +80,15 @@ def test_prepare_model_switches_to_varlen_under_packing_only():
         ModelOptions(attn_implementation="flash")
 
 
+def test_the_exported_model_does_not_name_varlen(tmp_path):
+    """A model trained with varlen attention saves a config any transformers install loads."""
+    use_varlen(tiny_model()).save_pretrained(tmp_path)
+    assert NAME not in (tmp_path / "config.json").read_text()
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).config._attn_implementation != NAME
+
+
 def test_sliding_window_models_are_refused():
     model = tiny_model()
     model.config.use_sliding_window = True
