@@ -58,13 +58,10 @@ class PolicyRollout:
         self.model, self.info = model, info
         self.copy: nn.Module | None = None
         gen_model = unwrap(model)
-        if is_fsdp(model):
-            from transformers import AutoModelForCausalLM
+        if is_fsdp(model):  # a LoRA policy's copy is a peft model too: the same names, base + adapters
+            from memagent.rl.lora import empty_twin
 
-            base = unwrap(model)
-            self.copy = AutoModelForCausalLM.from_config(base.config).to(dtype=next(base.parameters()).dtype)
-            self.copy.to(info.device).eval().requires_grad_(False)
-            self.copy.generation_config = base.generation_config
+            self.copy = empty_twin(model).to(info.device).eval().requires_grad_(False)
             gen_model = self.copy
             self.sync()
         self._backend = TransformersBackend(gen_model, tokenizer, max_batch_size=cfg.rollout.max_batch_size,
@@ -80,7 +77,10 @@ class PolicyRollout:
         if self.copy is None:
             return
         full = full_state_dict(self.model, all_ranks=True)
-        self.copy.load_state_dict({k: v.to(self.info.device) for k, v in full.items()}, strict=False)
+        got = self.copy.load_state_dict({k: v.to(self.info.device) for k, v in full.items()}, strict=False)
+        if got.missing_keys or got.unexpected_keys:  # a copy left with random weights would sample noise
+            raise BackendError(f"the rollout copy of the FSDP2 policy does not match its weights: missing "
+                               f"{got.missing_keys[:3]}, unexpected {got.unexpected_keys[:3]}")
 
 
 def import_vllm(what: str) -> Any:

@@ -72,6 +72,24 @@ def trainable_state_dict(model: nn.Module) -> dict[str, Any]:
     return {k: v for k, v in get_model_state_dict(model, options=options).items() if k in trainable}
 
 
+def empty_twin(model: nn.Module) -> nn.Module:
+    """A fresh, unsharded model of the same architecture and parameter names as `model` (a plain Hugging Face
+    causal LM, or a peft model: then the same adapters on a fresh base), in the dtype of `model`'s first
+    parameter. Its weights are random until a full state dict of `model` is loaded into it."""
+    from transformers import AutoModelForCausalLM
+
+    inner = unwrap(model)
+    lora = is_lora(inner)
+    base = inner.get_base_model() if lora else inner
+    twin = AutoModelForCausalLM.from_config(base.config).to(dtype=next(base.parameters()).dtype)
+    twin.generation_config = base.generation_config
+    if lora:
+        import copy
+
+        twin = _peft().get_peft_model(twin, copy.deepcopy(inner.peft_config[inner.active_adapter]))
+    return twin
+
+
 def is_adapter_dir(path: Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
