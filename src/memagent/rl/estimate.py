@@ -279,12 +279,15 @@ def steps_per_epoch(samples: int, batch_size: int) -> float:
     return samples / batch_size
 
 
-def lora_lines(lora: LoraConfig, shape: ModelShape) -> list[str]:
-    """The dry run's lines on LoRA: the adapter count and what is frozen ([] when lora.r is 0)."""
+def lora_lines(lora: LoraConfig, shape: ModelShape, engine: str = "policy") -> list[str]:
+    """The dry run's lines on LoRA: the adapter count and what is frozen ([] when lora.r is 0); `engine`:
+    rollout.engine (training refuses LoRA with another than policy)."""
     adapters = adapter_shape(shape, lora)
     if adapters is None:
         return []
-    return [f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
+    refused = [] if engine == "policy" else [f"lora: training refuses rollout.engine={engine} with LoRA (it would "
+                                             "sample with the base weights); set rollout.engine=policy"]
+    return [*refused, f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
             f"(r x (d_in + d_out) per targeted linear, {adapters.layer_params} per layer x {shape.layers} layers"
             f"{f' + {adapters.root_params} on lm_head' if adapters.root_params else ''}), float32, with gradients "
             "and AdamW states",
@@ -304,7 +307,7 @@ def dry_run_report(cfg: TrainConfig, gpus: int, samples: int | None = None) -> s
     lines = [f"model {cfg.model}: {shape.params / 1e9:.2f}B parameters ({shape.layers} layers, hidden {shape.hidden}, "
              f"vocab {shape.vocab}); dtype {'float32' if cfg.dtype == 'float32' else 'bfloat16'}; "
              f"{gpus} GPU(s), strategy {cfg.strategy}",
-             *lora_lines(cfg.lora, shape),
+             *lora_lines(cfg.lora, shape, cfg.rollout.engine),
              f"micro-batch: {u.how}; {u.tokens} tokens, {u.responses} response tokens",
              f"{'per GPU (GB)':<16}{'checkpointing off':>18}{'on':>10}"]
     for f in fields(MemoryEstimate):
