@@ -226,8 +226,8 @@ def _pending(cfg: SweepConfig, method: str, repeat: int, datas: Sequence[DataFil
 
 
 def _counted(works: Iterator[_Work]) -> tuple[Iterator[_Work], int]:
-    """The pending samples, read once and held (the progress line needs their number before the first starts),
-    and that number."""
+    """The pending samples, read once and held in memory, contexts included (the progress line needs their
+    number before the first starts), and that number."""
     held = list(works)
     return iter(held), len(held)
 
