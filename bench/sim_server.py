@@ -17,21 +17,25 @@ Faults: every request whose prompt contains `fail_marker` is answered HTTP 500; 
 `--die-after N` requests) stops the server mid-run: the listening socket closes and requests in
 flight lose their connection without a reply.
 
-In-process: `with SimServer(latency=0.05).start() as s: s.url ...` (port 0 picks a free port).
+In-process: `with SimServer(latency=0.05).start() as s: s.url ...` (port 0 picks a free port). The HTTP
+plumbing (threading server, handler, dropped connections) is tests/loopback_http.py's, shared with the
+tests' fake OpenAI server.
 As a program: `python bench/sim_server.py --port 8000 --latency 0.1 --straggler-p 0.1 --straggler-x 10`.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import hashlib
 import json
-import socket
+import subprocess
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # the shared loopback plumbing
+from loopback_http import LoopbackServer, Reply, error_payload, json_reply  # noqa: E402
 
 
 def reply_text(prompt: str) -> str:
@@ -48,13 +52,7 @@ def straggles(prompt: str, seed: int, p: float) -> bool:
     return int.from_bytes(h[:8], "big") / 2**64 < p
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # hundreds of clients connect at once
-    allow_reuse_address = True
-
-
-class SimServer:
+class SimServer(LoopbackServer):
     """The simulated server. latency: seconds a reply takes (a straggler: latency * straggler_x);
     max_concurrent: requests served at once (None: no cap); die_after: stop after that many requests."""
 
@@ -62,29 +60,13 @@ class SimServer:
                  straggler_x: float = 10.0, max_concurrent: int | None = None, seed: int = 0,
                  fail_marker: str | None = None, die_after: int | None = None,
                  model: str = "sim", max_model_len: int | None = 32768) -> None:
+        super().__init__(port)
         self.latency, self.straggler_p, self.straggler_x = latency, straggler_p, straggler_x
         self.seed, self.fail_marker, self.die_after = seed, fail_marker, die_after
         self.model, self.max_model_len = model, max_model_len
         self._slots = threading.Semaphore(max_concurrent) if max_concurrent else None
         self._lock = threading.Lock()
-        self._killed = threading.Event()
         self.counts = dict(in_flight=0, max_in_flight=0, serving=0, max_serving=0, served=0, failed=0, received=0)
-        self._httpd = _Server(("127.0.0.1", port), _Handler)
-        self._httpd.app = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05),
-                                        daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> "SimServer":
-        self._thread.start()
-        return self
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -98,23 +80,10 @@ class SimServer:
 
     def kill(self) -> None:
         """Stop now: no new connections, requests in flight get no reply."""
-        if self._killed.is_set():
+        if self.stopping.is_set():
             return
-        self._killed.set()
-        threading.Thread(target=self._httpd.shutdown, daemon=True).start()
-        self._httpd.socket.close()
-
-    def stop(self) -> None:
-        self._killed.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> "SimServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.stopping.set()
+        self.close_listener()
 
     def _count(self, key: str, delta: int) -> None:
         with self._lock:
@@ -124,6 +93,10 @@ class SimServer:
                 self.counts[peak] = max(self.counts[peak], self.counts[key])
 
     # -- one request (handler threads) ---------------------------------------------------------
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> Reply | None:
+        out = self.answer(method, path, body)
+        return None if out is None else json_reply(*out)
+
     def answer(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None:
         """(status, JSON payload), or None when the server was killed meanwhile (drop the connection)."""
         if method == "GET" and path == "/stats":
@@ -132,12 +105,12 @@ class SimServer:
             return 200, {"object": "list", "data": [{"id": self.model, "object": "model",
                                                      "max_model_len": self.max_model_len}]}
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
-            return 404, _error(f"no route {method} {path}")
+            return 404, error_payload(f"no route {method} {path}")
         try:
             req = json.loads(body)
             prompt = req["messages"][-1]["content"] if path.endswith("chat/completions") else req["prompt"]
         except (ValueError, KeyError, IndexError, TypeError):
-            return 400, _error("expected a JSON body with messages (chat) or prompt (completions)")
+            return 400, error_payload("expected a JSON body with messages (chat) or prompt (completions)")
         with self._lock:
             self.counts["received"] += 1
             n = self.counts["received"]
@@ -155,11 +128,11 @@ class SimServer:
         self._count("serving", 1)
         try:
             wait = self.latency * (self.straggler_x if straggles(prompt, self.seed, self.straggler_p) else 1.0)
-            if wait > 0 and self._killed.wait(wait) or self._killed.is_set():
+            if wait > 0 and self.stopping.wait(wait) or self.stopping.is_set():
                 return None
             if self.fail_marker and self.fail_marker in prompt:
                 self._count("failed", 1)
-                return 500, _error("simulated failure (the prompt holds the fail marker)")
+                return 500, error_payload("simulated failure (the prompt holds the fail marker)")
             self._count("served", 1)
             return 200, _completion(req, reply_text(prompt), chat)
         finally:
@@ -176,46 +149,6 @@ def _completion(req: dict[str, Any], text: str, chat: bool) -> dict[str, Any]:
         choice["text"] = text
     return {"id": "cmpl-sim", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": req.get("model", "sim"), "choices": [choice]}
-
-
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error"}}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
-    wbufsize = 1 << 16  # headers and body in one write: no delayed-ACK stall between them on keep-alive
-
-    def _serve(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        out = self.server.app.answer(method, self.path, body)  # type: ignore[attr-defined]
-        if out is None:  # killed: drop the connection without a reply
-            self.close_connection = True
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            return
-        status, payload = out
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._serve("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._serve("POST")
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
 
 
 def launch(*args: str) -> tuple[subprocess.Popen, str]:
@@ -242,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                        die_after=a.die_after, model=a.model).start()
     print(f"sim server at {server.url} (stats: http://127.0.0.1:{server.port}/stats)", flush=True)
     try:
-        while not server._killed.wait(0.5):
+        while not server.stopping.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass

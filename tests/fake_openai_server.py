@@ -11,7 +11,8 @@ timeout), `hang_next(n)` never answers (until the server stops), `trickle_next(n
 the whole reply one byte per interval, `close_next(n, keep)` sends the headers and the first `keep`
 bytes of the body then closes the connection, `raw_next(n, body, status)` answers with that body as
 is (malformed JSON, an HTML page), and `corrupt_next(n, edit)` answers with `edit(reply)` (a
-JSON-able value: wrong field types). `latency` delays every request.
+JSON-able value: wrong field types). `latency` delays every request. The HTTP plumbing (threading
+server, handler, trickle / close replies) is tests/loopback_http.py's, shared with bench/sim_server.py.
 """
 from __future__ import annotations
 
@@ -19,28 +20,18 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
+
+from loopback_http import LoopbackServer, Reply, error_payload as _error, json_reply
 
 from memagent.backends.base import SamplingParams
 from memagent.backends.hf import TransformersBackend
 
 
-@dataclass
-class Reply:
-    """What the handler sends: a status, a body, extra headers, and how ("normal", "trickle", "close")."""
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-    mode: str = "normal"
-    arg: float = 0.0
-    content_type: str = "application/json"
-
-
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     def __init__(self, backend: TransformersBackend, model_names: tuple[str, ...] = ("tiny",),
                  api_key: str | None = None, max_model_len: int | None = 4096) -> None:
+        super().__init__()
         # own wrappers over the shared model: the server toggles want_logprobs per request
         self.chat_backend = TransformersBackend(backend.model, backend.tokenizer)
         self.raw_backend = TransformersBackend(backend.model, backend.tokenizer, use_chat_template=False)
@@ -56,26 +47,6 @@ class FakeOpenAIServer:
         self._faults: deque[tuple[str, Any]] = deque()
         self._lock = threading.Lock()  # guards the counters and the fault queue
         self._model_lock = threading.Lock()  # one generation at a time
-        self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.daemon_threads = True
-        self._httpd.app = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05),
-                                        daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def start(self) -> "FakeOpenAIServer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()  # wakes the sleeping "slow" handlers
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
 
     def _add(self, n: int, fault: tuple[str, Any]) -> None:
         with self._lock:
@@ -102,15 +73,11 @@ class FakeOpenAIServer:
     def corrupt_next(self, n: int, edit: Callable[[dict[str, Any]], Any]) -> None:
         self._add(n, ("edit", edit))
 
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; True when the server is stopping (handlers give up then)."""
-        return self._stop.wait(seconds)
-
     # -- request handling (called from handler threads) ------------------------------------
     def handle(self, method: str, path: str, headers: Any, body: bytes) -> Reply:
         status, payload, fault = self._answer(method, path, headers, body)
         if fault is None:
-            return Reply(status, json.dumps(payload).encode())
+            return json_reply(status, payload)
         kind, arg = fault
         if kind == "status":
             code, retry_after = arg
@@ -119,7 +86,7 @@ class FakeOpenAIServer:
         if kind == "raw":
             return Reply(arg[0], arg[1], content_type=arg[2])
         if kind == "edit":
-            return Reply(status, json.dumps(arg(payload)).encode())
+            return json_reply(status, arg(payload))
         data = json.dumps(payload).encode()
         return Reply(status, data, mode=kind, arg=float(arg)) if kind in ("trickle", "close") else Reply(status, data)
 
@@ -137,11 +104,11 @@ class FakeOpenAIServer:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.latency:
-                self._stop.wait(self.latency)
+                self.wait(self.latency)
             if fault and fault[0] == "status":
                 return int(fault[1][0]), {}  # the body is made by handle()
             if fault and fault[0] == "sleep":
-                self._stop.wait(fault[1])
+                self.wait(fault[1])
             if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
                 # echoes what it got, as some servers do: the client must scrub it from its errors
                 return 401, _error(f"invalid API key {headers.get('Authorization')}", "authentication_error")
@@ -201,45 +168,3 @@ class FakeOpenAIServer:
             (reply if chat else choice)["prompt_token_ids"] = gen.prompt_token_ids
         return 200, reply
 
-
-def _error(message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind}}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
-
-    def _serve(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        app = self.server.app  # type: ignore[attr-defined]
-        reply = app.handle(method, self.path, self.headers, body)
-        head = [f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}",
-                f"Content-Type: {reply.content_type}", f"Content-Length: {len(reply.body)}",
-                *(f"{k}: {v}" for k, v in reply.headers.items())]
-        data = ("\r\n".join(head) + "\r\n\r\n").encode() + reply.body
-        try:
-            if reply.mode == "trickle":  # one byte at a time, every one well within a read timeout
-                for i in range(len(data)):
-                    if app.wait(reply.arg):
-                        break
-                    self.wfile.write(data[i:i + 1])
-                    self.wfile.flush()
-                self.close_connection = True
-            elif reply.mode == "close":  # the headers and part of the body, then the connection drops
-                self.wfile.write(data[:len(data) - len(reply.body) + int(reply.arg)])
-                self.wfile.flush()
-                self.close_connection = True
-            else:
-                self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-            self.close_connection = True
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._serve("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._serve("POST")
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass

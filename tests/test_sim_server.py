@@ -51,3 +51,21 @@ def test_the_fail_marker_answers_500_and_kill_drops_requests_in_flight():
             _chat(s.url, "never answered")
         with pytest.raises(httpx.TransportError):
             _chat(s.url, "refused")
+
+
+def test_launched_as_its_own_process_it_serves_until_it_dies():
+    """`launch` runs bench/sim_server.py as a program (it finds tests/loopback_http.py by path)."""
+    from sim_server import launch
+
+    proc, url = launch("--latency", "0", "--die-after", "2")
+    try:
+        assert httpx.get(url + "/models", timeout=10).json()["data"][0]["id"] == "sim"
+        assert _chat(url, "p0").json()["choices"][0]["message"]["content"] == reply_text("p0")
+        assert _chat(url, "p1").status_code == 200
+        with pytest.raises(httpx.TransportError):  # the third request: the server stops
+            _chat(url, "p2")
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()

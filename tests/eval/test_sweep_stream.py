@@ -83,3 +83,32 @@ def test_stream_progress_shows_samples_calls_in_flight_rate_and_eta(tiny_tokeniz
     err = capsys.readouterr().err
     last = [line for line in err.splitlines() if line.startswith("[read]")][-1]  # a log: plain lines every 5%
     assert "documents 6/6 (100%)" in last and "in flight" in last and "/s)" in last and "ETA" in last
+
+
+def test_stream_progress_reads_each_data_file_once(tiny_tokenizer, tmp_path, monkeypatch, capsys):
+    """The progress line's total (the pending samples) comes from the same single read the stream runs on."""
+    import memagent.eval.sweep as sweep
+    from memagent.backends.openai import OpenAIBackend
+
+    data = tmp_path / "kv.jsonl"
+    write_samples(_samples(5), data)
+    reads = []
+    real = sweep.read_samples
+
+    def counting(path, *a, **kw):
+        reads.append(Path(path).name)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(sweep, "read_samples", counting)
+    agent = AgentConfig(chunk_tokens=24, memory_tokens=12, answer_tokens=12, query_tokens=24, max_batch_docs=3)
+    cfg = SweepConfig("sim", methods=["memagent"], agent=agent)
+    with SimServer(latency=0.0).start() as server:
+        http = OpenAIBackend("sim", server.url, tiny_tokenizer, max_concurrency=2, max_retries=0)
+        run_sweep(http, [data], tmp_path / "out", dataclasses.replace(cfg, limit=3), progress=True)
+        assert reads == ["kv.jsonl"]
+        run_sweep(http, [data], tmp_path / "out", cfg, progress=True)  # resumed: 2 of the 5 still pending
+        assert reads == ["kv.jsonl"] * 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[read]")]
+    assert any("documents 3/3 (100%)" in x for x in lines)
+    assert "documents 2/2 (100%)" in lines[-1]
+    assert len(load_records(tmp_path / "out" / "results.jsonl")) == 5

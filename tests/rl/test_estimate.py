@@ -94,3 +94,52 @@ def test_unknown_model_is_one_clear_error(run_cli, tmp_path):
     (tmp_path / "m").mkdir()
     with pytest.raises(ConfigError, match="has no config.json"):
         model_shape(str(tmp_path / "m"))
+
+
+def test_dry_run_7b_lora_counts_frozen_base_and_adapters(run_cli):
+    # LoRA r = 16 on q_proj (3584 -> 3584) and v_proj (3584 -> 512), Qwen2.5-7B, 28 layers:
+    #   q_proj: 16 x (3584 + 3584) = 114688; v_proj: 16 x (3584 + 512) = 65536 -> 180224 per layer
+    #   x 28 layers = 5046272 adapter parameters (5.05M), float32 (peft): 4 bytes each
+    #   weights: frozen base 7.62e9 x 2 / 8 = 1.905 GB + adapters 5046272 x 4 / 8 = 0.0025 GB  -> 1.91 GB
+    #   gradients: adapters only 5046272 x 4 / 8 = 2.5 MB; AdamW m + v: 5.0 MB; no reference (adapters disabled)
+    #   rollout copy 15.24 GB (as without LoRA)
+    #   gathered: embeddings + head 2.18 GB + 2 layers x 233.4e6 x 2 B = 0.93 GB (no base gradients) -> 3.11 GB
+    #   activations, checkpointing on: 6.51 GB as without LoRA + one layer's adapters' float32 saves
+    #       16384 tokens x ((3584 + 16) + (3584 + 16)) x 4 B = 0.47 GB                           -> 6.98 GB
+    #   logits 3.11 GB
+    hand = 1.91 + 0.0025 + 0.005 + 15.24 + 3.11 + 6.98 + 3.11  # = 30.36 GB (37.96 without LoRA)
+    code, out, err = run_cli("train", CFG_7B, "lora.r=16", "lora.target_modules=q_proj,v_proj", "--dry-run",
+                             "--gpus", "8", "--samples", "1000")
+    assert code == 0, err
+    got = float(re.search(r"estimate: ([\d.]+) GB per GPU", out).group(1))
+    assert abs(got - hand) / hand <= 0.02, (got, hand)
+    assert "lora: r=16 on q_proj, v_proj: 5.05M adapter parameters" in out and "180224 per layer x 28 layers" in out
+    assert "base weights are frozen (weights only: no gradients, no optimizer state)" in out
+    rows = {m.group(1): float(m.group(3)) for m in re.finditer(r"^(\w+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)}
+    assert rows["gradients"] == rows["reference"] == 0.0 and rows["optimizer"] == 0.01 and rows["weights"] == 1.91
+    # without checkpointing every layer keeps its adapters' saves too: 28 x 0.47 GB on top of 90.19 GB
+    off = float(re.search(r"^total\s+([\d.]+)", out, re.M).group(1))
+    assert abs(off - (hand - 6.98 + 90.19 + 28 * 16384 * 7200 * 4 / 1e9)) <= 0.05
+
+
+def test_adapter_count_matches_peft_and_unknown_targets_are_refused(tiny_model_dir):
+    pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from memagent.rl.estimate import adapter_shape
+    from memagent.rl.lora import apply_lora
+    from memagent.rl.scale_config import LoraConfig
+
+    shape = model_shape(str(tiny_model_dir))
+    for targets in (["q_proj", "v_proj"], ["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]):
+        lora = LoraConfig(r=4, target_modules=targets)
+        model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        assert adapter_shape(shape, lora).params == sum(p.numel() for p in trained), targets
+        assert {p.dtype for p in trained} == {torch.float32}
+    assert adapter_shape(shape, LoraConfig(r=0)) is None
+    vllm = dry_run_report(load_config(None, [f"model={tiny_model_dir}", "lora.r=4", "rollout.engine=vllm"]), gpus=1)
+    assert "lora: training refuses rollout.engine=vllm with LoRA" in vllm and "refuses" not in dry_run_report(
+        load_config(None, [f"model={tiny_model_dir}", "lora.r=4"]), gpus=1)
+    with pytest.raises(ConfigError, match="knows no linear layer named c_attn; known: q_proj"):
+        adapter_shape(shape, LoraConfig(r=4, target_modules=["q_proj", "c_attn"]))

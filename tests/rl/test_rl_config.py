@@ -93,3 +93,31 @@ def test_cosine_schedule_drives_the_optimiser_and_bad_settings_fail():
         OptimConfig(schedule="linear")
     with pytest.raises(ConfigError, match="min_lr_ratio"):
         OptimConfig(schedule="cosine", min_lr_ratio=1.5)
+
+
+def test_key_aliases_table():
+    from memagent.rl.config_aliases import canonical_key
+
+    assert canonical_key(["data"], "f.jsonl") == ["data", "path"]
+    assert canonical_key(["data"], {"path": "f.jsonl"}) == ["data"]  # a mapping is the section itself
+    assert canonical_key(["model", "path"], "m") == ["model"]
+    assert canonical_key(["model", "cpu_offload"], True) == ["model_options", "cpu_offload"]
+    assert canonical_key(["model", "a", "b"], 1) == ["model_options", "a", "b"]
+    assert canonical_key(["model"], "m") == ["model"] and canonical_key(["val", "data"], "v") == ["val", "data"]
+
+
+def test_aliases_equal_the_spelled_out_keys_in_yaml_and_overrides(tmp_path):
+    short = load_config(None, ["data=f.jsonl", "data.max_chunks=3", "model.path=m", "model.gradient_checkpointing=true"])
+    full = load_config(None, ["data.path=f.jsonl", "data.max_chunks=3", "model=m",
+                              "model_options.gradient_checkpointing=true"])
+    assert short == full and (short.data.path, short.model) == ("f.jsonl", "m")
+    assert short.model_options.gradient_checkpointing and not TrainConfig().model_options.gradient_checkpointing
+    y = tmp_path / "c.yaml"
+    y.write_text("data: f.jsonl\nmodel:\n  path: m\n  cpu_offload: true\n"
+                 "model_options:\n  cpu_offload: false\n  attn_implementation: eager\nstrategy: fsdp\n")
+    cfg = load_config(y, ["data.max_chunks=3"])
+    assert (cfg.data.path, cfg.data.max_chunks, cfg.model) == ("f.jsonl", 3, "m")
+    assert cfg.model_options.cpu_offload and cfg.model_options.attn_implementation == "eager"  # the alias wins
+    assert load_config(y, ["model_options.cpu_offload=false"]).model_options.cpu_offload is False  # overrides win
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) model_options.speed"):
+        load_config(None, ["model.speed=3"])

@@ -225,6 +225,13 @@ def _pending(cfg: SweepConfig, method: str, repeat: int, datas: Sequence[DataFil
                 yield _Work(data, sample, repeat, key, attempts)
 
 
+def _counted(works: Iterator[_Work]) -> tuple[Iterator[_Work], int]:
+    """The pending samples, read once and held in memory, contexts included (the progress line needs their
+    number before the first starts), and that number."""
+    held = list(works)
+    return iter(held), len(held)
+
+
 def _groups(items: Iterator[_Work], size: int) -> Iterator[list[_Work]]:
     group: list[_Work] = []
     for item in items:
@@ -277,8 +284,8 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
                 pending = _pending(cfg, method, repeat, datas, done, retry_failed, fp)
                 if method == "memagent" and concurrent(backend):  # no groups: samples start as others finish
                     stop = None if max_failures is None else lambda: _check_failed(failed, max_failures, results)
-                    total = sum(1 for _ in _pending(cfg, method, repeat, datas, done, retry_failed, fp)) if bar else None
-                    _memagent_stream(backend, cfg, repeat, pending, docs, fp, write, stop, total)
+                    works, total = _counted(pending) if bar else (pending, None)
+                    _memagent_stream(backend, cfg, repeat, works, docs, fp, write, stop, total)
                     continue
                 for group in _groups(pending, cfg.agent.max_batch_docs):
                     for rec in _run_group(backend, cfg, method, group, docs, fp):

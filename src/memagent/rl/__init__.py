@@ -20,6 +20,7 @@ over pluggable per-row objectives.
     metrics_log.py  metrics.jsonl (resumable), TensorBoard, progress bar
     checkpoint.py   safetensors + JSON checkpoints, atomic, resumable
     config.py       TrainConfig (YAML + key=value overrides, validated): every loss setting, once
+    config_aliases.py short keys of TrainConfig (data=FILE, model.KEY), one table for YAML and overrides
     run_options.py  TrainConfig sections data (max_chunks), val, log (W&B), vllm
     distributed.py  torchrun: DDP / FSDP2 helpers
 

@@ -20,6 +20,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
+from memagent.rl.config_aliases import canonical_key, canonical_mapping, deep_merge
 from memagent.rl.run_options import ATTN_IMPLEMENTATIONS, DataConfig, LogConfig, ModelOptions, ValConfig, VLLMConfig
 from memagent.rl.scale_config import CheckpointConfig, LoraConfig
 
@@ -241,7 +242,7 @@ def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     for name, value in data.items():
         f = fields[name]
         if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and f.default_factory is not dataclasses.MISSING:
-            value = _deep_merge(config_to_dict(f.default_factory()), value)  # keep the section's own defaults
+            value = deep_merge(config_to_dict(f.default_factory()), value)  # keep the section's own defaults
         kwargs[name] = _coerce(hints[name], value, prefix + name)
     try:
         return cls(**kwargs)
@@ -297,7 +298,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """['loss.clip_high=0.2', 'seed=3'] -> {'loss': {'clip_high': 0.2}, 'seed': 3} (YAML-typed values)."""
+    """['loss.clip_high=0.2', 'seed=3'] -> {'loss': {'clip_high': 0.2}, 'seed': 3} (YAML-typed values;
+    short keys such as data=FILE spelled out by memagent.rl.config_aliases)."""
     out: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -310,22 +312,13 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
-        parts = _model_key(key.strip().split("."))
-        if parts == ["data"] and isinstance(value, str):  # data=FILE is data.path=FILE (beside data.max_chunks)
-            parts = ["data", "path"]
+        parts = canonical_key(key.strip().split("."), value)
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r} conflicts with an earlier override of {p}")
         node[parts[-1]] = value
     return out
-
-
-def _deep_merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for k, v in new.items():
-        merged[k] = _deep_merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
-    return merged
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
@@ -345,32 +338,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
                               f"got a {type(data).__name__}")
-    data = _deep_merge(_path_sections(_split_model(data)), _path_sections(parse_overrides(overrides or [])))
+    data = deep_merge(canonical_mapping(data), parse_overrides(overrides or []))
     return config_from_dict(TrainConfig, data)
-
-
-def _path_sections(data: dict[str, Any]) -> dict[str, Any]:
-    """`data: FILE` as `data: {path: FILE}`, so `data.max_chunks=8` and `data=FILE` merge either way round."""
-    return {**data, "data": {"path": data["data"]}} if isinstance(data.get("data"), str) else data
-
-
-def _model_key(parts: list[str]) -> list[str]:
-    """model.path -> model; model.KEY -> model_options.KEY (the model's options share its name)."""
-    if parts[0] != "model" or len(parts) == 1:
-        return parts
-    return ["model"] if parts[1:] == ["path"] else ["model_options", *parts[1:]]
-
-
-def _split_model(data: dict[str, Any]) -> dict[str, Any]:
-    """YAML `model: {path: ..., gradient_checkpointing: ...}` -> model (the path) + model_options."""
-    if not isinstance(data.get("model"), dict):
-        return data
-    data, opts = dict(data), dict(data["model"])
-    del data["model"]
-    if "path" in opts:
-        data["model"] = opts.pop("path")
-    data["model_options"] = _deep_merge(data.get("model_options") or {}, opts)
-    return data
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:

@@ -20,6 +20,18 @@ TrainConfig. Per GPU, for P parameters of b bytes (bf16: 2; `dtype=auto` assumes
     logits       R V (b + 8)         the response positions' logits, their float32 copy and log-softmax (R = response
                                      tokens of the micro-batch)
 
+With LoRA (`lora.r > 0`, peft) only the adapters train. A targeted linear d_in -> d_out gets A (r x d_in) and
+B (d_out x r): A_p = L sum_t r (d_in_t + d_out_t) adapter parameters (+ r (h + V) for `lm_head`), float32 (peft
+casts adapters of a bf16 model to float32), so a = 4 A_p bytes:
+
+    weights      (P b + a) / N       the frozen base and the adapters
+    gradients    a / N               the adapters only (the base has none)
+    optimizer    2 a / N             AdamW's moments of the adapters only
+    reference    0                   the base with the adapters disabled (no copy)
+    gathered     (2 layers + root) b + 3 layers' adapters x 4   (no unsharded base gradients)
+    activations  + L x sum_t (d_in_t + r) x 4 per token: each adapter's float32 copy of its input and its
+                 r-wide output, saved for the adapters' backward (with checkpointing: one layer's)
+
 `model.cpu_offload` moves weights, gradients, optimizer (and the reference) to host memory, reported apart.
 Not counted: the CUDA context and allocator fragmentation (~1-3 GB), vLLM's own share (`rollout.engine=vllm`:
 its `gpu_memory_utilization`), the rollout's KV cache (generation does not overlap the update).
@@ -33,6 +45,7 @@ from pathlib import Path
 
 from memagent.config import ConfigError
 from memagent.rl.config import TrainConfig
+from memagent.rl.scale_config import LoraConfig
 
 GB = 1e9
 TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)
@@ -125,6 +138,45 @@ def model_shape(model: str) -> ModelShape:
     return KNOWN_SHAPES[key]
 
 
+ADAPTER_BYTES = 4  # peft keeps LoRA adapters in float32 (autocast_adapter_dtype), also on a bf16 model
+
+
+@dataclass(frozen=True)
+class AdapterShape:
+    """The LoRA adapters of a ModelShape: parameter counts and what they save for the backward pass."""
+
+    layer_params: int  # adapter parameters of one decoder layer: sum over targets of r (d_in + d_out)
+    root_params: int  # adapter parameters outside the layers (lm_head: r (h + V)), else 0
+    layer_saved: int  # float32 values one layer's adapters save per token: sum over targets of d_in + r
+    layers: int
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.root_params
+
+
+def linear_dims(shape: ModelShape) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each linear layer of a decoder layer (Llama / Qwen2 names)."""
+    h, q, kv, i = shape.hidden, shape.heads * shape.head_dim, shape.kv, shape.intermediate
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def adapter_shape(shape: ModelShape, lora: LoraConfig) -> AdapterShape | None:
+    """The adapters `lora` puts on `shape` (None when lora.r is 0); a ConfigError names an unknown target."""
+    if lora.r == 0:
+        return None
+    dims = linear_dims(shape)
+    unknown = [t for t in lora.target_modules if t not in dims and t != "lm_head"]
+    if unknown:
+        raise ConfigError(f"lora.target_modules: the estimate knows no linear layer named {', '.join(unknown)}; "
+                          f"known: {', '.join(dims)}, lm_head")
+    layer = [dims[t] for t in lora.target_modules if t in dims]
+    root = lora.r * (shape.hidden + shape.vocab) if "lm_head" in lora.target_modules else 0
+    return AdapterShape(layer_params=sum(lora.r * (d_in + d_out) for d_in, d_out in layer), root_params=root,
+                        layer_saved=sum(d_in + lora.r for d_in, _ in layer), layers=shape.layers)
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes per GPU of one update (see the module docstring); `host` is what model.cpu_offload moves to the CPU."""
@@ -144,9 +196,11 @@ class MemoryEstimate:
         return sum(getattr(self, f.name) for f in fields(self) if f.name != "host")
 
 
-def activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool) -> float:
+def activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool,
+                     adapters: AdapterShape | None = None) -> float:
     """Bytes of activations saved for the backward pass of one micro-batch of `tokens` tokens."""
     per_layer = (6 * shape.hidden + 2 * shape.kv + 4 * shape.intermediate) * dtype_bytes  # per token
+    per_layer += adapters.layer_saved * ADAPTER_BYTES if adapters else 0
     if checkpointing:
         return tokens * (shape.layers * shape.hidden * dtype_bytes + per_layer)
     return tokens * shape.layers * per_layer
@@ -154,17 +208,24 @@ def activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpoin
 
 def estimate_memory(shape: ModelShape, *, gpus: int, sharded: bool, dtype_bytes: int, tokens: int,
                     response_tokens: int, checkpointing: bool, reference: bool, rollout_copy: bool,
-                    cpu_offload: bool) -> MemoryEstimate:
-    """Per-GPU bytes of an update step (module docstring). sharded: FSDP2 over `gpus` (> 1) processes."""
+                    cpu_offload: bool, adapters: AdapterShape | None = None) -> MemoryEstimate:
+    """Per-GPU bytes of an update step (module docstring). sharded: FSDP2 over `gpus` (> 1) processes;
+    adapters: LoRA (the base frozen, `reference` ignored: the base with adapters disabled is the reference)."""
     p = shape.params * dtype_bytes
     n = gpus if sharded else 1
-    states = {"weights": p / n, "gradients": p / n, "optimizer": 2 * p / n, "reference": p / n if reference else 0.0}
+    if adapters:
+        a = adapters.params * ADAPTER_BYTES
+        states = {"weights": (p + a) / n, "gradients": a / n, "optimizer": 2 * a / n, "reference": 0.0}
+        gathered = ((2 * shape.layer_params + shape.root_params) * dtype_bytes
+                    + 3 * adapters.layer_params * ADAPTER_BYTES)
+    else:
+        states = {"weights": p / n, "gradients": p / n, "optimizer": 2 * p / n, "reference": p / n if reference else 0.0}
+        gathered = (3 * shape.layer_params + shape.root_params) * dtype_bytes
     host = 0.0
     if cpu_offload and sharded:
         host, states = sum(states.values()), {k: 0.0 for k in states}
-    gathered = (3 * shape.layer_params + shape.root_params) * dtype_bytes if sharded else 0.0
-    return MemoryEstimate(**states, rollout_copy=p if rollout_copy else 0.0, gathered=gathered,
-                          activations=activation_bytes(shape, tokens, dtype_bytes, checkpointing),
+    return MemoryEstimate(**states, rollout_copy=p if rollout_copy else 0.0, gathered=gathered if sharded else 0.0,
+                          activations=activation_bytes(shape, tokens, dtype_bytes, checkpointing, adapters),
                           logits=response_tokens * shape.vocab * (dtype_bytes + 8), host=host)
 
 
@@ -201,7 +262,7 @@ def estimate_for(cfg: TrainConfig, shape: ModelShape, gpus: int, checkpointing: 
     return estimate_memory(shape, gpus=gpus, sharded=sharded, dtype_bytes=dtype_bytes, tokens=u.tokens,
                            response_tokens=u.responses, checkpointing=checkpointing,
                            reference=cfg.loss.kl_coef > 0, rollout_copy=sharded and cfg.rollout.engine == "policy",
-                           cpu_offload=cfg.model_options.cpu_offload)
+                           cpu_offload=cfg.model_options.cpu_offload, adapters=adapter_shape(shape, cfg.lora))
 
 
 def count_samples(path: str) -> int:
@@ -218,6 +279,22 @@ def steps_per_epoch(samples: int, batch_size: int) -> float:
     return samples / batch_size
 
 
+def lora_lines(lora: LoraConfig, shape: ModelShape, engine: str = "policy") -> list[str]:
+    """The dry run's lines on LoRA: the adapter count and what is frozen ([] when lora.r is 0); `engine`:
+    rollout.engine (training refuses LoRA with another than policy)."""
+    adapters = adapter_shape(shape, lora)
+    if adapters is None:
+        return []
+    refused = [] if engine == "policy" else [f"lora: training refuses rollout.engine={engine} with LoRA (it would "
+                                             "sample with the base weights); set rollout.engine=policy"]
+    return [*refused, f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
+            f"(r x (d_in + d_out) per targeted linear, {adapters.layer_params} per layer x {shape.layers} layers"
+            f"{f' + {adapters.root_params} on lm_head' if adapters.root_params else ''}), float32, with gradients "
+            "and AdamW states",
+            f"lora: the {shape.params / 1e9:.2f}B base weights are frozen (weights only: no gradients, no optimizer "
+            "state); the KL reference is the base with the adapters disabled (no copy)"]
+
+
 def dry_run_report(cfg: TrainConfig, gpus: int, samples: int | None = None) -> str:
     """The text `memagent train --dry-run` prints: the per-GPU estimate with and without checkpointing, steps."""
     if gpus < 1:
@@ -230,6 +307,7 @@ def dry_run_report(cfg: TrainConfig, gpus: int, samples: int | None = None) -> s
     lines = [f"model {cfg.model}: {shape.params / 1e9:.2f}B parameters ({shape.layers} layers, hidden {shape.hidden}, "
              f"vocab {shape.vocab}); dtype {'float32' if cfg.dtype == 'float32' else 'bfloat16'}; "
              f"{gpus} GPU(s), strategy {cfg.strategy}",
+             *lora_lines(cfg.lora, shape, cfg.rollout.engine),
              f"micro-batch: {u.how}; {u.tokens} tokens, {u.responses} response tokens",
              f"{'per GPU (GB)':<16}{'checkpointing off':>18}{'on':>10}"]
     for f in fields(MemoryEstimate):

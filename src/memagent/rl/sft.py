@@ -33,6 +33,9 @@ class SFTConfig:
     epochs: float = 1.0  # passes over the rows (fractions allowed); the number of steps follows
     batch_size: int = 16  # rows per optimiser step (over all processes)
     micro_batch_size: int = 16  # rows per forward/backward (memory bound, not the math)
+    # > 0: padding-free micro-batches of at most this many tokens (rows back to back, a longer row alone;
+    # memagent.rl.packing) instead of micro_batch_size padded rows; 0 = padded. Same gradient either way.
+    micro_batch_tokens: int = 0
     save_every: int = 0  # checkpoint every N optimiser steps; 0 = only at the end
     keep_last: int = 1  # checkpoints kept on disk; 0 = keep all
     save: bool = True  # write a checkpoint at the end (model/ loads with from_pretrained)
@@ -45,6 +48,9 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if self.batch_size <= 0 or self.micro_batch_size <= 0 or self.epochs <= 0:
             raise ConfigError("SFTConfig: batch_size, micro_batch_size and epochs must be positive")
+        if self.micro_batch_tokens < 0:
+            raise ConfigError(f"SFTConfig.micro_batch_tokens must be >= 0 (0 = padded micro-batches), "
+                              f"got {self.micro_batch_tokens}")
         if self.strategy not in ("ddp", "fsdp"):
             raise ConfigError(f"SFTConfig.strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
 
@@ -64,11 +70,13 @@ def encode_conversation(tokenizer: Any, prompt: str, response: str) -> tuple[lis
 
 
 def sft_step_grads(model: nn.Module, rows: list[Row], *, micro_batch_size: int, pad_id: int, info: DistInfo,
-                   scale: float = 1.0) -> dict[str, float]:
+                   scale: float = 1.0, micro_batch_tokens: int = 0) -> dict[str, float]:
     """Accumulate the gradient of `scale` x the batch's token-mean response cross-entropy (all ranks).
+    micro_batch_tokens > 0: padding-free micro-batches of that many tokens, else micro_batch_size padded rows.
     Returns loss (the unscaled cross-entropy), token_accuracy and tokens."""
     [out] = accumulate_gradients(model, [Term(SFT(), scale, MiniBatch.supervised(rows))],
-                                 micro_batch_size=micro_batch_size, pad_id=pad_id, info=info)
+                                 micro_batch_size=micro_batch_size, pad_id=pad_id, info=info,
+                                 micro_batch_tokens=micro_batch_tokens)
     return out
 
 
@@ -83,7 +91,8 @@ class Supervised:
         batch = run.data.take(self.cfg.batch_size)
         mine = [self.rows[i] for i in batch[run.info.rank :: run.info.world_size]]
         rec = sft_step_grads(run.model, mine, micro_batch_size=self.cfg.micro_batch_size,
-                             pad_id=run.tokenizer.pad_token_id, info=run.info)
+                             pad_id=run.tokenizer.pad_token_id, info=run.info,
+                             micro_batch_tokens=self.cfg.micro_batch_tokens)
         rec.update(run.optimizer_step(self.cfg.optim.grad_clip))
         return {**rec, "epoch": run.data.position / len(self.rows), "step_s": time.perf_counter() - t0}
 
