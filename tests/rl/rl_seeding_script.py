@@ -1,7 +1,7 @@
 """A Multi-Conv DAPO run on a float64 tiny model with sharded (DCP) checkpoints; run by
 test_rollout_seeding_resume.py under `torchrun --nproc-per-node 2` or as one process.
 
-argv: out_dir total_steps resume(0/1) seeding(rank/sample). The reward varies between a question's rollouts
+argv: out_dir total_steps resume(0/1) seeding(rank/sample) [strategy(ddp/fsdp)]. The reward varies between a question's rollouts
 (the parity of the final reply's length), so advantages are non-zero and every step trains.
 """
 import sys
@@ -38,7 +38,7 @@ def samples():
              "answers": [str(i * 7)]} for i in range(12)]
 
 
-def run(out: str, total_steps: int, resume: bool, seeding: str):
+def run(out: str, total_steps: int, resume: bool, seeding: str, strategy: str = "ddp"):
     from memagent.rl.config import load_config
     from memagent.rl.trainer import train
 
@@ -47,11 +47,11 @@ def run(out: str, total_steps: int, resume: bool, seeding: str):
         "rollout.batch_size=4", "rollout.group_size=4", "update.mini_batch_size=2", "update.micro_batch_size=8",
         "agent.chunk_tokens=12", "agent.memory_tokens=4", "agent.answer_tokens=3", "loss.kl_coef=0.01",
         "optim.lr=5e-3", "optim.warmup_steps=0", "save_every=1", "keep_last=0", "progress=false", "checkpoint.format=dcp",
-        "strategy=ddp", "device=cpu"])
+        f"strategy={strategy}", "device=cpu"])
     model, tok = policy()
     return train(cfg, samples(), parity_reward, model=model, tokenizer=tok)
 
 
 if __name__ == "__main__":
-    out, steps, resume, seeding = sys.argv[1:]
-    run(out, int(steps), resume == "1", seeding)
+    out, steps, resume, seeding, *strategy = sys.argv[1:]
+    run(out, int(steps), resume == "1", seeding, *strategy)
