@@ -13,7 +13,10 @@ then are the group advantages computed (Dr. GRPO: R_i - mean of the group) and b
 unchanged to every conversation row of the sample (`RolloutBatch.with_advantages`).
 
 Data parallelism: question j of a round goes to rank ((j mod m) * W) // m, m = mini_batch_size,
-so every global mini-batch holds the same groups whatever the number of processes W.
+so every global mini-batch holds the same groups whatever the number of processes W. Seeding
+(`rollout.seeding`): "rank" seeds each rank's round as a whole; "sample" keys every rollout by its global
+identity (data position p, index g: `p * G + g`) and the run's (seed, step, round) alone, so a step draws the
+same rollouts under any W (per-row sampling in the transformers backend: `memagent.backends.row_sampling`).
 """
 from __future__ import annotations
 
