@@ -11,6 +11,11 @@ Two schedules:
   (1, 2, ...) of the document at input position p is seeded `doc_call_seed(s, p, k)`: timing never changes a
   seed, and a run of one document gets the seeds lock-step gives it.
 
+Seed keys: a document given a `seed_key` (AgentInput.seed_key, e.g. a rollout's global identity) has its k-th
+call seeded `keyed_call_seed(s, key, k)` under both schedules; in lock-step its batch then carries one seed per
+prompt (`SamplingParams.seeds`), so on a backend that honours them its draws do not depend on the batch, its
+input position or the other documents.
+
 Failures: with `failures="record"` a document whose call fails (a `MemAgentError`: the backend gave up after
 its retries, the document cannot be read) gets an error result and the others go on; with "raise" the run
 stops with that error. In lock-step a failed batch is retried one prompt at a time, so only the documents
@@ -43,6 +48,40 @@ def doc_call_seed(seed: int | None, pos: int, k: int) -> int | None:
     `call_seed(seed, k) + pos` (the lock-step seed of a one-document run, offset per document as a batch's
     requests are offset by their index)."""
     return None if seed is None else call_seed(seed, k) + pos
+
+
+MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit integers that spreads nearby inputs apart."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def keyed_call_seed(seed: int | None, key: int, k: int) -> int | None:
+    """The seed of the `k`-th call (1, 2, ...) of the document with seed key `key` (`AgentInput.seed_key`): a
+    63-bit hash of (seed, key, k), so distinct documents and calls get unrelated seeds (unlike `doc_call_seed`,
+    where key + k can repeat)."""
+    if seed is None:
+        return None
+    return _mix64(_mix64(_mix64(seed & MASK64) ^ (key & MASK64)) ^ (k & MASK64)) >> 1
+
+
+def doc_seed(seed: int | None, doc: Any, k: int) -> int | None:
+    """The seed of `doc`'s k-th call: keyed by its `seed_key` when it has one, else by its input position."""
+    key = getattr(doc, "seed_key", None)
+    return doc_call_seed(seed, doc.pos, k) if key is None else keyed_call_seed(seed, key, k)
+
+
+def batch_seeds(seed: int | None, docs: list[Any]) -> tuple[int, ...] | None:
+    """Per-prompt seeds of a lock-step batch of `docs` (each about to make its next call), when any of them has a
+    seed key: a keyed document's draws then depend on its key and call alone, not on the batch. None otherwise."""
+    if seed is None or all(getattr(d, "seed_key", None) is None for d in docs):
+        return None
+    return tuple(doc_seed(seed, d, d.calls + 1) for d in docs)  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -230,7 +269,7 @@ def run_pipelined(steps: Steps, backend: Any, items: Iterable[Any], max_docs: in
                 doc = ready.popleft()
                 call = steps.next_call(doc)
                 doc.calls += 1
-                params = steps.params(call.max_new_tokens, doc_call_seed(seed, doc.pos, doc.calls))
+                params = steps.params(call.max_new_tokens, doc_seed(seed, doc, doc.calls))
                 fut = sub.submit(call.prompt, params)
                 flying[fut] = (doc, call, time.perf_counter())
                 fut.add_done_callback(replies.put)
@@ -285,6 +324,9 @@ def run_lockstep(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int
                 continue
             batch_no += 1
             params = steps.params(group[0][1].max_new_tokens, call_seed(seed, batch_no))
+            seeds = batch_seeds(seed, [d for d, _ in group])
+            if seeds is not None:
+                params = replace(params, seeds=seeds)
             finished = _run_batch(run, backend, group, params)
             active = [d for d in active if id(d) not in finished]
         if on_progress is not None:
@@ -319,7 +361,8 @@ def _run_batch(run: _Run, backend: Any, group: list[tuple[Any, Call]], params: S
 
 def _one(backend: Any, prompt: str, params: SamplingParams, index: int) -> Generation | MemAgentError:
     seed = None if params.seed is None else params.seed + index
+    seeds = None if params.seeds is None else (params.seeds[index],)
     try:
-        return backend.generate([prompt], replace(params, seed=seed))[0]
+        return backend.generate([prompt], replace(params, seed=seed, seeds=seeds))[0]
     except MemAgentError as exc:
         return exc

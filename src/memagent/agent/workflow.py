@@ -47,6 +47,8 @@ class AgentInput:
     memory: str | None = None  # the memory to start from (e.g. one saved to go on reading); None: empty_memory
     start_token: int = 0  # go on reading at this token offset (a chunk boundary: step * chunk_tokens)
     start_step: int = 0  # the step number of the chunk at start_token (resuming: the steps already done)
+    seed_key: int | None = None  # this document's sampling identity: its calls are seeded by (seed, key, call)
+    #   instead of by batch or input position (memagent.agent.scheduler.keyed_call_seed); None: the default
 
 
 @dataclass
@@ -87,6 +89,7 @@ class _Doc:
     conversations: list[Conversation] = field(default_factory=list)
     memory_tokens: int | None = None  # of `memory`, once a memory step has counted them
     calls: int = 0  # model calls made for this document (its k-th call is seeded by k in a pipelined run)
+    seed_key: int | None = None  # AgentInput.seed_key
 
 
 def cap_tokens(text: str, tokenizer: Any, limit: int) -> tuple[str, int, bool]:
@@ -257,7 +260,7 @@ class MemoryAgent:
         if first is None and item.start_token == 0:
             log.warning("document %s is empty: answering from an empty memory", item.doc_id)
         return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory,
-                    step=item.start_step)
+                    step=item.start_step, seed_key=item.seed_key)
 
     def next_call(self, d: _Doc) -> Call:
         """The document's next call: a memory update while chunks are left, then the final answer."""

@@ -21,6 +21,9 @@ class SamplingParams:
     temperature: float = 0.0  # paper rollouts: 1.0; evaluation: greedy
     top_p: float = 1.0
     seed: int | None = None  # a seeded batch gives the same samples on the same backend
+    # one seed per prompt of the batch: prompt i's draws depend on seeds[i] alone, not on its batch neighbours;
+    # honoured by the transformers backend (backends/row_sampling.py), other backends go by `seed`
+    seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:

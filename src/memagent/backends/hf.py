@@ -16,6 +16,7 @@ import torch
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import render_prompt, resolve_chat_template
+from memagent.backends.row_sampling import RowSampler, row_uniforms
 from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -138,18 +139,24 @@ class TransformersBackend:
     # -- generation ------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        """One generation per prompt. Sub-batches of rows sorted by length; sub-batch b (from 0) seeded
+        params.seed + b. With params.seeds (and temperature > 0), prompt i is sampled with seeds[i] alone
+        (`memagent.backends.row_sampling`): its tokens do not depend on the other prompts."""
+        if params.seeds is not None and len(params.seeds) != len(prompts):
+            raise ValueError(f"SamplingParams.seeds has {len(params.seeds)} seeds for {len(prompts)} prompts")
         encoded = self.encode_many(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         out: list[Generation | None] = [None] * len(prompts)
         for b in range(0, len(order), self.max_batch_size):
             idx = order[b : b + self.max_batch_size]
             seed = None if params.seed is None else params.seed + b
-            for i, gen in zip(idx, self._generate_batch([encoded[i] for i in idx], params, seed)):
+            rows = None if params.seeds is None or params.greedy else [params.seeds[i] for i in idx]
+            for i, gen in zip(idx, self._generate_batch([encoded[i] for i in idx], params, seed, rows)):
                 out[i] = gen
         return out  # type: ignore[return-value]
 
     def _generate_batch(
-        self, batch: list[list[int]], params: SamplingParams, seed: int | None
+        self, batch: list[list[int]], params: SamplingParams, seed: int | None, row_seeds: list[int] | None = None
     ) -> list[Generation]:
         device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
@@ -161,7 +168,13 @@ class TransformersBackend:
             attention[r, width - len(ids) :] = 1
         kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=pad,
                                       eos_token_id=self.eos_ids or None)
-        if params.greedy:
+        if row_seeds is not None:  # greedy over the one-hot scores of the per-row sampler
+            from transformers import LogitsProcessorList
+
+            sampler = RowSampler(row_uniforms(row_seeds, params.max_new_tokens), params.temperature, params.top_p, width)
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None,
+                          logits_processor=LogitsProcessorList([sampler]))
+        elif params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)

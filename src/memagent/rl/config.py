@@ -37,6 +37,7 @@ class RolloutConfig:
     #   "vllm-server": an external vLLM server (see VLLMConfig)
     reward: str = "boxed"  # reward function by name (memagent.tasks.metrics.REWARDS)
     max_batch_size: int = 64  # prompts per generate() call of the policy backend (memory bound)
+    seeding: str = "rank"  # "rank" (seeds per rank and batch) or "sample": rank-invariant rollouts (docs/training.md)
 
     def __post_init__(self) -> None:
         _positive(self, "batch_size", "max_sampling_rounds", "max_batch_size")
@@ -45,6 +46,9 @@ class RolloutConfig:
                               f"got {self.group_size}; the paper uses 16")
         if self.engine not in ("policy", "vllm", "vllm-server"):
             raise ConfigError(f"rollout.engine must be 'policy', 'vllm' or 'vllm-server', got {self.engine!r}")
+        if self.seeding not in ("rank", "sample") or (self.seeding == "sample" and self.engine != "policy"):
+            raise ConfigError(f"rollout.seeding must be 'rank' or 'sample' (per-row seeded sampling, rollout.engine "
+                              f"'policy' only), got {self.seeding!r} with engine {self.engine!r}")
 
 
 @dataclass
@@ -138,8 +142,6 @@ class UpdateConfig:
         _positive(self, "mini_batch_size", "epochs", "micro_batch_size", "micro_batch_tokens")
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ConfigError(f"update.old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
-
-
 
 
 @dataclass

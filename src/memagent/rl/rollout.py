@@ -13,12 +13,18 @@ then are the group advantages computed (Dr. GRPO: R_i - mean of the group) and b
 unchanged to every conversation row of the sample (`RolloutBatch.with_advantages`).
 
 Data parallelism: question j of a round goes to rank ((j mod m) * W) // m, m = mini_batch_size,
-so every global mini-batch holds the same groups whatever the number of processes W.
+so every global mini-batch holds the same groups whatever the number of processes W. Seeding
+(`rollout.seeding`): "rank" seeds each rank's round as a whole; "sample" keys every rollout by its global
+identity (data position p, index g: `p * G + g`) and the run's (seed, step, round) alone, so a step draws the
+same rollouts under any W (per-row sampling in the transformers backend: `memagent.backends.row_sampling`).
 """
 from __future__ import annotations
 
+import json
+import logging
 import time
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +41,8 @@ from memagent.rl.objectives import MiniBatch
 from memagent.rl.samples import QASample
 from memagent.rl.schedule import DataStream, step_seed
 from memagent.tasks.metrics import RewardFn
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -152,6 +160,17 @@ def dynamic_sampling_filter(batch: RolloutBatch) -> RolloutBatch:
 # -- generating -------------------------------------------------------------------------------------
 
 
+def rollout_inputs(questions: Sequence[QASample], group_ids: Sequence[int], group_size: int,
+                   per_sample: bool = False) -> list[AgentInput]:
+    """The workflow inputs of G rollouts per question (question by question); with per_sample, rollout g of
+    question q carries the seed key group_ids[q] * G + g (its global identity within the run)."""
+    if len(questions) != len(group_ids):
+        raise ValueError("give one group id per question")
+    return [AgentInput(q.question, list(q.document) if isinstance(q.document, tuple) else q.document,
+                       f"{q.id}#{g}", q.memory, seed_key=group_ids[i] * group_size + g if per_sample else None)
+            for i, q in enumerate(questions) for g in range(group_size)]
+
+
 def generate_rollouts(
     backend: Backend,
     agent_config: AgentConfig,
@@ -161,17 +180,18 @@ def generate_rollouts(
     reward_fn: RewardFn,
     *,
     seed: int | None,
+    per_sample: bool = False,
 ) -> RolloutBatch:
     """G rollouts of each question through the workflow, rewarded (advantages: `with_advantages`).
 
     group_ids: one id per question (unique within the training step, also across ranks).
     seed: seed of this batch's sampling (the workflow derives one per call from it).
+    per_sample: seed rollout g of question q by its global key group_ids[q] * G + g (`AgentInput.seed_key`)
+        instead of by batch, so its draws do not depend on the other questions here (a backend that honours
+        `SamplingParams.seeds`: the transformers one).
     Samples are ordered question by question: sample s = q * G + g.
     """
-    if len(questions) != len(group_ids):
-        raise ValueError("give one group id per question")
-    items = [AgentInput(q.question, list(q.document) if isinstance(q.document, tuple) else q.document,
-                        f"{q.id}#{g}", q.memory) for q in questions for g in range(group_size)]
+    items = rollout_inputs(questions, group_ids, group_size, per_sample)
     # every rollout in flight at once: each workflow step is one backend batch (memory is bounded by
     # the backend's own max_batch_size)
     agent = MemoryAgent(backend, replace(agent_config, seed=seed, max_batch_docs=max(1, len(items))),
@@ -243,6 +263,26 @@ class RolloutTally:
         return out
 
 
+def warn_rank_seeded_resume(seeding: str, resumed_from: Path | None, info: DistInfo) -> str | None:
+    """The warning (logged once, by rank 0) when a run with rollout.seeding "rank" resumes from a checkpoint
+    written by another number of processes: its later rollouts, hence its metrics, differ from those of the
+    uninterrupted run. None when there is nothing to warn about."""
+    if seeding != "rank" or resumed_from is None:
+        return None
+    try:
+        saved = int(json.loads((Path(resumed_from) / "trainer_state.json").read_text(encoding="utf-8"))["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the checkpoint loader has already read this file; nothing to compare
+    if saved == info.world_size:
+        return None
+    msg = (f"resuming a run saved by {saved} process(es) with {info.world_size}: rollouts are seeded per rank "
+           "(rollout.seeding: rank), so the later rollouts and metrics will differ from an uninterrupted run's; "
+           "rollout.seeding: sample draws the same rollouts under any number of processes")
+    if info.is_main:
+        log.warning(msg)
+    return msg
+
+
 def assign_rank(position: int, mini_batch_size: int, world_size: int) -> int:
     """The rank that generates and trains question `position` of a round (see module docstring)."""
     return ((position % mini_batch_size) * world_size) // mini_batch_size
@@ -266,8 +306,10 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
         start = data.position
         indices = data.take(B)
         mine = [j for j in range(B) if assign_rank(j, m, info.world_size) == info.rank]
+        per_sample = cfg.rollout.seeding == "sample"  # else seeded per rank: draws depend on the world size
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
-                                  cfg.rollout.group_size, reward_fn, seed=step_seed(cfg.seed, step, rounds, info.rank))
+                                  cfg.rollout.group_size, reward_fn, per_sample=per_sample,
+                                  seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank))
         tally.add(batch)
         if cfg.rollout.dynamic_sampling:
             batch = dynamic_sampling_filter(batch)

@@ -44,7 +44,7 @@ from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
-from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts
+from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.schedule import step_seed
 from memagent.rl.validation import make_validator
@@ -131,6 +131,7 @@ class MultiConvDAPO:
             self.ref = wrap_model(ref, "fsdp", self.info)
         self.pad_id = recipe.tokenizer.pad_token_id
         self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
+        warn_rank_seeded_resume(config.rollout.seeding, recipe.resumed_from, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
                                         reward_fn, config.seed, self.info)
