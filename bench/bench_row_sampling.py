@@ -1,10 +1,10 @@
 """The per-row seeded sampler's cost: generation time with SamplingParams.seeds against the default sampled path.
 
-    PYTHONPATH=src python tests/rl/bench_row_sampling.py [--prompts 64] [--tokens 32] [--reps 5]
+    python bench/bench_row_sampling.py [--prompts 64] [--tokens 32] [--reps 5]  ->  bench/results/row_sampling.json
 
 The tiny model of `memagent tiny-model` (float32, CPU), built in a temporary folder; one batch of prompts of
 spread lengths, generated `reps` times by each path in turn (interleaved, so drift hits both alike). Prints the
-median seconds of each and their ratio (per-row / default). Not a test: a measurement for docs/training.md.
+median seconds of each and their ratio (per-row / default), summary key row_sampling_time_ratio.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from common import write_result  # noqa: E402  (puts src/ on the path)
 
 
 def main() -> None:
@@ -51,12 +53,15 @@ def main() -> None:
     print(f"{args.prompts} prompts x {args.tokens} new tokens, {args.reps} reps, device {args.device}")
     for k, v in times.items():
         print(f"  {k:8s} median {med[k]:.4f} s  ({tokens[k]} tokens)  runs {[round(x, 4) for x in v]}")
-    print(f"  ratio per_row / default: {med['per_row'] / med['default']:.3f}")
-    if args.step_vocab:
-        step_cost(args.prompts, args.step_vocab, args.reps)
+    ratio = round(med["per_row"] / med["default"], 3)
+    print(f"  ratio per_row / default: {ratio}")
+    steps = step_cost(args.prompts, args.step_vocab, args.reps) if args.step_vocab else None
+    write_result("row_sampling", {"prompts": args.prompts, "new_tokens": args.tokens, "reps": args.reps,
+                                  "seconds": times, "tokens": tokens, "one_step_choice_s": steps,
+                                  "headline": {"row_sampling_time_ratio": ratio}})
 
 
-def step_cost(rows: int, vocab: int, reps: int) -> None:
+def step_cost(rows: int, vocab: int, reps: int) -> dict[str, float]:
     """One decode step's token choice alone at a real vocabulary: the per-row sampler (float64 softmax, cumsum,
     searchsorted) against transformers' default (float32 softmax, multinomial)."""
     from memagent.backends.row_sampling import row_uniforms, sample_rows
@@ -77,6 +82,7 @@ def step_cost(rows: int, vocab: int, reps: int) -> None:
         out[name] = (time.perf_counter() - t0) / reps
     print(f"one step's token choice, {rows} rows x vocab {vocab}: " +
           ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in out.items()))
+    return out
 
 
 if __name__ == "__main__":
