@@ -19,8 +19,9 @@ from torch import nn
 from memagent.backends.tokenizer import ensure_pad_token
 from memagent.config import ConfigError
 from memagent.rl.accumulate import Term, accumulate_gradients
-from memagent.rl.config import OptimConfig, config_to_dict
+from memagent.rl.config import ModelOptions, OptimConfig, config_to_dict
 from memagent.rl.distributed import DistInfo, init_distributed
+from memagent.rl.model_options import prepare_model
 from memagent.rl.objectives import SFT, MiniBatch, Row, check_rows
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
 
@@ -113,6 +114,8 @@ def train_sft(
     data = check_rows(rows)
     info = init_distributed(config.device)
     ensure_pad_token(tokenizer)
+    if config.micro_batch_tokens > 0:  # packed rows: sdpa becomes per-row varlen attention, as in RL training
+        prepare_model(model, ModelOptions(), packed=True)
     total_steps = max(1, int(np.ceil(config.epochs * len(data) / config.batch_size)))
     spec = RunSpec(out_dir=Path(config.out_dir), seed=config.seed, total_steps=total_steps,
                    optimizer_steps=total_steps, data_size=len(data), save_every=config.save_every,
