@@ -35,6 +35,7 @@ def test_rl_run_saved_by_two_resumed_by_one_and_by_two(tmp_path, monkeypatch, ca
     full = metrics(tmp_path / "a")
     assert [r["step"] for r in full] == [1, 2, 3]
     assert all(r["pg_loss"] != 0 and r["optimizer_steps"] == 2 for r in full)  # advantages are not all zero
+    assert all("val/sampled_acc" in r and "val/greedy_acc" in r for r in full)  # validation is compared too
     assert json.loads((tmp_path / "a" / "checkpoints" / "step_000001" / "trainer_state.json").read_text())["world_size"] == 2
     cut_back(tmp_path / "a", tmp_path / "two", 1)
     torchrun(script, tmp_path / "two", 3, 1, "sample", strategy, timeout=300)

@@ -82,6 +82,45 @@ def test_validator_counts_greedy_and_sampled_answers(tiny_tokenizer):
     assert [p.seed for p in backend.params] == seeds  # the same step validates the same way (resume-safe)
 
 
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_validator_keys_each_question_by_its_global_index_under_per_sample_seeding(monkeypatch, per_sample):
+    import memagent.rl.validation as validation
+
+    calls = []
+
+    def fake(backend, agent, samples, reward_fn, *, temperature, seed, keys=None):
+        calls.append(([s.id for s in samples], temperature, keys))
+        return 0
+
+    monkeypatch.setattr(validation, "correct_answers", fake)
+    monkeypatch.setattr(validation, "all_reduce", lambda t, info, op="sum": t)  # rank 1 of 2, no process group
+    samples = [QASample(str(i), "which number?", "seven.", ("7",)) for i in range(5)]
+    agent = AgentConfig(chunk_tokens=64, memory_tokens=16, answer_tokens=16, temperature=1.0)
+    v = Validator(samples, every=1, agent=agent, reward_fn=None, seed=3, info=DistInfo(rank=1, world_size=2),
+                  per_sample=per_sample)
+    v.metrics(1, None)
+    keys = [1, 3] if per_sample else None  # questions 1 and 3 are rank 1's; sampled with their own keys
+    assert calls == [(["1", "3"], 0.0, None), (["1", "3"], 1.0, keys)]
+
+
+def test_keyed_validation_samples_a_question_alike_in_any_company(tiny_tokenizer):
+    """correct_answers with keys: a question's sampled prompts carry seeds from its key alone."""
+    from fakes import ScriptedBackend
+
+    from memagent.agent.scheduler import keyed_call_seed
+    from memagent.tasks.metrics import get_reward
+    from memagent.rl.validation import correct_answers
+
+    backend = ScriptedBackend(tiny_tokenizer, lambda prompt, call: "so \\boxed{7}")
+    samples = [QASample(str(i), "which number?", "the number is seven.", ("7",)) for i in range(3)]
+    agent = AgentConfig(chunk_tokens=64, memory_tokens=16, answer_tokens=16, temperature=1.0)
+    got = correct_answers(backend, agent, samples, get_reward("boxed"), temperature=1.0, seed=5, keys=[4, 9, 2])
+    assert got == 3
+    seeds = [s for p in backend.params for s in (p.seeds or ())]
+    assert seeds and set(seeds) <= {keyed_call_seed(5, key, k) for key in (4, 9, 2) for k in (1, 2, 3)}
+    assert {keyed_call_seed(5, 9, 1)} <= set(seeds)
+
+
 @pytest.mark.slow
 def test_training_writes_validation_at_its_steps_and_resume_repeats_them(tmp_path):
     from test_rl_trainer import fresh_model, samples, small_config, symbol_reward

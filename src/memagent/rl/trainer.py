@@ -134,7 +134,7 @@ class MultiConvDAPO:
         warn_rank_seeded_resume(config.rollout.seeding, recipe.resumed_from, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
-                                        reward_fn, config.seed, self.info)
+                                        reward_fn, config.seed, self.info, config.rollout.seeding == "sample")
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -7,7 +7,9 @@ the rollouts' temperature. The accuracies (fraction of answers with reward >= 1,
 
 The sampled pass is seeded by the run seed and the step only, so a resumed run validates a step
 exactly as an uninterrupted one does. Under torchrun the questions are shared out over the ranks
-(question j on rank j mod W) and the counts summed.
+(question j on rank j mod W) and the counts summed. With `rollout.seeding: sample` question j is
+also sampled with its own seeds (seed key j, as rollouts are), so the sampled accuracy does not
+depend on the number of processes either.
 """
 from __future__ import annotations
 
@@ -39,12 +41,14 @@ def load_val_samples(path: str, limit: int) -> list[QASample]:
 
 
 def correct_answers(backend: Backend, agent: AgentConfig, samples: Sequence[QASample], reward_fn: RewardFn,
-                    *, temperature: float, seed: int) -> int:
-    """How many of `samples` the workflow answers with reward >= 1 at `temperature`."""
+                    *, temperature: float, seed: int, keys: Sequence[int] | None = None) -> int:
+    """How many of `samples` the workflow answers with reward >= 1 at `temperature`. keys: one seed key per
+    sample (`AgentInput.seed_key`: its draws then depend on the key, not on its batch), or None."""
     if not samples:
         return 0
     items = [AgentInput(s.question, list(s.document) if isinstance(s.document, tuple) else s.document,
-                        f"val-{s.id}", s.memory) for s in samples]
+                        f"val-{s.id}", s.memory, seed_key=None if keys is None else keys[j])
+             for j, s in enumerate(samples)]
     cfg = replace(agent, temperature=temperature, seed=seed, max_batch_docs=len(items))
     results = MemoryAgent(backend, cfg).run(items)
     return sum(float(reward_fn(r.raw_answer, s.answers)) >= 1 for r, s in zip(results, samples))
@@ -54,27 +58,29 @@ class Validator:
     """Held-out accuracy at the steps `is_val_step` names; `metrics(step, backend)` is {} elsewhere."""
 
     def __init__(self, samples: list[QASample], every: int, agent: AgentConfig, reward_fn: RewardFn,
-                 seed: int, info: DistInfo) -> None:
+                 seed: int, info: DistInfo, per_sample: bool = False) -> None:
         self.samples, self.every, self.agent = samples, every, agent
         self.reward_fn, self.seed, self.info = reward_fn, seed, info
+        self.per_sample = per_sample  # rollout.seeding "sample": question j sampled with seed key j
 
     def metrics(self, step: int, backend: Backend) -> dict[str, float]:
         """{"val/greedy_acc", "val/sampled_acc"} in [0, 1] at a validation step, else {} (every rank calls it)."""
         if not is_val_step(step, self.every):
             return {}
-        mine = self.samples[self.info.rank :: self.info.world_size]
+        idx = list(range(self.info.rank, len(self.samples), self.info.world_size))
+        mine, keys = [self.samples[j] for j in idx], (idx if self.per_sample else None)
         seed = step_seed(self.seed, step, VAL_ROUND, 0)
         greedy = correct_answers(backend, self.agent, mine, self.reward_fn, temperature=0.0, seed=seed)
         sampled = correct_answers(backend, self.agent, mine, self.reward_fn,
-                                  temperature=self.agent.temperature, seed=seed)
+                                  temperature=self.agent.temperature, seed=seed, keys=keys)
         counts = all_reduce(torch.tensor([greedy, sampled], dtype=torch.float64), self.info)
         n = max(len(self.samples), 1)
         return {"val/greedy_acc": float(counts[0]) / n, "val/sampled_acc": float(counts[1]) / n}
 
 
 def make_validator(val_data: str, every: int, limit: int, agent: AgentConfig, reward_fn: RewardFn, seed: int,
-                   info: DistInfo) -> Validator | None:
-    """The run's Validator, or None when `every` is 0."""
+                   info: DistInfo, per_sample: bool = False) -> Validator | None:
+    """The run's Validator, or None when `every` is 0. per_sample: rollout.seeding is "sample"."""
     if every == 0:
         return None
-    return Validator(load_val_samples(val_data, limit), every, agent, reward_fn, seed, info)
+    return Validator(load_val_samples(val_data, limit), every, agent, reward_fn, seed, info, per_sample)
