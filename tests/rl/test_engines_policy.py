@@ -75,3 +75,22 @@ def test_a_copy_that_does_not_match_the_weights_is_an_error(gloo):
     engine.copy.extra = torch.nn.Linear(2, 2)  # a parameter the policy's state dict does not have
     with pytest.raises(BackendError, match="does not match"):
         engine.sync()
+
+
+def test_merged_lora_weights_are_the_same_from_fsdp_shards(gloo):
+    """What a vLLM engine is pushed (memagent.rl.weight_sync.trained_weights) for a LoRA policy: the merged
+    weights under the base names, the same gathered from FSDP2 shards as from the unsharded model."""
+    import copy
+
+    from torch.distributed.fsdp import fully_shard
+
+    from memagent.rl.weight_sync import trained_weights
+
+    model = policy(True)
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+    plain = dict(trained_weights(model))
+    fully_shard(model)
+    sharded = dict(trained_weights(model))
+    assert sorted(plain) == sorted(sharded) == sorted(want)
+    for name, t in want.items():
+        assert torch.allclose(plain[name], t, atol=1e-12) and torch.equal(sharded[name], plain[name]), name

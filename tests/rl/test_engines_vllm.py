@@ -158,6 +158,32 @@ def test_sleep_mode_frees_memory_for_the_update_and_wakes_weights_before_the_pus
     assert eng.backend() is eng._backend and not eng.asleep
 
 
+def test_a_lora_policy_pushes_its_merged_weights_under_the_base_names(fake_vllm):
+    """vLLM loads plain Hugging Face weights: a LoRA policy sends W + scaling * B @ A for each adapted linear,
+    named as the base model names it, and nothing of the adapters themselves (what merge_and_unload holds)."""
+    import copy
+
+    pytest.importorskip("peft")
+    from memagent.rl.lora import apply_lora
+    from memagent.rl.scale_config import LoraConfig
+
+    model = apply_lora(tiny(seed=0), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]), engine="vllm")
+    with torch.no_grad():  # trained adapters: B away from its zero start
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+    eng = engine(["lora.r=2", "lora.target_modules=q_proj,v_proj"], model)
+    worker = eng.llm.worker.model_runner.model
+    pushed = [n for chunk in worker.loaded for n in chunk]
+    assert sorted(pushed) == sorted(want) and not any("lora" in n or "base_layer" in n for n in pushed)
+    got = worker.target.state_dict()
+    for n, t in want.items():
+        assert torch.allclose(got[n], t, atol=1e-6), n
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert (got[q] - tiny(seed=0).state_dict()[q]).abs().max() > 1e-3  # the adapters really changed it
+
+
 def test_old_vllm_is_a_clear_config_error(fake_vllm):
     fake_vllm.__version__ = "0.6.3"
     with pytest.raises(ConfigError, match="vLLM >= 0.10.2 needed for rollout.engine=vllm .*found 0.6.3"):

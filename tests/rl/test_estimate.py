@@ -139,7 +139,7 @@ def test_adapter_count_matches_peft_and_unknown_targets_are_refused(tiny_model_d
         assert {p.dtype for p in trained} == {torch.float32}
     assert adapter_shape(shape, LoraConfig(r=0)) is None
     vllm = dry_run_report(load_config(None, [f"model={tiny_model_dir}", "lora.r=4", "rollout.engine=vllm"]), gpus=1)
-    assert "lora: training refuses rollout.engine=vllm with LoRA" in vllm and "refuses" not in dry_run_report(
+    assert "lora: rollout.engine=vllm gets the merged weights" in vllm and "merged weights" not in dry_run_report(
         load_config(None, [f"model={tiny_model_dir}", "lora.r=4"]), gpus=1)
     with pytest.raises(ConfigError, match="knows no linear layer named c_attn; known: q_proj"):
         adapter_shape(shape, LoraConfig(r=4, target_modules=["q_proj", "c_attn"]))

@@ -52,8 +52,11 @@ def test_config_checks():
             load_config(None, [bad])
     with pytest.raises(ConfigError, match="no linear layer named qkv.*q_proj"):
         apply_lora(tiny_model(), LoraConfig(r=2, target_modules=["qkv"]))
-    with pytest.raises(ConfigError, match="rollout.engine=policy"):
-        apply_lora(tiny_model(), LoraConfig(r=2), engine="vllm")
+    assert is_lora(apply_lora(tiny_model(), LoraConfig(r=2), engine="vllm"))  # vLLM gets the merged weights
+    tied = tiny_model()
+    tied.config.tie_word_embeddings = True
+    with pytest.raises(ConfigError, match="lm_head, tied to the input embeddings"):
+        apply_lora(tied, LoraConfig(r=2, target_modules=["q_proj", "lm_head"]), engine="vllm")
 
 
 def test_without_peft_the_error_says_what_to_install(monkeypatch):

@@ -281,12 +281,12 @@ def steps_per_epoch(samples: int, batch_size: int) -> float:
 
 def lora_lines(lora: LoraConfig, shape: ModelShape, engine: str = "policy") -> list[str]:
     """The dry run's lines on LoRA: the adapter count and what is frozen ([] when lora.r is 0); `engine`:
-    rollout.engine (training refuses LoRA with another than policy)."""
+    rollout.engine (a vLLM engine holds the merged weights: the base's size again, on its own memory)."""
     adapters = adapter_shape(shape, lora)
     if adapters is None:
         return []
-    refused = [] if engine == "policy" else [f"lora: training refuses rollout.engine={engine} with LoRA (it would "
-                                             "sample with the base weights); set rollout.engine=policy"]
+    refused = [] if engine == "policy" else [f"lora: rollout.engine={engine} gets the merged weights (base + "
+                                             "adapters) after every update, under the base model's names"]
     return [*refused, f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
             f"(r x (d_in + d_out) per targeted linear, {adapters.layer_params} per layer x {shape.layers} layers"
             f"{f' + {adapters.root_params} on lm_head' if adapters.root_params else ''}), float32, with gradients "

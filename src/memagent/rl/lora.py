@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from memagent.config import ConfigError
 from memagent.rl.distributed import unwrap
@@ -34,10 +35,11 @@ def _peft() -> Any:
 
 def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.Module:
     """`model` (a plain Hugging Face causal LM) with LoRA adapters on `cfg.target_modules`; only they train.
-    engine: the run's rollout.engine (vllm is refused: it would sample with the base weights)."""
-    if engine != "policy":
-        raise ConfigError(f"lora.r > 0 works with rollout.engine=policy only (the {engine} engine gets no adapter "
-                          "weights); set rollout.engine=policy, or lora.r=0")
+    engine: the run's rollout.engine (the vLLM engines get the merged weights, `merged_weights`)."""
+    if engine != "policy" and "lm_head" in cfg.target_modules and getattr(model.config, "tie_word_embeddings", False):
+        raise ConfigError(f"lora.target_modules has lm_head, tied to the input embeddings in this model: "
+                          f"rollout.engine={engine} loads one tensor for both and would drop the head's adapter; "
+                          "leave lm_head out, or use rollout.engine=policy")
     peft = _peft()
     linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     missing = [t for t in cfg.target_modules if t not in linear]
@@ -88,6 +90,33 @@ def empty_twin(model: nn.Module) -> nn.Module:
 
         twin = _peft().get_peft_model(twin, copy.deepcopy(inner.peft_config[inner.active_adapter]))
     return twin
+
+
+def merged_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """A LoRA policy's weights as its base model names them, adapters folded in, one tensor at a time:
+    W + scaling * B @ A for every adapted linear (what `merge_and_unload` would hold, without touching the
+    model), the others as they are; the adapter tensors themselves are not yielded. For pushing into an
+    engine that loads plain Hugging Face weights (vLLM). Under FSDP2 every tensor is gathered as it is
+    reached (a collective: every rank iterates)."""
+
+    def whole(t: Tensor) -> Tensor:
+        return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
+
+    inner = unwrap(model)
+    adapter = inner.active_adapter
+    layers = {name: m for name, m in inner.named_modules() if hasattr(m, "base_layer") and hasattr(m, "lora_A")}
+    for key, t in inner.state_dict().items():
+        if ".lora_" in key:
+            continue
+        w = whole(t)
+        owner, _, leaf = key.rpartition(".base_layer.")
+        if leaf == "weight" and owner in layers and adapter in layers[owner].lora_A:
+            m = layers[owner]
+            a, b = whole(m.lora_A[adapter].weight), whole(m.lora_B[adapter].weight)  # (r, d_in), (d_out, r)
+            acc = torch.promote_types(w.dtype, torch.float32)  # float32 at least, float64 kept
+            w = (w.to(acc) + m.scaling[adapter] * (b.to(acc) @ a.to(acc))).to(w.dtype)  # (d_out, d_in)
+        name = key.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        yield name, w
 
 
 def is_adapter_dir(path: Path) -> bool:

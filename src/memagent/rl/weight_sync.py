@@ -63,8 +63,14 @@ def weight_chunks(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> 
 
 
 def trained_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The model's full tensors one at a time (unwrapped names). Under FSDP2 each is gathered as it
-    is reached (a collective: every rank iterates), so at most one chunk is held whole."""
+    """The model's full tensors one at a time (unwrapped names; a LoRA policy's under its base model's names,
+    adapters merged: `memagent.rl.lora.merged_weights`). Under FSDP2 each is gathered as it is reached (a
+    collective: every rank iterates), so at most one chunk is held whole."""
+    from memagent.rl.lora import is_lora, merged_weights
+
+    if is_lora(model):
+        yield from merged_weights(model)
+        return
     for name, t in unwrap(model).state_dict().items():
         full = t.full_tensor() if hasattr(t, "full_tensor") else t
         yield name, full.detach()
