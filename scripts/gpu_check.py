@@ -5,6 +5,9 @@
                        (collective_rpc + load_weights in chunks): the workers' parameter sum follows.
     vllm_sleep_wake    vllm.sleep: `offload` frees GPU memory, `sync` wakes the engine, pushes, and
                        the engine generates again.
+    vllm_lora_push     a LoRA policy (peft, adapters made non-zero) on the same engine: `sync` pushes the merged
+                       weights under the base names (rl/lora.merged_weights); the workers' sum moves by the
+                       merged-minus-base sum, and the engine generates.
     flash_attn_varlen  two rows packed into one sequence with position ids restarting per row give
                        the logits of the rows run apart (transformers' flash_attention_2 varlen path,
                        which padding-free packing relies on).
@@ -123,6 +126,34 @@ def vllm_sleep_wake(engine: Any, model: torch.nn.Module) -> str:
     return f"{note}; generates: {generate_once(engine)!r}"
 
 
+def state_sum(named: Any) -> float:
+    return float(sum(t.detach().double().sum().item() for _, t in named))
+
+
+def vllm_lora_push(engine: Any, model: torch.nn.Module) -> str:
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise Skip("peft is not installed (pip install 'memagent[lora]')") from None
+    from memagent.rl.lora import apply_lora
+    from memagent.rl.scale_config import LoraConfig
+    from memagent.rl.weight_sync import trained_weights
+
+    base = state_sum(trained_weights(model))
+    lora = apply_lora(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]), engine="vllm")
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    want = state_sum(trained_weights(lora)) - base
+    engine.model, engine0 = lora, engine_sum(engine)
+    engine.sync()
+    got = engine_sum(engine) - engine0
+    if abs(got - want) > 1e-3 * max(1.0, abs(want)):
+        raise AssertionError(f"engine parameter sum changed by {got:.6f}, merged - base by {want:.6f}")
+    return f"sum change {got:.4f} == merged - base {want:.4f}; generates: {generate_once(engine)!r}"
+
+
 def flash_attn_varlen(model_dir: Path) -> str:
     try:
         import flash_attn  # noqa: F401
@@ -226,6 +257,8 @@ def main() -> int:
     else:
         RESULTS.append(("vllm_sleep_wake", "FAIL", "the vLLM engine did not start"))
         print("FAIL vllm_sleep_wake: the vLLM engine did not start (see vllm_weight_push)", flush=True)
+    if made:
+        check("vllm_lora_push", lambda: vllm_lora_push(*made[0]))
     check("flash_attn_varlen", lambda: flash_attn_varlen(model_dir))
     check("nccl_broadcast", lambda: nccl_broadcast(model_dir))
     print("summary: " + ", ".join(f"{n} {s}" for n, s, _ in RESULTS), flush=True)
