@@ -231,9 +231,7 @@ def test_rank_one_of_two_draws_what_one_process_draws(backend64, monkeypatch, se
         assert all(math.isclose(a, full_adv[k]) for k, a in adv(two.batch).items())
 
 
-def test_config_and_resume_warning(tmp_path, caplog):
-    import json
-
+def test_config_and_resume_warning(caplog):
     from memagent.config import ConfigError
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
@@ -244,9 +242,8 @@ def test_config_and_resume_warning(tmp_path, caplog):
         load_config(None, ["rollout.seeding=batch"])
     with pytest.raises(ConfigError, match="engine 'policy' only"):
         load_config(None, ["rollout.seeding=sample", "rollout.engine=vllm", "model=m"])
-    (tmp_path / "trainer_state.json").write_text(json.dumps({"step": 1, "world_size": 2}))
-    msg = warn_rank_seeded_resume("rank", tmp_path, DistInfo())
+    msg = warn_rank_seeded_resume("rank", 2, DistInfo())
     assert "saved by 2 process(es) with 1" in msg and "rollout.seeding: sample" in msg and msg in caplog.text
-    assert warn_rank_seeded_resume("sample", tmp_path, DistInfo()) is None
-    assert warn_rank_seeded_resume("rank", tmp_path, DistInfo(rank=1, world_size=2)) is None
+    assert warn_rank_seeded_resume("sample", 2, DistInfo()) is None
+    assert warn_rank_seeded_resume("rank", 2, DistInfo(rank=1, world_size=2)) is None
     assert warn_rank_seeded_resume("rank", None, DistInfo()) is None

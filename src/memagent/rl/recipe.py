@@ -107,10 +107,12 @@ class Recipe:
         self.model = wrap_model(model.to(info.device), spec.strategy, info, spec.cpu_offload)
         self.optimizer, self.scheduler = make_optimizer(self.model, spec.optim, spec.optimizer_steps)
         self.step, position = 0, 0
+        self.saved_world_size: int | None = None  # processes of the run that wrote the resumed checkpoint
         if self.resumed_from is not None:
             state = load_checkpoint(self.resumed_from, info, model=self.model, optimizer=self.optimizer,
                                     scheduler=self.scheduler)
             self.step, position = int(state["step"]), int(state["data_position"])
+            self.saved_world_size = int(state.get("world_size", 1))
             if self.step > spec.total_steps:
                 raise ConfigError(f"resume: the run in {spec.out_dir} has done {self.step} steps, more than "
                                   f"total_steps={spec.total_steps}; set total_steps >= {self.step} to go on")

@@ -20,11 +20,9 @@ same rollouts under any W (per-row sampling in the transformers backend: `memage
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -166,8 +164,7 @@ def rollout_inputs(questions: Sequence[QASample], group_ids: Sequence[int], grou
     question q carries the seed key group_ids[q] * G + g (its global identity within the run)."""
     if len(questions) != len(group_ids):
         raise ValueError("give one group id per question")
-    return [AgentInput(q.question, list(q.document) if isinstance(q.document, tuple) else q.document,
-                       f"{q.id}#{g}", q.memory, seed_key=group_ids[i] * group_size + g if per_sample else None)
+    return [q.agent_input(f"{q.id}#{g}", group_ids[i] * group_size + g if per_sample else None)
             for i, q in enumerate(questions) for g in range(group_size)]
 
 
@@ -263,17 +260,12 @@ class RolloutTally:
         return out
 
 
-def warn_rank_seeded_resume(seeding: str, resumed_from: Path | None, info: DistInfo) -> str | None:
+def warn_rank_seeded_resume(seeding: str, saved: int | None, info: DistInfo) -> str | None:
     """The warning (logged once, by rank 0) when a run with rollout.seeding "rank" resumes from a checkpoint
-    written by another number of processes: its later rollouts, hence its metrics, differ from those of the
-    uninterrupted run. None when there is nothing to warn about."""
-    if seeding != "rank" or resumed_from is None:
-        return None
-    try:
-        saved = int(json.loads((Path(resumed_from) / "trainer_state.json").read_text(encoding="utf-8"))["world_size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the checkpoint loader has already read this file; nothing to compare
-    if saved == info.world_size:
+    written by another number of processes (`saved`: that number, from its trainer_state.json; None for a fresh
+    run): its later rollouts, hence its metrics, differ from those of the uninterrupted run. None when there is
+    nothing to warn about."""
+    if seeding != "rank" or saved is None or saved == info.world_size:
         return None
     msg = (f"resuming a run saved by {saved} process(es) with {info.world_size}: rollouts are seeded per rank "
            "(rollout.seeding: rank), so the later rollouts and metrics will differ from an uninterrupted run's; "
@@ -301,12 +293,12 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
                      reward_fn: RewardFn, *, step: int, info: DistInfo) -> StepRollouts:
     """This rank's groups of one training step: sampled in rounds, filtered, then advantaged."""
     B, m = cfg.rollout.batch_size, cfg.update.mini_batch_size
+    per_sample = cfg.rollout.seeding == "sample"  # else seeded per rank: draws depend on the world size
     batches, tally, kept_ids, rounds = [], RolloutTally(), [], 0
     while True:
         start = data.position
         indices = data.take(B)
         mine = [j for j in range(B) if assign_rank(j, m, info.world_size) == info.rank]
-        per_sample = cfg.rollout.seeding == "sample"  # else seeded per rank: draws depend on the world size
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
                                   cfg.rollout.group_size, reward_fn, per_sample=per_sample,
                                   seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from memagent.agent.workflow import AgentInput
 from memagent.errors import InputError
 
 
@@ -23,6 +24,11 @@ class QASample:
     document: str | tuple[str, ...]
     answers: tuple[str, ...]
     memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
+
+    def agent_input(self, doc_id: str, seed_key: int | None = None) -> AgentInput:
+        """This question as one workflow input (text blocks as a list), its draws keyed by `seed_key` if given."""
+        document = list(self.document) if isinstance(self.document, tuple) else self.document
+        return AgentInput(self.question, document, doc_id, self.memory, seed_key=seed_key)
 
     @classmethod
     def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":

@@ -131,7 +131,7 @@ class MultiConvDAPO:
             self.ref = wrap_model(ref, "fsdp", self.info)
         self.pad_id = recipe.tokenizer.pad_token_id
         self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
-        warn_rank_seeded_resume(config.rollout.seeding, recipe.resumed_from, self.info)
+        warn_rank_seeded_resume(config.rollout.seeding, recipe.saved_world_size, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
                                         reward_fn, config.seed, self.info, config.rollout.seeding == "sample")

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.agent.workflow import MemoryAgent
 from memagent.backends.base import Backend
 from memagent.config import AgentConfig
 from memagent.rl.distributed import DistInfo, all_reduce
@@ -46,9 +46,7 @@ def correct_answers(backend: Backend, agent: AgentConfig, samples: Sequence[QASa
     sample (`AgentInput.seed_key`: its draws then depend on the key, not on its batch), or None."""
     if not samples:
         return 0
-    items = [AgentInput(s.question, list(s.document) if isinstance(s.document, tuple) else s.document,
-                        f"val-{s.id}", s.memory, seed_key=None if keys is None else keys[j])
-             for j, s in enumerate(samples)]
+    items = [s.agent_input(f"val-{s.id}", None if keys is None else keys[j]) for j, s in enumerate(samples)]
     cfg = replace(agent, temperature=temperature, seed=seed, max_batch_docs=len(items))
     results = MemoryAgent(backend, cfg).run(items)
     return sum(float(reward_fn(r.raw_answer, s.answers)) >= 1 for r, s in zip(results, samples))
