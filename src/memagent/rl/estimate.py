@@ -285,9 +285,9 @@ def lora_lines(lora: LoraConfig, shape: ModelShape, engine: str = "policy") -> l
     adapters = adapter_shape(shape, lora)
     if adapters is None:
         return []
-    refused = [] if engine == "policy" else [f"lora: rollout.engine={engine} gets the merged weights (base + "
-                                             "adapters) after every update, under the base model's names"]
-    return [*refused, f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
+    merged = [] if engine == "policy" else [f"lora: rollout.engine={engine} gets the merged weights (base + "
+                                            "adapters) after every update, under the base model's names"]
+    return [*merged, f"lora: r={lora.r} on {', '.join(lora.target_modules)}: {adapters.params / 1e6:.2f}M adapter parameters "
             f"(r x (d_in + d_out) per targeted linear, {adapters.layer_params} per layer x {shape.layers} layers"
             f"{f' + {adapters.root_params} on lm_head' if adapters.root_params else ''}), float32, with gradients "
             "and AdamW states",
