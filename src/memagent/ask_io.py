@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, TextIO
 
 from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.errors import InputError
-from memagent.io import check_output_file, existing_files
+from memagent.io import check_output_file, check_side_files, existing_files, is_sink
 from memagent.jsonl import iter_jsonl, trim_torn_tail
 
 
@@ -85,14 +85,52 @@ def _document_path(name: Any, path: Path, where: Callable[[str | None], str]) ->
 
 
 def check_ask_outputs(output: Optional[Path], trace: Optional[Path], model: str, inputs: dict[str, Any]) -> None:
-    """Before any model call: --output and --trace writable, apart, and none of the inputs (the --input file,
-    the documents, the model's own files)."""
+    """Before any model call and before anything is written or trimmed: --output and --trace writable, apart,
+    and none of the inputs (the --input file, the documents, --profile, the model's own files); the side files
+    of --output (its X.profile.yaml and its lock) none of them either; an existing --output a result file of
+    an earlier run. A sink (/dev/null, a FIFO) is written in place, without side files."""
+    from memagent.lock import lock_path_for
+
     guarded = dict(inputs)
     guarded.update({f"model file {f.name}": f for f in existing_files(model)})
     if output is not None:
         check_output_file(output, "--output", {**guarded, "--trace": trace})
+        if not is_sink(output):
+            check_side_files({f"--output (its profile {profile_path_for(output).name})": profile_path_for(output),
+                              f"--output (its lock {lock_path_for(output).name})": lock_path_for(output)},
+                             {**guarded, "--trace": trace, "--output": output})
+            check_result_file(output)
     if trace is not None:
         check_output_file(trace, "--trace", guarded)
+
+
+def profile_path_for(output: Path) -> Path:
+    """Where the resolved profile of `ask --output X` goes: beside X, as X's stem + .profile.yaml."""
+    return output.with_name(output.stem + ".profile.yaml")
+
+
+def check_result_file(path: Path) -> None:
+    """An existing --output must be JSONL of `memagent ask` results (a rerun appends to it and skips the ids
+    there): every whole line a record with an 'id', and a last line without its newline (a run killed
+    mid-write, trimmed when the run starts) the start of one. Checked before the trim, so a file of notes is
+    refused untouched."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    hint = "a rerun appends to --output, so give a new file or one an earlier run wrote"
+    if data[keep:].strip() and not data[keep:].lstrip().startswith(b"{"):
+        raise InputError(f"--output {path} is not a JSONL file of `memagent ask` results (its last line is not a "
+                         f"JSON record); {hint}")
+    for n, raw in enumerate(data[:keep].splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            rec = None
+        if not isinstance(rec, dict) or "id" not in rec:
+            raise InputError(f"{path}:{n}: not a result line of `memagent ask` (a JSON record with an 'id'); {hint}")
 
 
 def document_inputs(items: list[AgentInput]) -> dict[str, Any]:
@@ -113,7 +151,7 @@ class ResultLog:
         self.written = self.failed = 0  # results written by this run, and how many of them are failures
         self.first_failure = ""  # "id 'b': why", of the first failure written
         self._f: Optional[TextIO] = None
-        if path is not None and path.exists():
+        if path is not None and path.exists() and not is_sink(path):  # a sink holds nothing to resume from
             self.done = _done_ids(path)
 
     def open(self) -> "ResultLog":

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 from memagent.config import AgentConfig
 from memagent.errors import InputError
 
-POSITIVE_INTS = ("samples", "limit", "window", "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens",
+POSITIVE_INTS = ("samples", "repeats", "limit", "window", "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens",
                  "batch_docs", "max_concurrency", "passage_tokens", "tensor_parallel", "keys", "values", "slots")
 NON_NEGATIVE_INTS = ("seed", "max_retries", "facts")
 NON_NEGATIVE_FLOATS = ("temperature",)  # 0 = greedy
@@ -31,6 +31,16 @@ CHOICES = {
     "errors": ("strict", "replace"),
 }
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+# Upper bounds of the sizes a flag can ask for, each with its reason: past them a run never finishes or fills
+# the disk (`eval --repeats 10**9`, `data toy --chunks 10**9`). A list flag (--chunks 4,16) checks each value.
+MAXIMA: dict[str, tuple[int, str]] = {
+    "samples": (1_000_000, "samples per length (the paper's test sets have 128; its training set 32,768)"),
+    "repeats": (1_000, "repeats of every sample (the paper reports the mean of a few)"),
+    "chunks": (100_000, "chunks per toy document (the paper's longest document, 3.5M tokens, is 700 chunks of "
+               "5,000)"),
+    "tokens": (4_000_000, "context tokens per sample (the paper's longest context is 3.5M tokens)"),
+    "num_docs": (1_000_000, "paragraphs per sample (the paper's longest RULER-HQA context has 25,600)"),
+}
 
 
 def flag_name(param: str) -> str:
@@ -40,9 +50,16 @@ def flag_name(param: str) -> str:
 def check_flags(values: Mapping[str, Any]) -> None:
     """Raise InputError for the first option value in `values` that breaks its rule; None values are unset."""
     for name, value in values.items():
+        if isinstance(value, (list, tuple)) and name in MAXIMA:  # a parsed list flag: each value
+            for item in value:
+                check_flags({name: item})
+            continue
         if value is None or isinstance(value, bool):
             continue
         flag = flag_name(name)
+        if name in MAXIMA and isinstance(value, int) and value > MAXIMA[name][0]:
+            limit, why = MAXIMA[name]
+            raise InputError(f"{flag} {value} is over the limit of {limit:,} {why}; ask for less")
         if name in POSITIVE_INTS and value <= 0:
             raise InputError(f"{flag} must be a positive integer, got {value}")
         if name in NON_NEGATIVE_INTS and value < 0:

@@ -6,6 +6,11 @@
 - `refuse_occupied`: a folder that already holds a model or a run is refused unless forced.
 - `atomic_write` / `atomic_write_text`: write a temp file beside the target, then rename it over the
   target; the temp file is removed when the write fails, so a failed run leaves the old file intact.
+  A symlink is followed (its target is replaced, the link stays); a character device or a FIFO
+  (`/dev/null`, a pipe) is written in place, never replaced by a regular file; a block device is refused.
+- `output_device` / `is_sink`: what kind of special file an output path names (through symlinks), so a
+  command writes a sink in place and skips its side files and locks (no `/dev/.null.lock`).
+- `given_path`: an empty path option means nothing (not the working folder): one check for every path option.
 - `os_error_message`: the one-line message of an OS error the user can fix (permission, missing
   folder, disk full, ...), or None for one that is a bug.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,6 +78,57 @@ def same_path(a: PathLike, b: PathLike) -> bool:
         return False
 
 
+def given_path(value: PathLike | None, flag: str, what: str = "path") -> Path | None:
+    """`value` as a Path; an empty or blank value is refused (Path("") would mean the working folder)."""
+    if value is None:
+        return None
+    if not str(value).strip() or (isinstance(value, str) and not value.strip()):
+        raise OutputError(f"{flag} is empty; give a {what} (an empty path would mean the current folder)")
+    return Path(value)
+
+
+def output_device(path: PathLike) -> str | None:
+    """'a character device', 'a block device' or 'a FIFO' when `path` (through symlinks) is one; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return None
+
+
+def is_sink(path: PathLike | None) -> bool:
+    """True when `path` is a character device or a FIFO: written in place, with no side files or locks."""
+    return path is not None and output_device(path) in ("a character device", "a FIFO")
+
+
+def check_device_output(path: PathLike, flag: str, devices: bool = True) -> bool:
+    """Refuse a block device always, and a character device or FIFO unless `devices`; True for a sink
+    that is to be written in place."""
+    kind = output_device(path)
+    if kind is None:
+        return False
+    if kind == "a block device" or not devices:
+        why = "a disk is never written as a file" if kind == "a block device" else "this output has side files"
+        raise OutputError(f"{flag} {path} is {kind}, not a file ({why}); give a regular file path")
+    return True
+
+
+def check_side_files(side: Mapping[str, PathLike], inputs: Mapping[str, PathLike | None]) -> None:
+    """Refuse any side file a command writes ({what: path}, e.g. `--output (its X.profile.yaml)`) that is one
+    of `inputs` or a folder; checked with the main output, before anything is written or trimmed."""
+    for what, path in side.items():
+        check_not_input(path, inputs, what)
+        if Path(path).is_dir():
+            raise OutputError(f"{what} {path} is a folder; move it away or choose another output path")
+        check_device_output(path, what, devices=False)
+
+
 def check_not_input(output: PathLike, inputs: Mapping[str, PathLike | None], flag: str) -> None:
     """Refuse `output` when it is one of `inputs` ({what: path}); nothing is written."""
     for what, path in inputs.items():
@@ -98,12 +155,15 @@ def _check_creatable(path: Path, flag: str) -> None:
         raise OutputError(f"{flag} {path}: cannot write in {base} (permission denied); choose a writable folder")
 
 
-def check_output_file(path: PathLike, flag: str, inputs: Mapping[str, PathLike | None] | None = None) -> Path:
-    """Check, before any work, that the file `path` can be written and is none of `inputs`."""
-    p = Path(path)
-    if not str(path).strip():
-        raise OutputError(f"{flag} is empty; give a file path")
+def check_output_file(path: PathLike, flag: str, inputs: Mapping[str, PathLike | None] | None = None,
+                      devices: bool = True) -> Path:
+    """Check, before any work, that the file `path` can be written and is none of `inputs`. A character
+    device or FIFO is accepted as a sink (written in place) when `devices`, else refused; a block device is
+    always refused."""
+    p = given_path(path, flag, "file path")
     check_not_input(p, inputs or {}, flag)
+    if check_device_output(p, flag, devices):
+        return p
     if p.is_dir():
         raise OutputError(f"{flag} {p} is a folder; give a file path (e.g. {p / 'out.jsonl'})")
     if p.exists() and not os.access(p, os.W_OK):
@@ -114,9 +174,7 @@ def check_output_file(path: PathLike, flag: str, inputs: Mapping[str, PathLike |
 
 def check_output_dir(path: PathLike, flag: str, inputs: Mapping[str, PathLike | None] | None = None) -> Path:
     """Check, before any work, that the folder `path` can be created or written and is none of `inputs`."""
-    p = Path(path)
-    if not str(path).strip():
-        raise OutputError(f"{flag} is empty; give a folder path")
+    p = given_path(path, flag, "folder path")
     check_not_input(p, inputs or {}, flag)
     if p.exists():
         if not p.is_dir():
@@ -154,28 +212,58 @@ def refuse_occupied(path: PathLike, flag: str, force: bool, force_hint: str = "-
 
 
 @contextmanager
-def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temp file beside `path` for writing; on success it replaces `path`, on failure it is removed."""
-    target = Path(path)
+def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8", fsync: bool = False) -> Iterator[IO]:
+    """Open a temp file beside `path` for writing; on success it replaces `path`, on failure it is removed.
+
+    A symlink is followed: the temp file goes beside its target and replaces the target, so the link stays.
+    A character device or FIFO is opened and written in place (replacing it would turn `/dev/null` into a
+    regular file); a block device is refused. fsync: flush the data to disk before the rename (results that
+    must survive a power cut)."""
+    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    kw = {} if "b" in mode else {"encoding": encoding, "newline": "\n"}
+    if check_device_output(target, str(path)):
+        with _named_errors(target):
+            with open(target, mode, **kw) as fh:
+                yield fh
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        kw = {} if "b" in mode else {"encoding": encoding, "newline": "\n"}
-        with os.fdopen(fd, mode, **kw) as fh:
-            yield fh
+        with _named_errors(target):
+            with os.fdopen(fd, mode, **kw) as fh:
+                yield fh
+                if fsync:
+                    fh.flush()
+                    os.fsync(fh.fileno())
         if target.exists():  # keep the old file's permissions, not mkstemp's 0600
             os.chmod(tmp, target.stat().st_mode & 0o7777)
         else:
             os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, target)
-    except BaseException as e:
+    except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) and e.filename is None:
-            e.filename = str(target)  # a failed write() names no file: name the one being written
         raise
+
+
+@contextmanager
+def _named_errors(target: Path) -> Iterator[None]:
+    """A failed write() or close() names no file: name the one being written (for the one-line message)."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            e.filename = str(target)
+        raise
+
+
+def atomic_write_lines(path: PathLike, lines: Iterable[str], fsync: bool = False) -> Path:
+    """Write `lines` (each with its newline) to `path` atomically; fsync as in `atomic_write`."""
+    with atomic_write(path, fsync=fsync) as fh:
+        fh.writelines(lines)
+    return Path(path)
 
 
 def atomic_write_text(path: PathLike, text: str) -> Path:

@@ -3,10 +3,15 @@
 The lock is an OS file lock (`filelock`): `DIR/.memagent.lock` for a folder (eval, train, demo), `.NAME.lock` beside
 an output file (`ask --output`). The OS drops it when the process dies, so a run killed with kill -9 never leaves a
 stale lock behind.
+
+The locks are re-entrant within one process (the CLI takes a run's lock before writing its side files, and the
+trainer takes it again), and an output that is a device or a FIFO (`/dev/null`) takes no lock: nothing could be
+written beside it (no `/dev/.null.lock`), and writes to a sink cannot interleave into a file.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+import os
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -15,6 +20,7 @@ from filelock import FileLock, Timeout
 from memagent.errors import MemAgentError
 
 LOCK_NAME = ".memagent.lock"
+_HELD: set[str] = set()  # lock files this process holds (resolved paths): taking one again is a no-op
 
 
 class RunLockedError(MemAgentError):
@@ -23,6 +29,10 @@ class RunLockedError(MemAgentError):
 
 @contextmanager
 def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]:
+    key = os.path.realpath(lock_path)
+    if key in _HELD:  # this process holds it already (an outer block of the same run)
+        yield lock_path
+        return
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path), timeout=0)
     try:
@@ -30,9 +40,11 @@ def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]
     except Timeout:
         raise RunLockedError(f"another {what} is writing to {target} (it holds {lock_path}); wait for it to finish "
                              f"or choose another output {kind}") from None
+    _HELD.add(key)
     try:
         yield lock_path
     finally:
+        _HELD.discard(key)
         lock.release()
 
 
@@ -45,5 +57,15 @@ def run_lock(folder: str | Path, what: str = "run"):
 def file_lock(path: str | Path, what: str = "run"):
     """Hold the lock of one output file (`.NAME.lock` beside it) for the body; refuse at once if another process
     holds it (two `ask --output X` runs would interleave their results)."""
+    from memagent.io import is_sink
+
     path = Path(path)
-    return _hold(path.with_name(f".{path.name}.lock"), what, path, "file")
+    if is_sink(path):
+        return nullcontext(None)
+    return _hold(lock_path_for(path), what, path, "file")
+
+
+def lock_path_for(path: str | Path) -> Path:
+    """The lock file of one output file: `.NAME.lock` beside it (checked against the inputs as a side file)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")

@@ -10,12 +10,13 @@ from typing import Any, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
-from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, failures_error, read_inputs
+from memagent.ask_io import (ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for,  # noqa: F401
+                             read_inputs)
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
 from memagent.errors import InputError
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values
-from memagent.io import atomic_write_text, read_text
+from memagent.io import atomic_write_text, is_sink, read_text
 from memagent.lock import file_lock
 from memagent.profile import Profile, open_backend, profile_from_dict, resolve_profile, write_profile
 from memagent.scale.options import RayOptions
@@ -99,11 +100,6 @@ def model_settings_profile(model: str) -> Profile:
                              source=str(Path(model) / AGENT_SETTINGS_FILE))
 
 
-def profile_path_for(output: Path) -> Path:
-    """Where the resolved profile of `ask --output X` goes: beside X, as X's stem + .profile.yaml."""
-    return output.with_name(output.stem + ".profile.yaml")
-
-
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
     check_flags({k: v for k, v in flag_values(o).items() if k != "input"})
@@ -133,6 +129,7 @@ def run_ask(o: AskOptions) -> None:
         inputs = {"--input": o.input, **document_inputs(items)}
     else:
         inputs = {"--document": items[0].document}
+    inputs["--profile"] = o.profile
     check_ask_outputs(o.output, o.trace, o.model, inputs)
     with file_lock(o.output, "ask") if o.output is not None else nullcontext():  # one run per --output
         _answer(o, items, profile)
@@ -146,7 +143,7 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
-    if o.output:
+    if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
         from memagent.scale.runs import ray_ask

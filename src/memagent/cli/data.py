@@ -12,12 +12,24 @@ data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and tra
 app.add_typer(data_app, name="data")
 
 
+_LIST_FLAGS = {"chunks": "--chunks", "tokens": "--tokens", "num_docs": "--num-docs"}
+TOY_MAX_CHUNKS = 10_000_000  # --samples x the sum of --chunks: about 300 MB of toy text
+
+
 def _check_data_flags(values: dict, inputs: dict) -> None:
-    """A data command's counts, and its --out: writable and none of its input files."""
+    """A data command's counts (lists too, each within its bound) and its --out: writable and none of its
+    input files."""
+    from memagent.errors import InputError
     from memagent.flags import check_flags
     from memagent.io import check_output_file
 
-    check_flags({k: v for k, v in values.items() if k not in inputs and k != "out"})
+    scalars = {k: v for k, v in values.items() if k not in inputs and k != "out" and k not in _LIST_FLAGS}
+    lists = {k: int_list(values[k], flag) for k, flag in _LIST_FLAGS.items() if k in values}
+    check_flags({**scalars, **lists})
+    if "chunks" in lists and values["samples"] * sum(lists["chunks"]) > TOY_MAX_CHUNKS:
+        raise InputError(f"--samples {values['samples']} x --chunks {values['chunks']} is "
+                         f"{values['samples'] * sum(lists['chunks']):,} chunks, over the limit of {TOY_MAX_CHUNKS:,} "
+                         "(about 300 MB of text); ask for fewer samples or shorter documents")
     if values["out"] != "-":
         check_output_file(values["out"], "--out", inputs)
 
@@ -87,6 +99,7 @@ def data_import(
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
     from memagent.tasks.schema import import_released
 
+    _check_data_flags(dict(out=out), {"SRC": src, "--source": source})  # --out F over the file it reads: refused
     n, kind = import_released(src, out, source)
     typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)
 

@@ -4,16 +4,17 @@ resolve to, and the run: the sweep (`memagent.eval.sweep`), then profile.yaml, t
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
 from memagent.eval.sweep import METHODS, SweepConfig, plan, sweep
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
-from memagent.lock import run_lock
+from memagent.lock import LOCK_NAME, run_lock
 from memagent.scale.options import RayOptions
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ def run_eval(o: EvalOptions) -> str:
     if o.max_failures is not None and o.max_failures < 1:
         raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
     out = Path(o.out)
+    check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
     with run_lock(out, "eval"):
         datas, keys = plan(cfg, o.data)
         write_profile(profile, out / "profile.yaml")
@@ -129,6 +131,27 @@ def run_eval(o: EvalOptions) -> str:
         text = _finish(o, cfg, datas, keys)
         _check_failures(out / "results.jsonl", keys)
         return text
+
+
+EVAL_FILES = ("results.jsonl", "table.md", "summary.json", "profile.yaml", LOCK_NAME)  # written in --out
+PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_scores' file names
+
+
+def check_eval_side_files(out: Path, inputs: dict[str, Any]) -> None:
+    """Before the lock is taken or anything written: no input (--data file, --profile) is one of the files
+    eval writes in --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
+    from memagent.io import check_not_input, OutputError
+
+    check_side = {f"--out (its {name})": out / name for name in EVAL_FILES}
+    for what, path in inputs.items():
+        if path is None:
+            continue
+        for side, side_path in check_side.items():
+            check_not_input(side_path, {what: path}, side)
+        p = Path(path)
+        if PLOT_NAME.fullmatch(p.name) and p.resolve().parent == out.resolve():
+            raise OutputError(f"--out {out} would get plots named like {what} {path} (scores_TASK.png), "
+                              "destroying the input; move the input out of --out or choose another --out")
 
 
 def _check_failures(results: Path, keys: list[str]) -> None:

@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -26,6 +25,7 @@ from memagent.agent.answer import final_answer
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
+from memagent.io import atomic_write_lines as io_write_lines
 from memagent.jsonl import trim_torn_tail
 from memagent.tasks.schema import file_sha256, read_samples
 
@@ -159,20 +159,9 @@ def rescore_record(rec: dict, options: ScoreOptions) -> dict:
 
 
 def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> Path:
-    """Write `lines` to `path` through `PATH.tmp` and a rename: a reader sees the old file or the new one,
-    never half of one; the temporary file is removed when writing fails (disk full, ...)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    """Write `lines` to `path` atomically and fsynced (`memagent.io.atomic_write_lines`): a reader sees the
+    old file or the new one, never half of one; a device is written in place, a symlink followed."""
+    return io_write_lines(path, lines, fsync=True)
 
 
 def _lines(records: Iterable[dict]) -> Iterator[str]:

@@ -66,16 +66,46 @@ _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 
 
+MAX_HAYSTACK_BYTES = 16 << 20  # 16 MiB of text: ~4M tokens, more than the longest context (--tokens) allowed
+MAX_UNIT_CHARS = 2_000  # a "sentence" longer than this (a file without full stops) is split at spaces
+
+
 def essay_units(path: str | Path) -> list[str]:
-    """The sentences of a text file, white space folded; the essay haystack's units."""
+    """The sentences of a text file, white space folded; the essay haystack's units.
+
+    The haystack is built from whole units repeated to fill a context and tokenised a few times over
+    (`fit_to_tokens`), so a unit is at most MAX_UNIT_CHARS characters (a one-line file without full stops
+    was one 50 MB unit, and sixteen copies of it exhausted RAM: exit 134 or killed) and the file at most
+    MAX_HAYSTACK_BYTES."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"haystack file {path} does not exist; give a plain-text file (an essay, a book)")
+    size = path.stat().st_size
+    if size > MAX_HAYSTACK_BYTES:
+        raise DataError(f"haystack file {path} has {size:,} bytes, over the limit of {MAX_HAYSTACK_BYTES:,} "
+                        "(16 MiB, about 4M tokens: more than the longest context); give a shorter text, e.g. its "
+                        "first 16 MB (head -c 16M)")
     text = " ".join(path.read_text(encoding="utf-8", errors="replace").split())
-    units = [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+    units = [piece for s in re.split(r"(?<=[.!?])\s+", text) if s for piece in _split_long(s)]
     if not units:
         raise DataError(f"haystack file {path} holds no text")
     return units
+
+
+def _split_long(sentence: str) -> list[str]:
+    """`sentence` cut at spaces into pieces of at most about MAX_UNIT_CHARS characters (a word longer than
+    that is cut where it is)."""
+    if len(sentence) <= MAX_UNIT_CHARS:
+        return [sentence]
+    pieces, start = [], 0
+    while start < len(sentence):
+        end = min(len(sentence), start + MAX_UNIT_CHARS)
+        if end < len(sentence):
+            space = sentence.rfind(" ", start + 1, end)
+            end = space if space > start else end
+        pieces.append(sentence[start:end].strip())
+        start = end
+    return [p for p in pieces if p]
 
 
 def make_keys(rng: random.Random, n: int) -> list[str]:
