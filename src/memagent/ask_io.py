@@ -181,9 +181,14 @@ class ResultLog:
             raise
 
     def close(self) -> None:
-        if self._f is not None and self.path is not None:
-            self._f.close()
-        self._f = None
+        f, self._f = self._f, None
+        if f is not None and self.path is not None:
+            try:
+                f.close()  # flushes what a failed write left in the buffer: that error names the file too
+            except OSError as e:
+                if e.filename is None:
+                    e.filename = str(self.path)
+                raise
 
     def __enter__(self) -> "ResultLog":
         return self.open()

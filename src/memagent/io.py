@@ -211,6 +211,16 @@ def refuse_occupied(path: PathLike, flag: str, force: bool, force_hint: str = "-
                           f"folder, or pass {force_hint} to overwrite")
 
 
+def refuse_files(folder: PathLike, names: Iterable[str], flag: str, force: bool, force_hint: str = "--force") -> None:
+    """Refuse to write `names` into `folder` when any is there already (e.g. an unrelated config.json that
+    `tiny-model DIR` would overwrite), unless `force`."""
+    there = [n for n in names if (Path(folder) / n).exists()]
+    if there and not force:
+        raise OutputError(f"{flag} {folder} already holds {', '.join(there)}; writing there would overwrite "
+                          f"{'it' if len(there) == 1 else 'them'}. Choose another folder, or pass {force_hint} to "
+                          "overwrite")
+
+
 @contextmanager
 def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8", fsync: bool = False) -> Iterator[IO]:
     """Open a temp file beside `path` for writing; on success it replaces `path`, on failure it is removed.

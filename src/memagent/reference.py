@@ -121,6 +121,19 @@ def _require(root: Path, rel: str, names: tuple[str, ...]) -> dict[str, Any]:
     return read_assignments(path, names)
 
 
+def check_reference_out(root: str | Path, out: str | Path) -> Path:
+    """Before reading: `out` (the profile to write) is a writable file outside the checkout at `root`; this
+    command reads that checkout and never writes into it (an `--out TREE/.../envs.py` destroyed its source)."""
+    from memagent.io import OutputError, check_output_file
+
+    p = check_output_file(out, "--out", {"the checkout": root})
+    tree, target = Path(root).resolve(), p.resolve()
+    if Path(root).is_dir() and (target == tree or tree in target.parents):
+        raise OutputError(f"--out {out} is inside the reference checkout {root}, which this command reads and never "
+                          "writes; write the profile elsewhere (e.g. configs/profiles/official.yaml)")
+    return p
+
+
 def profile_from_reference(root: str | Path, protocol: str = "phrase", baseline_input_tokens: int | None = None,
                            yarn_factor: float | None = None) -> Profile:
     """The official evaluation profile from the checkout at `root` (see the module docstring).

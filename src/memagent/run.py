@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.workflow import AgentInput, MemoryAgent
@@ -173,5 +173,20 @@ def _open_trace(path: Optional[Path], append: bool) -> Any:
     """The --trace file (appended to when a rerun resumes), or no trace."""
     if path is None:
         return nullcontext(None)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a" if append else "w", encoding="utf-8")
+    return _trace_file(path, append)
+
+
+@contextmanager
+def _trace_file(path: Path, append: bool) -> Iterator[Any]:
+    """The open --trace file; a full disk (or device, /dev/full) while writing it names the file."""
+    import errno
+
+    if not is_sink(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            yield fh
+    except OSError as e:
+        if e.filename is None and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            e.filename = str(path)
+        raise

@@ -17,15 +17,16 @@ app.add_typer(profile_app, name="profile")
 @profile_app.command("from-reference")
 def profile_from_reference_cmd(
     path: Path = typer.Argument(..., help="Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent."),
-    out: Path = typer.Option(..., "--out", help="YAML profile to write."),
+    out: str = typer.Option(..., "--out", help="YAML profile to write (outside the checkout)."),
     protocol: str = typer.Option("phrase", "--protocol", help="Final-answer protocol of the run: phrase (Table 1) | boxed."),
     baseline_input_tokens: Optional[int] = typer.Option(None, "--baseline-input-tokens", help="Baselines' prompt limit (default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models)."),
     yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
 ) -> None:
     """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
     from memagent.profile import write_profile
-    from memagent.reference import profile_from_reference
+    from memagent.reference import check_reference_out, profile_from_reference
 
+    out = check_reference_out(path, out)
     written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
     typer.echo(f"wrote the official {protocol} profile to {written}")
 

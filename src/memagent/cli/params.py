@@ -1,18 +1,29 @@
 """Typer commands made from an options type: each field with `memagent.flags.flag` metadata becomes one
 command-line option (its name, type, default and help come from the field), nested option groups included
 (`BackendOptions`, `BudgetOptions`, `SamplingOptions`), so a flag shared by `ask`, `eval` and `serve` is
-declared once."""
+declared once.
+
+A path option (a field typed `Path` or `Optional[Path]`) is taken as text and made a Path by
+`memagent.io.given_path`, so an empty one (`--state-dir ""`) is refused instead of meaning the working folder
+(typer's own Path conversion turns "" into ".")."""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
 import typing
-from typing import Annotated, Any, Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
 from memagent.flags import flag_decls, flag_key
+
+_PATH_TYPES = (Path, Optional[Path])
+
+
+def _is_path(kind: Any) -> bool:
+    return kind in _PATH_TYPES
 
 def flag_fields(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
     """(field, its type) of every flag field of the dataclass `cls`, in field order, nested option groups
@@ -34,12 +45,16 @@ def _default(f: dataclasses.Field) -> Any:
         value = f.default_factory()
     else:
         return inspect.Parameter.empty  # a required option
+    if isinstance(value, Path):
+        return str(value)
     return ",".join(value) if f.metadata["flag"]["parse"] and isinstance(value, list) else value
 
 
 def _parameter(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     meta = f.metadata["flag"]
     cli_type = str if meta["parse"] else kind  # a parsed field is given as text
+    if _is_path(kind):  # as text, checked by given_path in _build
+        cli_type = str if kind is Path else Optional[str]
     return inspect.Parameter(flag_key(f), inspect.Parameter.KEYWORD_ONLY, default=_default(f),
                              annotation=Annotated[cli_type, typer.Option(*flag_decls(f), help=meta["help"])])
 
@@ -51,6 +66,10 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
     for f in dataclasses.fields(cls):
         if "flag" in f.metadata:
             value, parse = values[flag_key(f)], f.metadata["flag"]["parse"]
+            if _is_path(hints[f.name]) and not parse:
+                from memagent.io import given_path
+
+                value = given_path(value, flag_decls(f)[0].split("/")[0])
             kwargs[f.name] = parse(value, flag_decls(f)[0]) if parse else value
         elif dataclasses.is_dataclass(hints[f.name]):
             kwargs[f.name] = _build(hints[f.name], values)

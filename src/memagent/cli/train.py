@@ -10,21 +10,27 @@ import typer
 from memagent.cli.app import app, int_list
 
 
+TINY_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                    "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json",
+                    "merges.txt")  # what build_tiny_model writes into DIR
+
+
 @app.command("tiny-model")
 def tiny_model(
-    out_dir: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
+    out_dir: str = typer.Argument(..., help="Directory to write the model and tokenizer to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
     force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in DIR."),
 ) -> None:
     """Write a tiny randomly initialised Qwen2 model + byte-level tokenizer (safetensors)."""
     from memagent.backends.tiny import build_tiny_model
     from memagent.flags import check_flags
-    from memagent.io import check_output_dir, refuse_occupied
+    from memagent.io import check_output_dir, refuse_files, refuse_occupied
 
     check_flags(dict(seed=seed))
-    check_output_dir(out_dir, "DIR")
-    refuse_occupied(out_dir, "DIR", force)
-    path = build_tiny_model(out_dir, seed=seed)
+    out = check_output_dir(out_dir, "DIR")
+    refuse_occupied(out, "DIR", force)
+    refuse_files(out, TINY_MODEL_FILES, "DIR", force)  # e.g. an unrelated config.json there
+    path = build_tiny_model(out, seed=seed)
     typer.echo(f"wrote a tiny model to {path}")
 
 
@@ -58,9 +64,15 @@ def train_cmd(
     check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
     if cfg.data and not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
-    if int(os.environ.get("RANK", "0")) == 0:
-        write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
-    result = train(cfg)
+    from contextlib import nullcontext
+
+    from memagent.lock import run_lock
+
+    main = int(os.environ.get("RANK", "0")) == 0
+    with run_lock(cfg.out_dir, "training run") if main else nullcontext():  # refused before profile.yaml is written
+        if main:
+            write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
+        result = train(cfg)  # the trainer takes the same lock again (re-entrant in this process)
     if result.checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
         typer.echo(f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}")
 
@@ -70,7 +82,7 @@ def train_cmd(
 def demo(
     quick: bool = typer.Option(False, "--quick", help="The reduced version (CI): fewer lengths, documents and steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of data, initialisation and sampling."),
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Directory for results.json, accuracy.png and model/."),
+    out: str = typer.Option("runs/demo", "--out", help="Directory for results.json, accuracy.png and model/."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every seed of this list (e.g. 100,101,102,103,104, "
                                         "the evaluation seeds) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min)."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
@@ -79,6 +91,9 @@ def demo(
 ) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
+    from memagent.demo.config import check_demo_out
+
+    out = check_demo_out(out)
     if seeds is not None:
         from memagent.demo.seeds import run_seeds
 
@@ -90,10 +105,8 @@ def demo(
         return
     from memagent.demo.pipeline import DemoConfig, run_demo
     from memagent.flags import check_flags
-    from memagent.io import check_output_dir
 
     check_flags(dict(seed=seed))
-    check_output_dir(out, "--out")
     from memagent.lock import run_lock
 
     with run_lock(out, "demo"):  # one demo per --out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memagent.tasks.toy import ToySpec
@@ -81,3 +82,16 @@ def full_prompt(question: str, context: str) -> str:
 def boxed(value: str) -> str:
     """An answer as the demo's models write it."""
     return "\\boxed{ " + value + " }"
+
+
+def check_demo_out(out: str) -> Path:
+    """`demo --out`, checked before any work: given (an empty path is not the working folder), a folder that
+    can be written, and not a model's folder (the demo writes results.json and model/ there; `train` refuses
+    a model's folder the same way). An earlier demo's folder is fine: a rerun writes over its results."""
+    from memagent.io import OutputError, check_output_dir, folder_holds
+
+    p = check_output_dir(out, "--out")
+    if folder_holds(p) == "a model":
+        raise OutputError(f"--out {out} holds a model; the demo writes its run there (results.json, model/, ...). "
+                          "Choose another folder, e.g. runs/demo")
+    return p

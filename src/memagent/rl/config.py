@@ -352,10 +352,9 @@ def check_out_dir(cfg: TrainConfig) -> None:
     """Refuse an out_dir that would destroy an input: the model's folder or any folder holding a model,
     an earlier run's folder without resume, or one whose config.json / metrics.jsonl is the data file.
     `force` writes over a model or a run anyway; checkpoints without resume stay an error (the trainer's)."""
-    out = Path(cfg.out_dir)
     model = cfg.model if cfg.model and Path(cfg.model).exists() else None
     inputs = {"model": model, "data": cfg.data.path or None}
-    check_output_dir(out, "out_dir", inputs)
+    out = check_output_dir(cfg.out_dir if cfg.out_dir is not None else "", "out_dir", inputs)  # "" is refused
     for name in ("config.json", "metrics.jsonl"):
         check_not_input(out / name, inputs, f"out_dir (its {name})")
     held = folder_holds(out)
