@@ -4,13 +4,14 @@ The lock is an OS file lock (`filelock`): `DIR/.memagent.lock` for a folder (eva
 an output file (`ask --output`). The OS drops it when the process dies, so a run killed with kill -9 never leaves a
 stale lock behind.
 
-The locks are re-entrant within one process (the CLI takes a run's lock before writing its side files, and the
+The locks are re-entrant within one thread (the CLI takes a run's lock before writing its side files, and the
 trainer takes it again), and an output that is a device or a FIFO (`/dev/null`) takes no lock: nothing could be
 written beside it (no `/dev/.null.lock`), and writes to a sink cannot interleave into a file.
 """
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +21,7 @@ from filelock import FileLock, Timeout
 from memagent.errors import MemAgentError
 
 LOCK_NAME = ".memagent.lock"
-_HELD: set[str] = set()  # lock files this process holds (resolved paths): taking one again is a no-op
+_LOCAL = threading.local()  # .held: the lock files this thread holds (resolved paths); taking one again is a no-op
 
 
 class RunLockedError(MemAgentError):
@@ -30,7 +31,8 @@ class RunLockedError(MemAgentError):
 @contextmanager
 def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]:
     key = os.path.realpath(lock_path)
-    if key in _HELD:  # this process holds it already (an outer block of the same run)
+    held = _LOCAL.__dict__.setdefault("held", set())
+    if key in held:  # this process holds it already (an outer block of the same run)
         yield lock_path
         return
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,11 +42,11 @@ def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]
     except Timeout:
         raise RunLockedError(f"another {what} is writing to {target} (it holds {lock_path}); wait for it to finish "
                              f"or choose another output {kind}") from None
-    _HELD.add(key)
+    held.add(key)
     try:
         yield lock_path
     finally:
-        _HELD.discard(key)
+        held.discard(key)
         lock.release()
 
 

@@ -99,7 +99,7 @@ def data_import(
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
     from memagent.tasks.schema import import_released
 
-    _check_data_flags(dict(out=out), {"SRC": src, "--source": source})  # --out F over the file it reads: refused
+    _check_data_flags(dict(out=out), {"--source": source})  # --out = SRC is refused by import_released itself
     n, kind = import_released(src, out, source)
     typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)
 
