@@ -24,13 +24,15 @@ def ask(o: AskOptions) -> None:
 @app.command("report")
 def report_cmd(
     trace: Path = typer.Argument(..., help="A JSONL trace (`ask --trace FILE`)."),
-    out: Path = typer.Option(..., "--out", help="HTML file to write (one self-contained file)."),
+    out: str = typer.Option(..., "--out", help="HTML file to write (one self-contained file)."),
     doc: Optional[str] = typer.Option(None, "--doc", help="Only this document (its doc_id); default: every document."),
 ) -> None:
     """The memory timeline of a trace as one static HTML file: each chunk, the memory after it, what changed."""
     from memagent.report import write_report
 
-    n = write_report(trace, out, doc)
+    from memagent.io import given_path
+
+    n = write_report(trace, given_path(out, "--out", "file path"), doc)
     typer.echo(f"wrote the timeline of {n} document(s) to {out}", err=True)
 
 
