@@ -45,7 +45,6 @@ CASES = [
     ("ask-output-not-jsonl", [*MANY, "--output", "{p}/notes.txt"], "is not a JSONL file of `memagent ask` results"),
     ("eval-data-is-summary", [*EVAL[:4], "{p}/ev1/summary.json", "--out", "{p}/ev1", "--no-progress"],
      "--out (its summary.json)"),
-    ("eval-data-is-table", [*EVAL[:4], "{p}/ev2/table.md", "--out", "{p}/ev2", "--no-progress"], "its table.md"),
     ("eval-data-is-plot", [*EVAL[:4], "{p}/ev3/scores_toy.png", "--out", "{p}/ev3", "--no-progress"],
      "would get plots named like"),
     ("eval-profile-in-out", [*EVAL[:4], "{w}/toy.jsonl", "--out", "{p}/ev4", "--profile", "{p}/ev4/profile.yaml",
