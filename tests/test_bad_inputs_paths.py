@@ -133,3 +133,23 @@ def test_side_files_are_refused_when_they_are_inputs(tmp_path):
     with pytest.raises(OutputError, match="is a folder"):
         check_side_files({"--output (its lock)": tmp_path / "dir"}, {})
     assert doc.read_text() == "keep me"
+
+
+def test_a_one_line_document_streams_like_the_whole_text(tmp_path, tiny_tokenizer):
+    """A 3 MB document of ONE line (no newline, no full stop) read as a stream gives the chunks of the whole text
+    tokenised at once, in linear time (bench/bench_one_line.py measures 50 MB: one line and lines alike)."""
+    import time
+
+    from memagent.agent.chunking import iter_chunks
+
+    words = ("river", "city", "the", "a", "house", "stone", "blue", "seven")
+    text = " ".join(words[i % len(words)] for i in range(3_000_000 // 5))
+    doc = tmp_path / "one_line.txt"
+    doc.write_text(text)
+    start = time.perf_counter()
+    chunks = list(iter_chunks(doc, tiny_tokenizer, 512))
+    seconds = time.perf_counter() - start
+    whole = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert [c.token_ids for c in chunks] == [whole[i:i + 512] for i in range(0, len(whole), 512)]
+    assert [c.start_token for c in chunks] == list(range(0, len(whole), 512))
+    assert seconds < 60, seconds
