@@ -82,7 +82,7 @@ def given_path(value: PathLike | None, flag: str, what: str = "path") -> Path | 
     """`value` as a Path; an empty or blank value is refused (Path("") would mean the working folder)."""
     if value is None:
         return None
-    if not str(value).strip() or (isinstance(value, str) and not value.strip()):
+    if not str(value).strip():
         raise OutputError(f"{flag} is empty; give a {what} (an empty path would mean the current folder)")
     return Path(value)
 
