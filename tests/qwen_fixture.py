@@ -34,7 +34,10 @@ REPLY_PLAIN = "\\boxed{Paris}"
 REPLY_THINKING = "<think>hmm</think>\n\n" + REPLY_PLAIN
 THINKING_PROMPT_END = "\n"  # the last token of Qwen3's generation prompt "<|im_start|>assistant\n"
 _EMBED_SCALE = 50.0  # chain embeddings dwarf what the random layers add to the residual stream
-_LOGIT_SCALE = 20.0  # the successor's logit is about _LOGIT_SCALE * sqrt(hidden); random rows give ~0.1
+# the successor's logit is about _LOGIT_SCALE * sqrt(hidden) = 15, any other token's under 1: greedy decoding
+# always follows the chain, sampling at temperature 1 leaves it with probability ~151,935 / (e^15 + 151,935)
+# = 4.4% a token (so rollout groups of the training test get unequal rewards)
+_LOGIT_SCALE = 15.0 / 32 ** 0.5
 
 
 def qwen_tokenizer_dir() -> Path | None:
