@@ -130,6 +130,23 @@ def test_one_training_step_on_the_qwen_vocab_model(run_cli, qwen_model_dir, qwen
     assert {p for p in batch.predictions} <= {ANSWER, None}
 
 
+@pytest.mark.xfail(strict=True, reason="known gap: training rollouts ignore a profile's chat_template_kwargs "
+                   "(TrainConfig has no field for them; rl/engines.py builds its backends without them)")
+def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_backend, qwen_tokenizer, tmp_path):
+    """`memagent train --profile P` writes P's chat_template_kwargs into out_dir/profile.yaml, so the rollouts
+    should render with them (Qwen3 with enable_thinking false: the empty think block), as `ask` and `eval` do."""
+    from memagent.profile import Profile, train_config_with_profile
+    from memagent.rl.config import load_config
+    from memagent.rl.distributed import DistInfo
+    from memagent.rl.engines import PolicyRollout
+
+    cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "progress=false"])
+    cfg, resolved = train_config_with_profile(cfg, Profile(chat_template_kwargs={"enable_thinking": False}))
+    assert resolved.chat_template_kwargs == {"enable_thinking": False}
+    rollout = PolicyRollout(qwen_backend.model, qwen_tokenizer, cfg, DistInfo())
+    assert rollout.backend().render("hi").endswith("<think>\n\n</think>\n\n")
+
+
 # -- data ruler-hqa ---------------------------------------------------------------------------------------------
 def test_ruler_hqa_lengths_are_qwen_token_counts(run_cli, qwen_dir, qwen_tokenizer, hotpot_file, tmp_path):
     """With --tokenizer <Qwen> each sample records num_tokens, the Qwen token count of its context exactly,
@@ -162,7 +179,7 @@ def test_lazy_ruler_hqa_counts_overshoot_qwen_by_one_token_a_separator(qwen_toke
     "\\n\\n" separator counted apart. Qwen's pre-tokeniser joins a paragraph's final "." with the "\\n\\n" after
     it (one token ".\\n\\n"), so the estimate is over by one token per separator: 49 of 1,362 (3.6%) for 50
     fixture documents, above the 2% the --tokens targets allow (a known defect, reported; lazy_threshold=50
-    stands in for 10,000 here)."""
+    stands in for 10,000 here). Held: never under the exact count, at most one token a separator over."""
     from memagent.tasks.documents import render_documents
     from memagent.tasks.ruler_hqa import load_hotpotqa, synthesize_ruler_hqa
 
@@ -173,4 +190,4 @@ def test_lazy_ruler_hqa_counts_overshoot_qwen_by_one_token_a_separator(qwen_toke
         exact = len(qwen_tokenizer(render_documents([corpus.paragraphs[i] for i in ids]),
                                    add_special_tokens=False)["input_ids"])
         assert s["tokens_exact"] is False
-        assert s["num_tokens"] - exact == len(ids) - 1
+        assert 0 <= s["num_tokens"] - exact <= len(ids) - 1
