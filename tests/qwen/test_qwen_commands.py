@@ -65,6 +65,8 @@ def test_ask_end_to_end_on_the_qwen_vocab_model(run_cli, qwen_model_dir, qwen_to
 def test_serve_answers_a_chat_request_with_the_qwen_vocab_model(qwen_model_dir, qwen_backend, tmp_path):
     """`memagent serve --model <dir>` in a child process, one OpenAI-shaped chat request: the answer and the
     call count of the same run in process."""
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
     doc, question = document(), "What is the capital of France?"
     ref = MemoryAgent(qwen_backend, AgentConfig(**BUDGETS)).run([AgentInput(question, doc)])[0]
     port = free_port()
@@ -91,7 +93,7 @@ def test_serve_answers_a_chat_request_with_the_qwen_vocab_model(qwen_model_dir, 
 
 # -- train ------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_one_training_step_on_the_qwen_vocab_model(run_cli, qwen_model_dir, qwen_tokenizer, tmp_path):
+def test_one_training_step_on_the_qwen_vocab_model(run_cli, qwen_model_dir, tmp_path):
     """`memagent train` with configs/rl/tiny.yaml's settings, one step. At temperature 1 the scripted model
     leaves its reply with probability ~4.4% a token, so groups get both rewards and the update moves weights."""
     from safetensors.torch import load_file
@@ -119,8 +121,6 @@ def test_one_training_step_on_the_qwen_vocab_model(run_cli, qwen_model_dir, qwen
     assert set(after) == set(before)
     assert any(not (before[k] == after[k]).all() for k in before)
     # the rows the step trains on: Qwen3 generation prompts in, <|im_end|>-terminated replies out
-    from memagent.backends.base import Generation  # noqa: F401  (the rows' shape: see RolloutBatch)
-
     backend = TransformersBackend.from_pretrained(qwen_model_dir, device="cpu", dtype="float32", want_logprobs=True)
     batch = generate_rollouts(backend, AgentConfig(**BUDGETS, temperature=1.0), load_samples(rows[:2]), [0, 1], 4,
                               lambda p, g: sub_em(p, g), seed=0)
