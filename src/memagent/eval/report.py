@@ -2,7 +2,7 @@
 mean score in % ± its standard error, with n) and a plot of score against length (log x), one of each per task.
 With `cost` each row also shows the model calls and seconds per document (means over its finished records), so
 workflows (memagent, lookup, skim, ...) compare on cost beside accuracy. `split_by` (a record tag, e.g. a two-hop
-sample's `order`) splits each row by that tag's value ("memagent [order=value-first]").
+sample's `order`) splits each row by that tag's value ("memagent (order=value-first)").
 
 Only the last record of each key counts (a retried failure replaces its error record), and `keys` limits
 the table to one run's records (a results file also holds the records of earlier settings). Failed samples
@@ -90,10 +90,10 @@ def _means(pairs: list[tuple[float, float]]) -> tuple[float | None, float | None
 
 
 def _split_labels(records: list[dict], labels: dict[str, str], split_by: str | None) -> dict[str, str]:
-    """Row labels with the record's `split_by` tag appended ("[order=value-first]"; "[order=?]" without it)."""
+    """Row labels with the record's `split_by` tag appended ("(order=value-first)"; "(order=?)" without it)."""
     if not split_by:
         return labels
-    return {r["key"]: f"{labels[r['key']]} [{split_by}={(r.get('tags') or {}).get(split_by, '?')}]" for r in records}
+    return {r["key"]: f"{labels[r['key']]} ({split_by}={(r.get('tags') or {}).get(split_by, '?')})" for r in records}
 
 
 def _method_labels(records: list[dict]) -> dict[str, str]:
