@@ -113,3 +113,9 @@ def test_one_training_step_trains_both_conversations(echo_installed, run_cli, ti
     bad.write_text(f"model: {tiny_model_dir}\ndata: {data}\nout_dir: {tmp_path / 'run2'}\nworkflow: nope\n")
     code, _, err = run_cli("train", bad)
     assert code == 2 and "unknown workflow 'nope'" in err and "echo" in err
+
+
+def test_the_docs_show_the_example_file_as_it_stands():
+    page = (EXAMPLES.parent / "workflows.md").read_text()
+    block = page.split("```python\n")[-1].split("```")[0]
+    assert block == (EXAMPLES / "echo_workflow.py").read_text()
