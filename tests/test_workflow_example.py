@@ -79,9 +79,11 @@ def test_eval_gives_a_row_per_workflow_with_calls_per_document(echo_installed, r
     assert "echo (order=value-first)" in split and "memagent (order=pointer-first)" in split
 
 
-def test_serve_runs_a_job_with_its_own_workflow(echo_installed, tiny_backend, tmp_path):
+def test_serve_runs_a_job_with_its_own_workflow(echo_installed, tiny_backend, tmp_path, monkeypatch):
     pytest.importorskip("fastapi")
     import httpx
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "serve"))
     from serve_helpers import ThreadServer
 
     with ThreadServer(tiny_backend, tmp_path / "state") as s:

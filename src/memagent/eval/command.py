@@ -69,7 +69,8 @@ class EvalOptions:
     def record(self) -> dict:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
-        values = {k: v for k, v in flag_values(self).items() if k not in left_out}
+        values = {k: v for k, v in flag_values(self).items() if k not in left_out
+                  and not (k in ("workflows", "split_by") and v is None)}  # added when given: older keys stay as they were
         return dict(values, backend=dataclasses.asdict(self.backend))
 
 
