@@ -184,3 +184,27 @@ def test_every_conversation_of_any_kind_is_a_row_with_the_samples_advantage(monk
     assert batch.sample_index.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     assert batch.is_final.tolist() == [False, True] * 4
     assert torch.equal(batch.advantages, torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0]))
+
+
+def test_validation_reads_with_the_training_workflow(tiny_backend):
+    from memagent.rl.distributed import DistInfo
+    from memagent.rl.samples import QASample
+    from memagent.rl.validation import Validator
+
+    built = []
+
+    def counted(backend, config, **options):
+        built.append((config.temperature, options))
+        return MemoryAgent(backend, config, **options)
+
+    register_workflow("counted", counted)
+    try:
+        v = Validator([QASample("1", "Which river?", "the river Nile " * 8, ("Nile",))], every=1,
+                      agent=AgentConfig(chunk_tokens=16, memory_tokens=8, answer_tokens=8, temperature=0.7),
+                      reward_fn=lambda raw, golds: 0.0, seed=0, info=DistInfo(), workflow="counted",
+                      workflow_options={"trace_chunks": True})
+        got = v.metrics(1, tiny_backend)
+    finally:
+        unregister_workflow("counted")
+    assert got == {"val/greedy_acc": 0.0, "val/sampled_acc": 0.0}
+    assert built == [(0.0, {"trace_chunks": True}), (0.7, {"trace_chunks": True})]  # greedy, then sampled
