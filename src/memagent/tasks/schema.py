@@ -73,6 +73,9 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
         raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
     metric = sample.get("metric")
     if metric is not None:
+        if not isinstance(metric, str):
+            raise DataError(f"{where('metric')}: must be a metric name (a string), got {type(metric).__name__}; "
+                            f"choose one of: {', '.join(METRICS)}")
         if metric not in METRICS and metric not in METRIC_ALIASES:
             raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     return sample
@@ -95,6 +98,8 @@ def read_samples(path: str | Path, source: str | Path | None = None,
             raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")
         seen[key] = str(n)
         yield sample
+    if not seen:
+        raise DataError(f"{path} holds no samples; give a file with at least one record")
 
 
 def sample_document(
