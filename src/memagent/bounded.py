@@ -91,7 +91,7 @@ def check_tree(value: Any, where: str, error: type[Exception]) -> Any:
         if isinstance(node, str):
             i = bad_char(node)
             if i is not None:
-                place = f"{where}, field {field!r}" if field is not None else where
+                place = f"{where}, field {field!r}:" if field is not None else f"{where}:"
                 raise error(not_utf8(place, node, i, _TEXT_FIX))
             continue
         if not isinstance(node, (dict, list)):
