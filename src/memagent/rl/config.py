@@ -307,7 +307,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
-        value = load_yaml(raw, f"override {item!r}: the value", ConfigError) if raw.strip() else ""
+        shown = item if len(item) <= 80 else item[:60] + "..."
+        value = load_yaml(raw, f"override {shown!r}: the value", ConfigError) if raw.strip() else ""
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
