@@ -178,5 +178,5 @@ def test_a_long_integer_in_a_released_array_is_one_error_line(tmp_path, body):
     p = subprocess.run([sys.executable, "-m", "memagent.cli", "data", "import", str(path), "--out",
                         str(tmp_path / "o.jsonl")], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 2, p.stderr[-2000:]
-    assert p.stderr.strip().splitlines() == [f"error: {path}: record 0: an integer of 10,000 digits, more than the 64 "
+    assert p.stderr.strip().splitlines() == [f"error: {path}: record 0: an integer of 10,000 digits, more than the 4,300 "
                                              "allowed; write it as a string if it is an id"]

@@ -59,8 +59,9 @@ def test_yaml_depth_at_the_limit_passes_one_more_fails():
 def test_integers_at_the_digit_limit_pass_one_more_fails():
     assert loads_json("9" * MAX_INT_DIGITS, "f", InputError) == int("9" * MAX_INT_DIGITS)
     assert loads_json(f'{{"id": -{"1" * MAX_INT_DIGITS}}}', "f", InputError)["id"] < 0
+    assert MAX_INT_DIGITS == 4300
     for text in ("9" * (MAX_INT_DIGITS + 1), '{"length": ' + "1" * 10_000 + "}"):
-        with pytest.raises(InputError, match=f"more than the {MAX_INT_DIGITS} allowed"):
+        with pytest.raises(InputError, match=f"more than the {MAX_INT_DIGITS:,} allowed"):
             loads_json(text, "f", InputError)
     assert loads_json('"' + "1" * 10_000 + '"', "f", InputError) == "1" * 10_000  # digits in a string are text
     with pytest.raises(InputError, match="an integer of 10,000 digits"):
@@ -68,6 +69,17 @@ def test_integers_at_the_digit_limit_pass_one_more_fails():
     assert load_yaml("seed: " + "9" * MAX_INT_DIGITS, "c", InputError)["seed"] == int("9" * MAX_INT_DIGITS)
     with pytest.raises(InputError, match="a number of 10,000 digits"):
         load_yaml("seed: " + "9" * 10_000, "c", InputError)
+    with pytest.raises(InputError, match="a number of 4,301 digits"):
+        load_yaml("seed: " + "9" * (MAX_INT_DIGITS + 1), "c", InputError)
+
+
+def test_the_digit_bound_holds_where_python_has_none(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "get_int_max_str_digits", lambda: 0)  # then the reader's own hook counts digits
+    assert loads_json("[" + "1" * MAX_INT_DIGITS + "]", "f", InputError)[0] > 0
+    with pytest.raises(InputError, match="an integer of 4,301 digits, more than the 4,300 allowed"):
+        loads_json("[" + "1" * (MAX_INT_DIGITS + 1) + "]", "f", InputError)
     assert load_yaml("seed: '" + "9" * 10_000 + "'", "c", InputError)["seed"] == "9" * 10_000
 
 
