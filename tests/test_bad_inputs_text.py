@@ -180,3 +180,22 @@ def test_a_long_integer_in_a_released_array_is_one_error_line(tmp_path, body):
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines() == [f"error: {path}: record 0: an integer of 10,000 digits, more than the 4,300 "
                                              "allowed; write it as a string if it is an id"]
+
+
+@pytest.mark.parametrize("body, says", [
+    (b'{"choices": ' + DEEP.encode() + b"}", "nested more than 64 levels deep"),
+    (b'{"choices": [{"message": {"role": "assistant", "content": "hi \\ud800"}, "finish_reason": "stop"}]}',
+     r"field .choices.: holds text that is not valid UTF-8 \(a lone surrogate U\+D800"),
+    (b'{"choices": [], "usage": {"prompt_tokens": ' + BIG.encode() + b"}}", "an integer of 10,000 digits"),
+], ids=["deep", "surrogate", "bigint"])
+def test_a_server_reply_is_read_bounded(openai_server, tiny_model_dir, body, says):
+    from memagent.backends.base import BackendError, SamplingParams
+    from memagent.backends.openai import OpenAIBackend
+
+    backend = OpenAIBackend(model="tiny", base_url=openai_server.url, tokenizer=tiny_model_dir, timeout=5.0,
+                            backoff=0.01, retry_seed=0, check_server=False, max_retries=1)
+    openai_server.raw_next(1, body)
+    with pytest.raises(BackendError, match=says) as e:
+        backend.generate(["hello"], SamplingParams(4))
+    assert openai_server.url in str(e.value)
+    assert backend.generate(["hello"], SamplingParams(4))[0].token_ids  # the next reply is fine again
