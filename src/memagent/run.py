@@ -60,10 +60,10 @@ def model_agent_settings(model: str) -> dict[str, Any]:
     path = Path(model) / AGENT_SETTINGS_FILE
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(read_text(path, "model settings file", InputError))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg}); fix it or remove it") from None
+    from memagent.bounded import CONFIG_CHARS, loads_json
+
+    data = loads_json(read_text(path, "model settings file", InputError), str(path), InputError, CONFIG_CHARS,
+                      syntax="{where} is not valid JSON ({reason}); fix it or remove it")
     if not isinstance(data, dict):
         raise InputError(f"{path} must be a JSON object of settings ({', '.join(_SETTING_KEYS)})")
     unknown = sorted(set(data) - set(_SETTING_KEYS))

@@ -213,9 +213,13 @@ class Transport:
             refused = "Connect" in type(cause).__name__
             what = f"{cause}" or type(cause).__name__
             return _Failure("unreachable" if refused else "connection broke", self.scrub(what), public_url(url))
+        from memagent.bounded import loads_json  # a reply too deep or with a lone surrogate: one clear error
+
         try:
-            return r.json()
-        except ValueError:
+            return loads_json(r.text, f"the reply of the server at {public_url(url)}", BackendError)
+        except BackendError as e:
+            if "not valid JSON" not in str(e):
+                raise
             raise BackendError(f"the server at {public_url(url)} answered HTTP 200 with a body "
                                f"that is not JSON: {self._snippet(r)!r}") from None
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
@@ -323,10 +323,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML; quote a string value") from None
+        shown = item if len(item) <= 80 else item[:60] + "..."
+        value = load_yaml(raw, f"override {shown!r}: the value", ConfigError) if raw.strip() else ""
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
@@ -347,10 +345,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
                               "file of TrainConfig fields")
-        try:
-            data = yaml.safe_load(read_text(p, "config file", ConfigError))
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        data = load_yaml(read_text(p, "config file", ConfigError), str(p), ConfigError)
         if data is None:
             data = {}
         if not isinstance(data, dict):
