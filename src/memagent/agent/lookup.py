@@ -33,7 +33,7 @@ from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conve
 from memagent.agent.scheduler import Call
 from memagent.agent.workflow import MemoryAgent, _Doc
 from memagent.backends.base import Backend, Generation, SamplingParams
-from memagent.config import AgentConfig, ConfigError
+from memagent.config import PLACEHOLDER, AgentConfig, ConfigError
 
 MAX_LOOKUPS = 4  # rounds of query + hits; each costs 1 + hits calls
 MAX_HITS = 8  # chunks read per lookup
@@ -56,6 +56,19 @@ def own_options(workflow: str, options: dict[str, Any], valid: Sequence[str]) ->
     if unknown:
         raise ConfigError(f"workflow {workflow} has no option {', '.join(unknown)}; its options are "
                           f"{', '.join(valid)} (and the shared run options)")
+
+
+def template_overhead(backend: Backend, template: str) -> int:
+    """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
+    prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
+    over the empty render. A tokenizer may merge the pieces of an empty render ("<problem>\\n" + "\\n</problem>"
+    -> one "\\n\\n" token) that filled fields keep apart, so the empty render alone can undercount."""
+    tok = backend.tokenizer
+    empty = PLACEHOLDER.sub("", template)
+    n_empty = len(tok(empty, add_special_tokens=False)["input_ids"])
+    pieces = [p for p in PLACEHOLDER.split(template)[::2] if p]  # split keeps the field names at odd places
+    n_pieces = sum(len(ids) for ids in tok(pieces, add_special_tokens=False)["input_ids"]) if pieces else 0
+    return backend.prompt_length(empty) + max(0, n_pieces - n_empty)
 
 
 def index_name(pos: int, doc_id: str) -> str:
@@ -117,7 +130,7 @@ class LookupAgent:
             return
         cfg, window = self.config, self.backend.max_window
         if window is not None:
-            overhead = self.backend.prompt_length(render(LOOKUP_QUERY_TEMPLATE, question="", memory=""))
+            overhead = template_overhead(self.backend, LOOKUP_QUERY_TEMPLATE)
             need = overhead + cfg.query_tokens + cfg.memory_tokens + self.lookup_tokens
             if need > window:
                 raise BudgetError(f"the lookup query call needs up to {need} tokens (template {overhead} + query "
@@ -185,7 +198,7 @@ class LookupAgent:
     def _take_query(self, d: _LookupDoc, call: Call, gen: Generation, seconds: float, batch_size: int) -> None:
         """Search the index for the model's query; the hits become the next chunks to read."""
         query, _ = strip_think(gen.text) if self.config.think == "strip" else (gen.text, False)
-        query = query.strip()
+        query = query.strip().encode("utf-8", "replace").decode("utf-8")  # a lone surrogate (JSON "\\ud800") -> "?"
         found = d.index.search(query, self.hits, exclude=d.looked_at)
         d.lookups_done += 1
         d.looked_at.update(h.chunk_no for h in found)
