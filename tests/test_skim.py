@@ -61,23 +61,18 @@ def test_skim_reads_the_top_k_chunks_in_document_order_with_k_plus_1_calls(tiny_
     assert prompts[3] == "Q:what is k7|M:none k7 is v5|A:"
     assert [(c.kind, c.step) for c in res.conversations] == [("memory", 2), ("memory", 5), ("memory", 8),
                                                             ("final", 12)]
-    [skim] = [r for r in records if r.get("kind") == "skim"]
-    assert skim["chunks"] == 12 and [(h["chunk"], h["start"], h["end"]) for h in skim["chosen"]] == [
-        (2, 2 * C, 3 * C), (5, 5 * C, 6 * C), (8, 8 * C, 9 * C)]
-    assert [r["chunk_start"] for r in records if "chunk_start" in r] == [2 * C, 5 * C, 8 * C]
-    assert skim["chosen"][0]["score"] < skim["chosen"][1]["score"]  # BM25: three times "k7" beats once
+    assert len(records) == 4  # one trace record per model call
+    assert [(r["step"], r["chunk_start"], r["chunk_tokens"]) for r in records[:3]] == [
+        (2, 2 * C, C), (5, 5 * C, C), (8, 8 * C, C)]  # each chunk's offset: the evidence
 
 
 def test_fewer_matches_than_k_are_filled_with_the_earliest_other_chunks(tiny_tokenizer):
     doc, chunks, [at] = _doc(tiny_tokenizer, ["k7 is v5"], filler=60)
     assert at > 3
     backend = ScriptedBackend(tiny_tokenizer, reader)
-    records = []
-    [res] = run_workflow(build_workflow("skim", backend, _config(), on_step=records.append),
+    [res] = run_workflow(build_workflow("skim", backend, _config(), keep_conversations=True),
                          [AgentInput("what is k7", doc, "d")])  # k = 4 by default
-    [skim] = [r for r in records if r.get("kind") == "skim"]
-    assert [h["chunk"] for h in skim["chosen"]] == [0, 1, 2, at]
-    assert [h["score"] is None for h in skim["chosen"]] == [True, True, True, False]
+    assert [c.step for c in res.conversations] == [0, 1, 2, at, len(chunks)]
     assert res.calls == 5 and res.answer == "v5"
 
 
@@ -124,7 +119,7 @@ def test_a_stream_is_read_once_and_its_chunks_come_from_the_index(tiny_tokenizer
     assert backend.batches[0] == [f"Q:what is k7|M:none|C:{chunks[at]}|"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # the index is gone
     records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
-    assert [r.get("kind") for r in records] == ["skim", None, "final"]
+    assert [(r.get("kind"), r.get("chunk_start")) for r in records] == [(None, C * at), ("final", None)]
 
 
 def test_an_empty_document_is_answered_from_the_empty_memory(tiny_tokenizer):

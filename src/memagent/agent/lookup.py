@@ -208,6 +208,7 @@ class LookupAgent:
                 self.backend.prompt_length(call.prompt)
             self.options.emit(dict(doc_id=d.item.doc_id, step=d.num_chunks, kind="query", lookup=d.lookups_done,
                                    query=query, hits=[hit_record(h) for h in found], prompt_tokens=n_prompt,
+                                   generated_tokens=len(gen.token_ids),
                                    seconds=round(seconds, 6), batch_size=batch_size))
         if self.options.keep_conversations:
             d.inner.conversations.append(Conversation("query", d.num_chunks, call.prompt, gen.prompt_token_ids,

@@ -10,7 +10,9 @@ number of chunks K (docs/paper.md, "Limits we build beyond"); skim reads only th
 
 With k >= K it reads every chunk in order: the calls and answers of `memagent`. It fails where the question
 shares no word with the evidence (a paraphrase, a second hop named only in another chunk): the ranking cannot
-see what the memory would have learnt. A trace record of kind "skim" lists the chunks chosen (offsets, scores).
+see what the memory would have learnt. The trace has one record per model call, as every workflow's: each
+chosen chunk's memory record carries its `chunk_start` (the evidence); the ranking itself is no call and has no
+record (`_SkimDoc.chosen` holds it).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from memagent.agent.index import ChunkIndex
-from memagent.agent.lookup import bounded_int, hit_record, index_name, own_options
+from memagent.agent.lookup import bounded_int, index_name, own_options
 from memagent.agent.protocol import AgentInput, AgentResult, RunStats, run_workflow, split_options, stream_workflow
 from memagent.agent.scheduler import Call
 from memagent.agent.workflow import MemoryAgent, _Doc
@@ -86,11 +88,6 @@ class SkimAgent:
             hits = index.search(item.question, self.k)
             chosen = sorted(h.chunk_no for h in hits)
             chosen = sorted(chosen + index.first(self.k - len(chosen), exclude=chosen))
-            if self.options.observed:
-                scores = {h.chunk_no: h for h in hits}
-                self.options.emit(dict(doc_id=item.doc_id, step=inner.step, kind="skim", chunks=len(index),
-                                       chosen=[hit_record(scores[no]) if no in scores else
-                                               dict(hit_record(index.get(no)), score=None) for no in chosen]))
         except BaseException:
             index.close()
             raise
