@@ -27,7 +27,7 @@ from memagent.errors import MemAgentError
 
 __all__ = ["AgentInput", "AgentResult", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW", "RunStats",
            "UnknownWorkflow", "WORKFLOW_OPTIONS", "Workflow", "WorkflowFactory", "WorkflowOptions", "build_workflow",
-           "check_questions", "get_workflow", "register_workflow", "run_workflow", "split_options",
+           "check_questions", "get_workflow", "refresh_entry_points", "register_workflow", "run_workflow", "split_options",
            "stream_workflow", "workflow_names"]
 
 WorkflowFactory = Callable[..., Workflow]  # factory(backend, config: AgentConfig, **options) -> Workflow
@@ -75,6 +75,11 @@ def register_workflow(name: str, factory: WorkflowFactory) -> None:
 def unregister_workflow(name: str) -> None:
     """Forget a workflow registered with `register_workflow` (built-ins and entry points stay)."""
     _REGISTRY.factories.pop(name, None)
+
+
+def refresh_entry_points() -> None:
+    """Read the installed entry points again on the next lookup (a package installed in a running process)."""
+    _REGISTRY.entry_points = None
 
 
 def workflow_names() -> list[str]:

@@ -1,5 +1,8 @@
 """The read-write loop (paper: "The workflow"): each chunk is one independent call that
 overwrites a fixed-size memory; a last call answers from the question and the final memory.
+`MemoryAgent` is the workflow "memagent" (memagent.agent.registry), the default of every command; the
+protocol every workflow follows, its inputs and results and the run helpers are memagent.agent.protocol
+(`AgentInput`, `AgentResult`, `Conversation`, `BudgetError` are re-exported here, where they always were).
 
 Many documents run at once, each a small state machine driven by memagent.agent.scheduler: on an
 in-process backend the ready prompts of all documents in flight form one batch (memory prompts in one,
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
-from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
+from memagent.agent.chunking import Chunk, iter_chunks, middle_truncate
 from memagent.agent.prompts import render
 from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conversation, WorkflowOptions,
                                      check_questions, run_workflow, stream_workflow)

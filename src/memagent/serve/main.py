@@ -39,6 +39,9 @@ class ServeOptions:
         "Largest JSON request (a document sent inline included)."))
     max_document_bytes: int = field(default=8 << 30, metadata=flag("Largest uploaded document."))
     max_question_chars: int = field(default=8192, metadata=flag("Longest question."))
+    workflow: str = field(default="memagent", metadata=flag(
+        "Reading workflow of the jobs (memagent, lookup, skim, or one a package registers); a job may name its own "
+        "(\"workflow\" in POST /v1/jobs)."))
 
 
 def is_loopback(host: str) -> bool:
@@ -78,7 +81,7 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
     manager = JobManager(Store(o.state_dir / "serve.sqlite3"), DocumentStore(o.state_dir / "documents",
-                         o.max_document_bytes), shared, config, metrics, o.max_jobs, o.max_queue)
+                         o.max_document_bytes), shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
@@ -97,6 +100,9 @@ def run_serve(o: ServeOptions) -> None:
 
     require_serve_deps()
     check_flags(flag_values(o))
+    from memagent.agent.registry import get_workflow
+
+    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     if not 0 < o.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
