@@ -265,3 +265,17 @@ def test_greedy_lookup_on_the_tiny_model_is_deterministic_and_traced(tiny_backen
     for h in q["hits"]:  # each hit is a real chunk at its offsets, read again with the memory
         assert (h["start"], h["end"]) == (C * h["chunk"], min(C * h["chunk"] + C, len(ids)))
     assert [c.step for c in a.conversations[k + 1:k + 1 + n_hits]] == [h["chunk"] for h in q["hits"]]
+
+
+def test_pipelined_on_a_concurrent_backend_gives_the_lock_step_results(tiny_tokenizer):
+    doc, _ = _two_hop(tiny_tokenizer)
+    items = [AgentInput("what does k3 point to? give its value", doc, f"d{i}") for i in range(3)]
+    lock = run_workflow(build_workflow("lookup", ScriptedBackend(tiny_tokenizer, one_fact_reader), _config(),
+                                       keep_conversations=True), items)
+    concurrent = ScriptedBackend(tiny_tokenizer, one_fact_reader)
+    concurrent.max_concurrency = 2
+    piped = run_workflow(build_workflow("lookup", concurrent, _config(), keep_conversations=True,
+                                        schedule="pipelined"), items)
+    assert [r.answer for r in piped] == [r.answer for r in lock] == ["v5"] * 3
+    assert [[(c.kind, c.step, c.text) for c in r.conversations] for r in piped] == \
+        [[(c.kind, c.step, c.text) for c in r.conversations] for r in lock]
