@@ -279,3 +279,35 @@ def test_pipelined_on_a_concurrent_backend_gives_the_lock_step_results(tiny_toke
     assert [r.answer for r in piped] == [r.answer for r in lock] == ["v5"] * 3
     assert [[(c.kind, c.step, c.text) for c in r.conversations] for r in piped] == \
         [[(c.kind, c.step, c.text) for c in r.conversations] for r in lock]
+
+
+def test_a_lookup_rollout_trains_the_query_conversation_with_the_samples_advantage(tiny_tokenizer):
+    """One question, G = 2 rollouts of the two-hop document (value first). The first final reply is "v5"
+    (reward 1), the second "no" (reward 0): advantages R - group mean = +0.5 and -0.5, each broadcast to every
+    row of its sample: K memory rows, the query row, 2 hit rows and the final row."""
+    import torch
+
+    from memagent.rl.rollout import generate_rollouts
+    from memagent.rl.samples import QASample
+
+    doc, ids = _two_hop(tiny_tokenizer)
+    k = -(-len(ids) // C)
+    finals = iter(["\\boxed{v5}", "\\boxed{no}"])
+
+    def reply(prompt, call):
+        return next(finals) if prompt.endswith("|A:") else one_fact_reader(prompt, call)
+
+    backend = ScriptedBackend(tiny_tokenizer, reply)
+    sample = QASample("1", "what does k3 point to? give its value", doc, ["v5"])
+    batch = generate_rollouts(backend, _config(), [sample], [0], 2, lambda raw, golds: float("v5" in raw),
+                              seed=0, workflow="lookup", workflow_options=dict(hits=2)).with_advantages()
+    rows = k + 1 + 2 + 1
+    assert batch.sample_index.tolist() == [0] * rows + [1] * rows
+    assert batch.is_final.tolist() == ([False] * (rows - 1) + [True]) * 2
+    assert batch.rewards.tolist() == [1.0, 0.0]
+    assert torch.equal(batch.advantages, torch.tensor([0.5] * rows + [-0.5] * rows))
+    query_ids = tiny_tokenizer("k3 points to k7", add_special_tokens=False)["input_ids"]
+    assert batch.response_ids[k] == batch.response_ids[rows + k] == query_ids  # the query row, in both samples
+    prompt = tiny_tokenizer(render(LOOKUP_QUERY_TEMPLATE, question=sample.question, memory="k3 points to k7"),
+                            add_special_tokens=False)["input_ids"]
+    assert batch.prompt_ids[k] == prompt
