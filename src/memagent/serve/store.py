@@ -57,19 +57,21 @@ class Store:
         self._lock = threading.Lock()
 
     def _open(self) -> None:
-        """WAL mode, the tables (created when absent), then the schema check."""
+        """The schema check (reads only: a database that is not ours is left as it was), then WAL mode and the
+        tables that are absent."""
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):
             raise self._not_ours(f"schema version {version}; this memagent reads version {SCHEMA_VERSION}")
+        for table, want in _COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if have and not want <= have:
+                raise self._not_ours(f"another schema: its table {table!r} lacks the column(s) "
+                                     f"{', '.join(sorted(want - have))}")
+            if have:
+                self._db.execute(f"SELECT {', '.join(sorted(want))} FROM {table} LIMIT 1").fetchall()  # readable
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        for table, want in _COLUMNS.items():
-            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            if not want <= have:
-                raise self._not_ours(f"another schema: its table {table!r} lacks the column(s) "
-                                     f"{', '.join(sorted(want - have))}")
-            self._db.execute(f"SELECT {', '.join(sorted(want))} FROM {table} LIMIT 1").fetchall()  # pages readable
         if version == 0:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
