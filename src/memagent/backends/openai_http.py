@@ -145,7 +145,7 @@ class _CappedStream(_ByteStream):
         async for block in self.inner:
             n += len(block)
             if n > self.limit:
-                raise ReplyTooLarge(f"more than the {self.limit} bytes allowed")
+                raise ReplyTooLarge(f"more than the {self.limit} bytes allowed (an endless or runaway body)")
             yield block
 
     async def aclose(self) -> None:
@@ -158,7 +158,7 @@ def _cap_reply(limit: int) -> Any:
     async def hook(response: Any) -> None:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise ReplyTooLarge(f"{declared} bytes by its Content-Length, more than the {limit} allowed")
+            raise ReplyTooLarge(f"{declared} bytes by its Content-Length, more than the {limit} bytes allowed")
         response.stream = _CappedStream(response.stream, limit)
 
     return hook
@@ -408,8 +408,8 @@ class Transport:
         return redact_tree(data, self._key) if self._key else data
 
     def _too_large(self, e: ReplyTooLarge, url: str) -> BackendError:
-        return BackendError(f"the server at {public_url(url)} sent a reply of {e} (an endless or runaway "
-                            "body); not retried: check the server, or --base-url")
+        return BackendError(f"the server at {public_url(url)} sent a reply of {e}; not retried: check the "
+                            "server, or --base-url")
 
     def _status(self, r: Any, url: str, allow_404: bool) -> Any:
         if r.status_code == 404 and allow_404:
