@@ -173,9 +173,13 @@ def reply_json(data: bytes, where: str) -> Any:
     BackendError naming `where` otherwise (NotJSON for a body that is not JSON at all).
 
     NOTE for the lead: memagent.bounded.loads_json (issue 24, class 2) is the project's one bounded JSON
-    reader; once it is merged, this body becomes
-    `loads_json(data.decode("utf-8", "replace"), f"the server at {where}", BackendError, CONFIG_CHARS)`."""
-    text = data.decode("utf-8", "replace")
+    reader; once it is merged, the part after the decoding becomes
+    `loads_json(text, f"the server at {where}", BackendError, CONFIG_CHARS)`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BackendError(f"the server at {where} sent a reply that is not valid UTF-8 (byte {e.start}: "
+                           f"{e.reason}); is it an OpenAI-compatible server (check --base-url)?") from None
     try:
         value = json.loads(text)
     except RecursionError:
