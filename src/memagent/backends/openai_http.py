@@ -14,8 +14,8 @@ URL without credentials, number of tries) and what to do. With one replica a rou
 
 A reply is read within bounds: at most `max_reply_bytes` of body (an endless body is cut there, before it
 fills the memory; a declared Content-Length over it is refused before any byte is read), nested at most
-`MAX_REPLY_DEPTH` levels, its text valid Unicode (a lone surrogate escape is refused). Each is a BackendError
-naming the server, not retried.
+`memagent.bounded.MAX_DEPTH` levels, its text valid Unicode (a lone surrogate escape is refused). Each is a
+BackendError naming the server, not retried.
 
 The API key goes to the SDK and nowhere else. Server text is redacted as it comes in, before any cut to a
 length limit: `redact` replaces the key wherever it appears (any case, any spacing, or a prefix of it),
@@ -52,7 +52,6 @@ except ImportError:  # pragma: no cover - older SDKs
                        Timeout as _Timeout)
 
 MAX_REPLY_BYTES = 32 << 20  # a reply of 32K tokens with log-probs is about 5 MB; an endless body stops here
-MAX_REPLY_DEPTH = 64  # an OpenAI reply nests 5 levels; a deeper one is a bomb, not a reply
 
 
 @functools.lru_cache(maxsize=256)  # called per reply, with the few URLs of the replicas
@@ -164,58 +163,30 @@ def _cap_reply(limit: int) -> Any:
     return hook
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_JSON = "\x00not JSON"  # the syntax message asked of loads_json: told apart from its other errors
 
 
 def reply_json(data: bytes, where: str) -> Any:
-    """The JSON value of a reply body: nested at most MAX_REPLY_DEPTH levels, all text valid Unicode; a
-    BackendError naming `where` otherwise (NotJSON for a body that is not JSON at all).
+    """The JSON value of a reply body, read by the project's bounded reader (memagent.bounded.loads_json:
+    at most MAX_DEPTH levels, integers of bounded length, all text valid Unicode); a BackendError naming the
+    server otherwise, NotJSON for a body that is not JSON at all."""
+    from memagent.bounded import CONFIG_CHARS, loads_json
 
-    NOTE for the lead: memagent.bounded.loads_json (issue 24, class 2) is the project's one bounded JSON
-    reader; once it is merged, the part after the decoding becomes
-    `loads_json(text, f"the server at {where}", BackendError, CONFIG_CHARS)`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BackendError(f"the server at {where} sent a reply that is not valid UTF-8 (byte {e.start}: "
                            f"{e.reason}); is it an OpenAI-compatible server (check --base-url)?") from None
     try:
-        value = json.loads(text)
-    except RecursionError:
-        raise _too_deep(where) from None
-    except ValueError:
-        raise NotJSON(where) from None
-    if text.count("[") + text.count("{") > MAX_REPLY_DEPTH or _SURROGATE_ESCAPE.search(text):
-        _check_tree(value, where)
-    return value
+        return loads_json(text, f"the reply of the server at {where}", BackendError, CONFIG_CHARS, syntax=_NOT_JSON)
+    except BackendError as e:
+        if str(e) == _NOT_JSON:
+            raise NotJSON(where) from None
+        raise
 
 
 class NotJSON(BackendError):
     """A reply body that is not JSON (the caller says what it held)."""
-
-
-def _too_deep(where: str) -> BackendError:
-    return BackendError(f"the server at {where} sent a reply nested more than {MAX_REPLY_DEPTH} levels deep; "
-                        "is it an OpenAI-compatible server (check --base-url)?")
-
-
-def _check_tree(value: Any, where: str) -> None:
-    """Depth and lone surrogates of a decoded reply, walked with a stack (never recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            if _SURROGATE.search(node):
-                raise BackendError(f"the server at {where} sent text that is not valid Unicode (a lone "
-                                   "surrogate \\ud800-\\udfff escape); is it an OpenAI-compatible server?")
-            continue
-        if depth >= MAX_REPLY_DEPTH and isinstance(node, (dict, list)):
-            raise _too_deep(where)
-        if isinstance(node, dict):
-            stack.extend((x, depth + 1) for kv in node.items() for x in kv)
-        elif isinstance(node, list):
-            stack.extend((x, depth + 1) for x in node)
 
 
 def redact_tree(value: Any, key: str) -> Any:

@@ -59,6 +59,10 @@ class ServeOptions:
     max_question_chars: int = field(default=8192, metadata={**flag("Longest question."), **bounds(
         1, 1 << 20, "0 would refuse every question")})
 
+    workflow: str = field(default="memagent", metadata=flag(
+        "Reading workflow of the jobs (memagent, lookup, skim, or one a package registers); a job may name its own "
+        "(\"workflow\" in POST /v1/jobs)."))
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             if "bounds" not in f.metadata:
@@ -141,7 +145,7 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
     store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
-    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue)
+    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
@@ -160,6 +164,9 @@ def run_serve(o: ServeOptions) -> None:
 
     require_serve_deps()
     check_flags(flag_values(o))
+    from memagent.agent.registry import get_workflow
+
+    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)
     config = profile.agent_config()
