@@ -37,6 +37,10 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str) -> int:
+    if os.environ.get("OPENAI_API_KEY"):  # the openai backend's key: redacted where made; again here, to be sure
+        from memagent.backends.openai_http import redact
+
+        message = redact(str(message), os.environ["OPENAI_API_KEY"])
     typer.echo(f"error: {_one_line(message)}", err=True)
     return 2
 

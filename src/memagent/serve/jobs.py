@@ -206,7 +206,7 @@ class JobManager:
             if not (self._stopping and not live.cancel.is_set()):
                 self._finish(job_id, live, "cancelled")
         except MemAgentError as e:
-            self._finish(job_id, live, "failed", str(e))
+            self._finish(job_id, live, "failed", self.backend.redact(str(e)))  # clients read it: no upstream key
         except Exception as e:  # noqa: BLE001  (a bug: the job fails, the server goes on)
             log.exception("job %s failed", job_id)
             self._finish(job_id, live, "failed", f"internal error ({type(e).__name__}); see the server log")
