@@ -31,9 +31,9 @@ from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conversation, RunStats, run_workflow,
                                      split_options, stream_workflow)
 from memagent.agent.scheduler import Call
-from memagent.agent.workflow import MemoryAgent, _Doc
+from memagent.agent.workflow import MemoryAgent, _Doc, template_overhead
 from memagent.backends.base import Backend, Generation, SamplingParams
-from memagent.config import PLACEHOLDER, AgentConfig, ConfigError
+from memagent.config import AgentConfig, ConfigError
 
 MAX_LOOKUPS = 4  # rounds of query + hits; each costs 1 + hits calls
 MAX_HITS = 8  # chunks read per lookup
@@ -56,19 +56,6 @@ def own_options(workflow: str, options: dict[str, Any], valid: Sequence[str]) ->
     if unknown:
         raise ConfigError(f"workflow {workflow} has no option {', '.join(unknown)}; its options are "
                           f"{', '.join(valid)} (and the shared run options)")
-
-
-def template_overhead(backend: Backend, template: str) -> int:
-    """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
-    prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
-    over the empty render. A tokenizer may merge the pieces of an empty render ("<problem>\\n" + "\\n</problem>"
-    -> one "\\n\\n" token) that filled fields keep apart, so the empty render alone can undercount."""
-    tok = backend.tokenizer
-    empty = PLACEHOLDER.sub("", template)
-    n_empty = len(tok(empty, add_special_tokens=False)["input_ids"])
-    pieces = [p for p in PLACEHOLDER.split(template)[::2] if p]  # split keeps the field names at odd places
-    n_pieces = sum(len(ids) for ids in tok(pieces, add_special_tokens=False)["input_ids"]) if pieces else 0
-    return backend.prompt_length(empty) + max(0, n_pieces - n_empty)
 
 
 def index_name(pos: int, doc_id: str) -> str:

@@ -32,7 +32,7 @@ from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conve
                                      check_questions, run_workflow, stream_workflow)
 from memagent.agent.scheduler import Call, RunStats, call_seed, resolve_schedule  # noqa: F401  (call_seed: re-exported)
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
-from memagent.config import AgentConfig
+from memagent.config import PLACEHOLDER, AgentConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,19 @@ def cap_tokens_many(texts: Sequence[str], tokenizer: Any, limit: int) -> list[tu
         return []
     counts = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
     return [(t, n, False) if n <= limit else cap_tokens(t, tokenizer, limit) for t, n in zip(texts, counts)]
+
+
+def template_overhead(backend: Backend, template: str) -> int:
+    """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
+    prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
+    over the empty render. A tokenizer may merge the pieces of an empty render ("<problem>\\n" + "\\n</problem>"
+    -> one "\\n\\n" token) that filled fields keep apart, so the empty render alone can undercount."""
+    tok = backend.tokenizer
+    empty = PLACEHOLDER.sub("", template)
+    n_empty = len(tok(empty, add_special_tokens=False)["input_ids"])
+    pieces = [p for p in PLACEHOLDER.split(template)[::2] if p]  # split keeps the field names at odd places
+    n_pieces = sum(len(ids) for ids in tok(pieces, add_special_tokens=False)["input_ids"]) if pieces else 0
+    return backend.prompt_length(empty) + max(0, n_pieces - n_empty)
 
 
 class MemoryAgent:
@@ -128,8 +141,8 @@ class MemoryAgent:
         cfg, window = self.config, self.backend.max_window
         if window is None:
             return
-        mem_overhead = self.backend.prompt_length(render(cfg.memory_template, question="", memory="", chunk=""))
-        fin_overhead = self.backend.prompt_length(render(cfg.final_template, question="", memory=""))
+        mem_overhead = template_overhead(self.backend, cfg.memory_template)  # an upper bound: see its docstring
+        fin_overhead = template_overhead(self.backend, cfg.final_template)
         need_mem = mem_overhead + cfg.query_tokens + cfg.chunk_tokens + 2 * cfg.memory_tokens
         need_fin = fin_overhead + cfg.query_tokens + cfg.memory_tokens + cfg.answer_tokens
         need = max(need_mem, need_fin)
