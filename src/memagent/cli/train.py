@@ -94,6 +94,9 @@ def demo(
     from memagent.demo.config import check_demo_out
 
     out = check_demo_out(out)
+    from memagent.demo.numerics import pin_mkl_branch
+
+    pin_mkl_branch()  # before any tensor work: the same table on every machine of a kind (demo/numerics.py)
     if seeds is not None:
         from memagent.demo.seeds import run_seeds
 
