@@ -4,8 +4,9 @@ The lock is an OS file lock (`filelock`): `DIR/.memagent.lock` for a folder (eva
 an output file (`ask --output`). The OS drops it when the process dies, so a run killed with kill -9 never leaves a
 stale lock behind.
 
-The locks are re-entrant within one thread (the CLI takes a run's lock before writing its side files, and the
-trainer takes it again), and an output that is a device or a FIFO (`/dev/null`) takes no lock: nothing could be
+A lock taken with `run_lock(..., reenter=True)` may be taken again by the same thread without waiting (the train
+CLI takes the run's lock before writing profile.yaml, and the trainer takes it again); any other lock held
+refuses a second taker, in this process too, and an output that is a device or a FIFO (`/dev/null`) takes no lock: nothing could be
 written beside it (no `/dev/.null.lock`), and writes to a sink cannot interleave into a file.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from filelock import FileLock, Timeout
 from memagent.errors import MemAgentError
 
 LOCK_NAME = ".memagent.lock"
-_LOCAL = threading.local()  # .held: the lock files this thread holds (resolved paths); taking one again is a no-op
+_LOCAL = threading.local()  # .held: lock files this thread took with reenter=True; taking one again is a no-op
 
 
 class RunLockedError(MemAgentError):
@@ -29,7 +30,7 @@ class RunLockedError(MemAgentError):
 
 
 @contextmanager
-def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]:
+def _hold(lock_path: Path, what: str, target: Path, kind: str, reenter: bool = False) -> Iterator[Path]:
     key = os.path.realpath(lock_path)
     held = _LOCAL.__dict__.setdefault("held", set())
     if key in held:  # this process holds it already (an outer block of the same run)
@@ -42,7 +43,8 @@ def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]
     except Timeout:
         raise RunLockedError(f"another {what} is writing to {target} (it holds {lock_path}); wait for it to finish "
                              f"or choose another output {kind}") from None
-    held.add(key)
+    if reenter:
+        held.add(key)
     try:
         yield lock_path
     finally:
@@ -50,10 +52,11 @@ def _hold(lock_path: Path, what: str, target: Path, kind: str) -> Iterator[Path]
         lock.release()
 
 
-def run_lock(folder: str | Path, what: str = "run"):
-    """Hold `folder`'s lock for the body (the folder is created); refuse at once if another process holds it."""
+def run_lock(folder: str | Path, what: str = "run", reenter: bool = False):
+    """Hold `folder`'s lock for the body (the folder is created); refuse at once if another holder has it.
+    reenter: the same thread may take it again inside the body (e.g. the trainer inside the train command)."""
     folder = Path(folder)
-    return _hold(folder / LOCK_NAME, what, folder, "folder")
+    return _hold(folder / LOCK_NAME, what, folder, "folder", reenter)
 
 
 def file_lock(path: str | Path, what: str = "run"):

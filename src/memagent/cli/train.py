@@ -69,7 +69,7 @@ def train_cmd(
     from memagent.lock import run_lock
 
     main = int(os.environ.get("RANK", "0")) == 0
-    with run_lock(cfg.out_dir, "training run") if main else nullcontext():  # refused before profile.yaml is written
+    with run_lock(cfg.out_dir, "training run", reenter=True) if main else nullcontext():  # refused before profile.yaml is written
         if main:
             write_profile(resolved, Path(cfg.out_dir) / "profile.yaml")
         result = train(cfg)  # the trainer takes the same lock again (re-entrant in this process)
