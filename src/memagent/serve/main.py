@@ -39,6 +39,9 @@ class ServeOptions:
         "Largest JSON request (a document sent inline included)."))
     max_document_bytes: int = field(default=8 << 30, metadata=flag("Largest uploaded document."))
     max_question_chars: int = field(default=8192, metadata=flag("Longest question."))
+    prompt_split: str = field(default="auto", metadata=flag(
+        "Where the question is in a one-message chat (document and question together, as harnesses send it): "
+        "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
 
 
 def is_loopback(host: str) -> bool:
@@ -81,8 +84,10 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
                          o.max_document_bytes), shared, config, metrics, o.max_jobs, o.max_queue)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
+    from memagent.agent.split_prompt import parse_rule
+
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
-                             max_question_chars=o.max_question_chars)
+                             max_question_chars=o.max_question_chars, prompt_split=parse_rule(o.prompt_split))
     app = create_app(manager, settings)
     manager.resume_all()
     return app, manager
@@ -97,6 +102,9 @@ def run_serve(o: ServeOptions) -> None:
 
     require_serve_deps()
     check_flags(flag_values(o))
+    from memagent.agent.split_prompt import parse_rule
+
+    parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     if not 0 < o.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
