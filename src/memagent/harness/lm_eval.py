@@ -41,6 +41,18 @@ class MemAgentLM(LM):
         self.harness = Harness(str(name), **args)
         self.timelines: list[dict[str, Any]] = []  # of the last generate_until call, in request order
 
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None) -> "MemAgentLM":
+        """lm-eval's --batch_size/--device fill in what --model_args does not set (model_args win)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> "MemAgentLM":
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         outcomes = self.harness.answer([req.args[0] for req in requests])
         self.timelines = [o.timeline for o in outcomes]
