@@ -56,12 +56,6 @@ def _eval(tmp_path: Path, model: str, args: list[str], extra_env: dict) -> dict:
     return data
 
 
-def _answers(log: dict) -> list[str]:
-    return [s["output"]["choices"][0]["message"]["content"] if isinstance(
-        s["output"]["choices"][0]["message"]["content"], str) else s["output"]["completion"]
-        for s in sorted(log["samples"], key=lambda s: s["id"])]
-
-
 @pytest.mark.slow
 def test_inspect_with_the_memagent_model_api(tiny_model_dir, tmp_path, run_cli):
     import os
