@@ -32,3 +32,19 @@ def test_bad_prompt_is_one_error_line(run_cli, tiny_model_dir, tmp_path):
     code, _, err = run_cli("ask", "--model", tiny_model_dir, "--prompt", prompt, "--prompt-split", "messages", *FLAGS)
     assert code == 2 and "for chat requests" in err
     assert prompt.read_bytes() == before
+
+
+def test_serve_refuses_an_unknown_rule_before_loading(run_cli, tmp_path):
+    code, _, err = run_cli("serve", "--model", tmp_path / "no-model", "--state-dir", tmp_path / "s",
+                           "--prompt-split", "sentence")
+    assert code == 2 and err.startswith("error: unknown prompt split rule 'sentence'")
+
+
+def test_a_missing_harness_package_is_a_clear_error():
+    import pytest
+
+    from memagent.errors import InputError
+    from memagent.harness import require
+
+    with pytest.raises(InputError, match=r"no_such_pkg is not installed; pip install 'memagent\[harness\]'"):
+        require("no_such_pkg")
