@@ -45,7 +45,7 @@ def read_inputs(path: Path) -> list[AgentInput]:
 def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dict]:
     """The check of one `ask --input` record (fields shared with eval's samples are checked as eval does);
     returns the record with its id (default: its line number) and its document as a resolved Path."""
-    from memagent.tasks.released import check_context, check_text
+    from memagent.tasks.released import check_context, check_lazy, check_text
     from memagent.tasks.schema import DataError
 
     def check(rec: dict, where: Callable[[str | None], str]) -> dict:
@@ -62,7 +62,9 @@ def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dic
                 raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
         elif "document" in rec:
             rec["document"] = _document_path(rec["document"], path, where)
-        elif not isinstance(rec.get("lazy"), dict):
+        elif "lazy" in rec:
+            check_lazy(rec["lazy"], where)
+        else:
             raise DataError(f"{where(None)}: needs 'context' (text) or 'document' (a file path)")
         if rec.get("memory") is not None and not isinstance(rec["memory"], str):
             raise DataError(f"{where('memory')}: the memory to start from must be a string")

@@ -1,9 +1,13 @@
-"""Reading JSONL files line by line, with errors that name the file and the line."""
+"""Reading JSONL files line by line, with errors that name the file and the line.
+
+Each line is read by the bounded JSON reader (`memagent.bounded.loads_json`: depth, size, integer digits, text
+that is valid UTF-8); a byte order mark before the first line is accepted and stripped."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
+
+from memagent.bounded import loads_json
 
 
 def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
@@ -18,10 +22,7 @@ def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
                             "save the file as UTF-8") from None
             if not line.strip():
                 continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            yield lineno, loads_json(line, f"{path}:{lineno}", error)
 
 
 def trim_torn_tail(path: Path) -> bytes:

@@ -183,9 +183,11 @@ def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"profile file {p} does not exist; pass a YAML profile (e.g. configs/profiles/memagent.yaml)")
+    from memagent.bounded import load_yaml  # depth, size, aliases bounded; no tags (memagent.bounded)
+
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        data = load_yaml(p.read_text(encoding="utf-8"), str(p), ConfigError)
+    except UnicodeDecodeError as e:
         raise ConfigError(f"{p} is not valid YAML: {e}") from None
     return profile_from_dict(data, base, source=str(p))
 

@@ -17,7 +17,7 @@ from typing import Any
 from memagent.errors import InputError
 from memagent.io import atomic_write_text, check_output_file
 from memagent.jsonl import iter_jsonl
-from memagent.timeline import evidence_steps, group_by_doc, timeline_rows
+from memagent.timeline import evidence_steps, group_by_doc, is_memory, other_calls, timeline_rows
 
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
         "base-uri 'none'; form-action 'none'")
@@ -30,6 +30,7 @@ _BOOT = """
   data.docs.forEach(function (doc) {
     var t = new MemTimeline.Timeline(root, "document " + doc.doc_id);
     doc.rows.forEach(function (row) { t.addRow(row); });
+    (doc.calls || []).forEach(function (call) { t.addCall(call); });
     t.setProgress(doc.rows.length, doc.rows.length);
     if (doc.final) t.setAnswer(doc.final, doc.evidence);
     else t.answerBox.textContent = "The trace has no final answer for this document (the run stopped before it).";
@@ -53,7 +54,7 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
                               "expected); give the file written by `ask --trace`")
         if isinstance(rec["step"], bool) or not isinstance(rec["step"], int) or rec["step"] < 0:
             raise ReportError(f"{path}:{lineno}: step must be an integer >= 0, got {rec['step']!r}")
-        if rec.get("kind") != "final" and not isinstance(rec.get("memory"), str):
+        if is_memory(rec) and not isinstance(rec.get("memory"), str):
             raise ReportError(f"{path}:{lineno}: memory record without a 'memory' text; is it a memagent trace?")
         records.append(rec)
     if not records:
@@ -62,7 +63,8 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def report_data(records: list[dict[str, Any]], doc: str | None = None) -> dict[str, Any]:
-    """{docs: [{doc_id, rows, final, evidence}]} for every document of the trace (or only `doc`)."""
+    """{docs: [{doc_id, rows, calls, final, evidence}]} for every document of the trace (or only `doc`); `calls`:
+    the calls of kinds other than memory and final (a workflow's own, e.g. "query"), each {kind, step, text}."""
     groups = group_by_doc(records)
     if doc is not None:
         if doc not in groups:
@@ -76,8 +78,18 @@ def report_data(records: list[dict[str, Any]], doc: str | None = None) -> dict[s
         if finals:
             f = finals[-1]
             final = dict(answer=f.get("answer"), raw_answer=f.get("raw_answer"), step=f.get("step"))
-        docs.append(dict(doc_id=doc_id, rows=timeline_rows(recs), final=final, evidence=evidence_steps(recs)))
+        calls = [dict(kind=str(r["kind"]), step=r.get("step"), text=_call_text(r)) for r in other_calls(recs)]
+        docs.append(dict(doc_id=doc_id, rows=timeline_rows(recs), calls=calls, final=final,
+                         evidence=evidence_steps(recs)))
     return dict(docs=docs)
+
+
+def _call_text(r: dict[str, Any]) -> str:
+    """What a call of another kind wrote: its `text` (or `query`, `raw`), as a string."""
+    for key in ("text", "query", "raw"):
+        if r.get(key) is not None:
+            return str(r[key])
+    return ""
 
 
 def json_for_script(data: Any) -> str:

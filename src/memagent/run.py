@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from memagent.agent.chunking import open_document
-from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, get_workflow, run_workflow
 from memagent.ask_io import ResultLog, check_ask_outputs, document_inputs, failures_error, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
@@ -51,6 +51,8 @@ class AskOptions:
         "strict: invalid UTF-8 is an error; replace: substitute U+FFFD."))
     batch_docs: int = field(default=16, metadata=flag("Documents in flight at once."))
     progress: bool = field(default=True, metadata=flag("Progress bar on stderr.", "--progress/--no-progress"))
+    workflow: str = field(default=DEFAULT_WORKFLOW, metadata=flag(
+        "Reading workflow: memagent (the paper's overwrite loop), lookup, skim, or one a package registers."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
 
@@ -64,10 +66,10 @@ def model_agent_settings(model: str) -> dict[str, Any]:
     path = Path(model) / AGENT_SETTINGS_FILE
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(read_text(path, "model settings file", InputError))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg}); fix it or remove it") from None
+    from memagent.bounded import CONFIG_CHARS, loads_json
+
+    data = loads_json(read_text(path, "model settings file", InputError), str(path), InputError, CONFIG_CHARS,
+                      syntax="{where} is not valid JSON ({reason}); fix it or remove it")
     if not isinstance(data, dict):
         raise InputError(f"{path} must be a JSON object of settings ({', '.join(_SETTING_KEYS)})")
     unknown = sorted(set(data) - set(_SETTING_KEYS))
@@ -113,6 +115,7 @@ def profile_path_for(output: Path) -> Path:
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
     check_flags({k: v for k, v in flag_values(o).items() if k != "input"})
+    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     if o.prompt is not None:
         if o.question is not None or o.document is not None or o.input is not None:
             raise InputError("--prompt holds document and question together; do not combine it with "
@@ -188,21 +191,21 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
 
         with _open_trace(o.trace, append=bool(results.done)) as trace, results:
             ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,
-                    trace_chunks=o.trace_chunks, progress=o.progress)
+                    trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow)
         if results.failed:
             raise failures_error(results, len(todo))
         return
     backend = open_backend(o.model, o.backend, profile)
     with _open_trace(o.trace, append=bool(results.done)) as trace:
-        agent = MemoryAgent(backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
-                            trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")
+        agent = build_workflow(o.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
+                               trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")
         if o.input is None:
-            r = agent.run(todo)[0]
+            r = run_workflow(agent, todo)[0]
             missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'
             print(r.answer if r.answer is not None else f"(no answer: the model wrote no {missing}) {r.raw_answer.strip()}")
             return
         with results:
-            agent.run(todo, on_result=results.write)
+            run_workflow(agent, todo, on_result=results.write)
         if results.failed:
             raise failures_error(results, len(todo))
 

@@ -59,13 +59,25 @@ def _doc_key(r: Record) -> str:
     return str(r.get("doc_id", ""))
 
 
+def is_memory(r: Record) -> bool:
+    """A memory-update record: no `kind` (the paper's trace) or kind "memory". Kinds are an open set: "final",
+    and a workflow's own ("query", ...), are calls of other kinds (`other_calls`)."""
+    return r.get("kind", "memory") == "memory"
+
+
+def other_calls(records: list[Record]) -> list[Record]:
+    """The records of one document that are neither memory updates nor the final answer (e.g. a lookup query),
+    in the order written: {kind, step, text, ...} as the workflow wrote them."""
+    return [r for r in records if not is_memory(r) and r.get("kind") != "final"]
+
+
 def memory_records(records: list[Record]) -> list[Record]:
-    """The memory-update records (not `kind="final"`) of one document, sorted by step."""
+    """The memory-update records (`is_memory`) of one document, sorted by step."""
     docs = {_doc_key(r) for r in records}
     if len(docs) > 1:
         raise InputError(f"timeline of one document expected, got records of {len(docs)} documents "
                          f"({', '.join(sorted(docs)[:3])}, ...); split them with group_by_doc")
-    mem = [r for r in records if r.get("kind") != "final"]
+    mem = [r for r in records if is_memory(r)]
     for r in mem:
         for key in ("step", "memory"):
             if key not in r:

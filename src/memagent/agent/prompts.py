@@ -27,3 +27,19 @@ __all__ = ["FINAL_FIELDS", "MEMORY_FIELDS", "PAPER_FINAL_TEMPLATE", "PAPER_MEMOR
 def render(template: str, **values: str) -> str:
     """Fill the placeholders of `template` in one pass (substituted text is never re-scanned)."""
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+# -- the `lookup` workflow (memagent.agent.lookup): the model writes a search query after the last chunk ----------
+# Our wording. Placeholders {question} and {memory}; the reply is searched as plain words (memagent.agent.index).
+LOOKUP_QUERY_TEMPLATE = """You have read a long article section by section and kept only the memory below. Before you answer the problem you can look back into the article: write a search query, a few keywords (names, numbers, rare terms) that the sections you need to read again contain. Write only the keywords.
+
+<problem>
+{question}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+Search query:
+"""

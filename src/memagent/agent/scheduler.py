@@ -1,10 +1,11 @@
 """How the documents of a run advance: each is a small state machine (next memory step, final step, done,
-failed) that the scheduler drives; `MemoryAgent.run` supplies the steps (`Steps`).
+failed) that the scheduler drives; a workflow (memagent.agent.protocol.Workflow, e.g. `MemoryAgent`) supplies
+the steps (`Steps`).
 
 Two schedules:
 - "lockstep" (in-process backends: transformers, the vLLM engine): the ready prompts of every document in
-  flight form the next `generate` batch (memory prompts in one batch, final prompts in another, as their
-  output budgets differ); a document that finishes frees its place for the next one at once. The `call`-th
+  flight form the next `generate` batches, one per call kind and output budget (memory prompts in one batch,
+  final prompts in another, a workflow's other kinds in their own); a document that finishes frees its place for the next one at once. The `call`-th
   batch of a run under seed s is seeded `call_seed(s, call)`.
 - "pipelined" (concurrent backends: HTTP): each document's next call goes out as soon as its previous reply
   is in, with at most `max_concurrency` requests and `max_batch_docs` documents in flight. The k-th call
@@ -88,7 +89,7 @@ def batch_seeds(seed: int | None, docs: list[Any]) -> tuple[int, ...] | None:
 class Call:
     """One model call a document asks for next."""
 
-    kind: str  # "memory" | "final"
+    kind: str  # an open set: "memory" | "final" (the paper's), or a workflow's own ("query", ...)
     prompt: str
     max_new_tokens: int
 
@@ -105,7 +106,7 @@ class RunStats:
 
 
 class Steps(Protocol):
-    """The per-document steps the scheduler drives (MemoryAgent implements them). A document state `doc`
+    """The per-document steps the scheduler drives (every Workflow implements them). A document state `doc`
     has `pos` (input position) and `calls` (model calls made so far)."""
 
     def start(self, pos: int, item: Any) -> Any: ...
@@ -318,10 +319,7 @@ def run_lockstep(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int
     while run.pending or active:
         active.extend(run.admit())
         calls = [(d, steps.next_call(d)) for d in active]
-        for kind in ("memory", "final"):
-            group = [(d, c) for d, c in calls if c.kind == kind]
-            if not group:
-                continue
+        for group in _groups(calls):
             batch_no += 1
             params = steps.params(group[0][1].max_new_tokens, call_seed(seed, batch_no))
             seeds = batch_seeds(seed, [d for d, _ in group])
@@ -332,6 +330,16 @@ def run_lockstep(steps: Steps, backend: Any, items: Iterable[Any], max_docs: int
         if on_progress is not None:
             on_progress(0, run.stats.calls, 0)
     return run.done(), run.stats
+
+
+def _groups(calls: list[tuple[Any, Call]]) -> list[list[tuple[Any, Call]]]:
+    """The batches of one lock-step round: the calls of one (kind, output budget) each; "memory" first, "final"
+    last, any other kind (a workflow's own, e.g. "query") between them in the order it first appears."""
+    keys: dict[tuple[str, int], list[tuple[Any, Call]]] = {}
+    for d, c in calls:
+        keys.setdefault((c.kind, c.max_new_tokens), []).append((d, c))
+    order = {"memory": 0, "final": 2}
+    return [keys[k] for k in sorted(keys, key=lambda k: order.get(k[0], 1))]  # sorted is stable
 
 
 def _run_batch(run: _Run, backend: Any, group: list[tuple[Any, Call]], params: SamplingParams) -> set[int]:

@@ -1,5 +1,8 @@
 """The read-write loop (paper: "The workflow"): each chunk is one independent call that
 overwrites a fixed-size memory; a last call answers from the question and the final memory.
+`MemoryAgent` is the workflow "memagent" (memagent.agent.registry), the default of every command; the
+protocol every workflow follows, its inputs and results and the run helpers are memagent.agent.protocol
+(`AgentInput`, `AgentResult`, `Conversation`, `BudgetError` are re-exported here, where they always were).
 
 Many documents run at once, each a small state machine driven by memagent.agent.scheduler: on an
 in-process backend the ready prompts of all documents in flight form one batch (memory prompts in one,
@@ -18,64 +21,20 @@ the trace's `think_removed` field says for which calls it happened.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from memagent.agent.answer import final_answer, strip_think
-from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
+from memagent.agent.chunking import Chunk, iter_chunks, middle_truncate
 from memagent.agent.prompts import render
-from memagent.agent.scheduler import (FAILURES, Call, RunStats, call_seed, resolve_schedule, run_lockstep,
-                                      run_pipelined)
-from memagent.agent.trace import TraceWriter
+from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conversation, WorkflowOptions,
+                                     check_questions, run_workflow, stream_workflow)
+from memagent.agent.scheduler import Call, RunStats, call_seed, resolve_schedule  # noqa: F401  (call_seed: re-exported)
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
-from memagent.config import AgentConfig
-from memagent.errors import MemAgentError
+from memagent.config import PLACEHOLDER, AgentConfig
 
 log = logging.getLogger(__name__)
-
-
-class BudgetError(MemAgentError, ValueError):
-    """A question, or the window budget, does not fit; nothing was sent to the model."""
-
-
-@dataclass
-class AgentInput:
-    question: str
-    document: DocumentSource  # text, a path, an open file, or an iterable of text blocks
-    doc_id: str = ""
-    memory: str | None = None  # the memory to start from (e.g. one saved to go on reading); None: empty_memory
-    start_token: int = 0  # go on reading at this token offset (a chunk boundary: step * chunk_tokens)
-    start_step: int = 0  # the step number of the chunk at start_token (resuming: the steps already done)
-    seed_key: int | None = None  # this document's sampling identity: its calls are seeded by (seed, key, call)
-    #   instead of by batch or input position (memagent.agent.scheduler.keyed_call_seed); None: the default
-
-
-@dataclass
-class Conversation:
-    """One independent model call of a rollout (a memory update or the final answer)."""
-
-    kind: str  # "memory" | "final"
-    step: int  # chunk index for memory updates; number of chunks for the final call
-    prompt: str
-    prompt_ids: list[int] | None  # [T_in], as the model saw them (chat template included)
-    response_ids: list[int]  # [T_out], terminating EOS included
-    logprobs: list[float] | None  # [T_out], sampling-time log-probs when the backend gives them
-    text: str  # the reply (for memory updates: the memory kept, after the M-token cap)
-    truncated: bool = False  # the reply was longer than M tokens and was cut
-
-
-@dataclass
-class AgentResult:
-    doc_id: str
-    question: str
-    answer: str | None  # the final answer under config.answer_protocol; None when the model wrote none
-    raw_answer: str
-    memory: str  # the final memory
-    num_chunks: int
-    conversations: list[Conversation] = field(default_factory=list)  # memory updates, then final
-    think_removed: bool = False  # a think block was cut from the final reply before extraction
-    error: dict[str, Any] | None = None  # a failed document: {kind, message, attempts}; answer is None
 
 
 @dataclass
@@ -119,19 +78,26 @@ def cap_tokens_many(texts: Sequence[str], tokenizer: Any, limit: int) -> list[tu
     return [(t, n, False) if n <= limit else cap_tokens(t, tokenizer, limit) for t, n in zip(texts, counts)]
 
 
-class MemoryAgent:
-    """Answer questions over documents of any length with a fixed-size, overwritten memory.
+def template_overhead(backend: Backend, template: str) -> int:
+    """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
+    prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
+    over the empty render. A tokenizer may merge the pieces of an empty render ("<problem>\\n" + "\\n</problem>"
+    -> one "\\n\\n" token) that filled fields keep apart, so the empty render alone can undercount."""
+    tok = backend.tokenizer
+    empty = PLACEHOLDER.sub("", template)
+    n_empty = len(tok(empty, add_special_tokens=False)["input_ids"])
+    pieces = [p for p in PLACEHOLDER.split(template)[::2] if p]  # split keeps the field names at odd places
+    n_pieces = sum(len(ids) for ids in tok(pieces, add_special_tokens=False)["input_ids"]) if pieces else 0
+    return backend.prompt_length(empty) + max(0, n_pieces - n_empty)
 
-    keep_conversations: keep every call's prompt/response ids in the result (the trainer needs
-    them; for inference over long documents leave it off, so RAM does not grow with length).
-    on_step: called with each trace record as it is made (memory records carry `chunk_text`); an
-    exception it raises stops the run (e.g. a cancelled job).
-    trace_chunks: also write each memory record's `chunk_text` to the trace file.
-    schedule: "auto" (pipelined for a concurrent backend, lock-step batches for an in-process one),
-        "pipelined" or "lockstep" (memagent.agent.scheduler).
-    failures: "raise" (a failed call stops the run) or "record" (the document gets a result with `error`,
-        the others go on).
+
+class MemoryAgent:
+    """Answer questions over documents of any length with a fixed-size, overwritten memory: the workflow
+    "memagent" (memagent.agent.registry), the default. Its keyword options are the shared run options
+    (memagent.agent.protocol.WorkflowOptions: keep_conversations, on_step, trace_chunks, schedule, failures, ...).
     """
+
+    name = "memagent"
 
     def __init__(
         self,
@@ -147,51 +113,36 @@ class MemoryAgent:
         schedule: str = "auto",
         failures: str = "raise",
     ) -> None:
-        if failures not in FAILURES:
-            raise ValueError(f"failures must be one of {', '.join(FAILURES)}, got {failures!r}")
         self.backend = backend
         self.config = config or AgentConfig()
-        self.trace_path = trace_path
-        self.progress = progress
-        self.errors = errors
-        self.keep_conversations = keep_conversations
-        self.on_step = on_step
-        self.trace_chunks = trace_chunks
-        self.schedule, self.failures = schedule, failures
+        self.options = WorkflowOptions(trace_path, progress, errors, keep_conversations, on_step, trace_chunks,
+                                       schedule, failures)
         self.stats = RunStats()  # of the last run
-        self._trace: TraceWriter | None = None
-        self._check_each = False  # check each question as its document starts (a stream)
+        self._window_checked: AgentConfig | None = None  # the config whose window check passed
         resolve_schedule(schedule, backend)
+
+    @property
+    def schedule(self) -> str:
+        return self.options.schedule
+
+    @property
+    def failures(self) -> str:
+        return self.options.failures
 
     # -- checks before any model call -----------------------------------------------------
     def check_budget(self, items: Sequence[AgentInput]) -> None:
         """Raise BudgetError for a question over its budget or a window that cannot hold a call."""
-        self._check_questions(items)
-        self._check_window()
-
-    def _check_questions(self, items: Sequence[AgentInput]) -> None:
-        cfg, tok = self.config, self.backend.tokenizer
-        for it in items:
-            n = len(tok(it.question, add_special_tokens=False)["input_ids"])
-            if n > cfg.query_tokens:
-                raise BudgetError(
-                    f"question of document {it.doc_id or '#?'} has {n} tokens, over its budget of "
-                    f"{cfg.query_tokens}; shorten it or raise --query-tokens"
-                )
-            if not it.question.strip():
-                raise BudgetError(f"question of document {it.doc_id or '#?'} is empty")
-            if it.memory is not None:
-                n = len(tok(it.memory, add_special_tokens=False)["input_ids"])
-                if n > cfg.memory_tokens:
-                    raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
-                                      f"memory budget of {cfg.memory_tokens}; shorten it or raise --memory-tokens")
+        check_questions(self.backend, self.config, items)
+        if self._window_checked is not self.config:  # once per config (a stream checks each document)
+            self._check_window()
+            self._window_checked = self.config
 
     def _check_window(self) -> None:
         cfg, window = self.config, self.backend.max_window
         if window is None:
             return
-        mem_overhead = self.backend.prompt_length(render(cfg.memory_template, question="", memory="", chunk=""))
-        fin_overhead = self.backend.prompt_length(render(cfg.final_template, question="", memory=""))
+        mem_overhead = template_overhead(self.backend, cfg.memory_template)  # an upper bound: see its docstring
+        fin_overhead = template_overhead(self.backend, cfg.final_template)
         need_mem = mem_overhead + cfg.query_tokens + cfg.chunk_tokens + 2 * cfg.memory_tokens
         need_fin = fin_overhead + cfg.query_tokens + cfg.memory_tokens + cfg.answer_tokens
         need = max(need_mem, need_fin)
@@ -202,58 +153,23 @@ class MemoryAgent:
                 f"but the model's window is {window}; lower --chunk-tokens or --memory-tokens"
             )
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- the loop (memagent.agent.protocol) -------------------------------------------------
     def run(self, items: Sequence[AgentInput],
             on_result: Callable[[AgentResult], None] | None = None) -> list[AgentResult]:
-        """Run every (question, document) pair; results come back in input order.
-
-        on_result: called with each result as soon as its document finishes (finishing order), e.g. to
-        write it out, so an error in a later document does not lose it. The schedule (memagent.agent.scheduler)
-        is `self.schedule`; `self.stats` holds the run's counts afterwards."""
-        items = [replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items)]
-        self.check_budget(items)
-        results, self.stats = self._drive(items, on_result, len(items), collect=True)
-        return results
+        """`run_workflow(self, items, on_result)`: every pair, results in input order; `self.stats` after."""
+        return run_workflow(self, items, on_result)
 
     def stream(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None],
                total: int | None = None) -> RunStats:
-        """Run `items` as they come: the iterable is read only when a document can start, each result goes to
-        `on_result` as its document finishes, and none is kept (memory stays bounded by max_batch_docs
-        documents). The window is checked first; a question over its budget fails its own document (raised
-        under failures="raise"). `total`: the number of items, for the progress bar."""
-        self._check_window()
-        self._check_each = True
-        try:
-            docs = (replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items))
-            _, self.stats = self._drive(docs, on_result, total, collect=False)
-        finally:
-            self._check_each = False
-        return self.stats
-
-    def _drive(self, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None] | None,
-               total: int | None, collect: bool) -> tuple[list[AgentResult], RunStats]:
-        self._trace = TraceWriter(self.trace_path) if self.trace_path else None
-        schedule = resolve_schedule(self.schedule, self.backend)
-        bar = _Progress(total) if self.progress and total is not None else None
-        go = run_pipelined if schedule == "pipelined" else run_lockstep
-        try:
-            return go(self, self.backend, items, self.config.max_batch_docs, self.config.seed, self.failures,
-                      on_result, bar.update if bar else None, collect)
-        finally:
-            if self._trace:
-                self._trace.close()
-            self._trace = None
-            if bar:
-                bar.close()
+        """`stream_workflow(self, items, on_result, total)`: results as documents finish, none kept."""
+        return stream_workflow(self, items, on_result, total)
 
     # -- the steps of one document (memagent.agent.scheduler.Steps) -------------------------
     def start(self, pos: int, item: AgentInput) -> _Doc:
-        if self._check_each:
-            self._check_questions([item])
         document = item.document
         if self.config.document_tokens is not None:
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
-        chunks = iter_chunks(document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.errors)
+        chunks = iter_chunks(document, self.backend.tokenizer, self.config.chunk_tokens, errors=self.options.errors)
         first = next(chunks, None)
         while first is not None and first.start_token < item.start_token:  # resuming: skip the chunks read
             first = next(chunks, None)
@@ -288,15 +204,7 @@ class MemoryAgent:
         if not isinstance(d, _Doc):  # failed before its first chunk was read
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
         return AgentResult(d.item.doc_id, d.item.question, None, "", d.memory, d.step, d.conversations,
-                           error=_error(exc, attempts))
-
-    def _emit(self, record: dict[str, Any], chunk_text: str | None = None) -> None:
-        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
-        full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
-        if self._trace:
-            self._trace.write(full if self.trace_chunks else record)
-        if self.on_step is not None:
-            self.on_step(full)
+                           error=_error(exc, attempts), calls=d.calls)
 
     def _take_memory(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> None:
         cfg, tok = self.config, self.backend.tokenizer
@@ -305,13 +213,13 @@ class MemoryAgent:
         chunk = d.next_chunk
         if truncated:
             log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
-        if self._trace or self.on_step:
+        if self.options.observed:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            self._emit(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
+            self.options.emit(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
                             chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt, memory_tokens=n_mem,
                             memory=memory, truncated=truncated, think_removed=think_removed,
                             seconds=round(seconds, 6), batch_size=batch_size), chunk.text)
-        if self.keep_conversations:
+        if self.options.keep_conversations:
             d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                 gen.token_ids, gen.logprobs, memory, truncated))
         d.memory, d.memory_tokens = memory, n_mem
@@ -321,36 +229,19 @@ class MemoryAgent:
     def _take_final(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> AgentResult:
         cfg = self.config
         answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
-        if self._trace or self.on_step:
+        if self.options.observed:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
             n_mem = d.memory_tokens if d.memory_tokens is not None else \
                 len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"])
-            self._emit(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
+            self.options.emit(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
                             memory_tokens=n_mem, answer=answer, raw_answer=gen.text, think_removed=think_removed,
                             seconds=round(seconds, 6), batch_size=batch_size))
-        if self.keep_conversations:
+        if self.options.keep_conversations:
             d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
                                                 gen.token_ids, gen.logprobs, gen.text))
         return AgentResult(d.item.doc_id, d.item.question, answer, gen.text, d.memory, d.step,
-                           d.conversations, think_removed)
+                           d.conversations, think_removed, calls=d.calls)
 
 
 def _error(exc: BaseException, attempts: int) -> dict[str, Any]:
     return dict(kind=type(exc).__name__, message=str(exc), attempts=attempts)
-
-
-class _Progress:
-    """Documents finished, calls in flight and calls/s, on stderr (a bar on a terminal, a plain line every 5%
-    in a log)."""
-
-    def __init__(self, n_docs: int) -> None:
-        from memagent.progress import CallRate, StepProgress
-
-        self._p = StepProgress("read", n_docs, unit="documents")
-        self._rate = CallRate()
-
-    def update(self, docs: int, calls_done: int, in_flight: int) -> None:
-        self._p.update(docs, self._rate.info(calls_done, in_flight))
-
-    def close(self) -> None:
-        self._p.close()

@@ -37,7 +37,6 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import replace
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import encode_prompt, resolve_chat_template
@@ -150,6 +149,11 @@ class OpenAIBackend:
     def close(self) -> None:
         self._http.close()
 
+    def redact(self, text: str) -> str:
+        """`text` without this backend's API key or any Bearer token (for messages made elsewhere of its errors,
+        e.g. `memagent serve`'s job errors)."""
+        return self._http.scrub(text)
+
     # -- prompts ---------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
         """The prompt's ids as the server renders it (chat template of the same tokenizer)."""
@@ -162,8 +166,25 @@ class OpenAIBackend:
     # -- the server ------------------------------------------------------------------------
     def check_model(self) -> int | None:
         """GET /models of every replica: fail now on a wrong URL or model; return the served max_model_len
-        (the smallest over the replicas). A replica that cannot be reached is a warning while another answers."""
-        futures = [self._http.submit(self._http.call("GET", "/models", None, allow_404=True, replica=i))
+        (the smallest over the replicas). A replica that cannot be reached is a warning while another answers.
+
+        With several replicas each is first asked once, within the connect timeout: a dead one does not hold
+        the start for its retries while another answers (the router tries it again once it has rested).
+        Only when none answers does every replica get its retries (a server still starting up)."""
+        quick = dict(max_retries=0, timeout=min(self.timeout, self._http.s.connect_timeout))
+        windows, errors = self._ask_models(quick if len(self.base_urls) > 1 else {})
+        if len(errors) == len(self.base_urls) and len(self.base_urls) > 1:
+            windows, errors = self._ask_models({})
+        if len(errors) == len(self.base_urls):
+            raise errors[0]
+        for e in errors:
+            log.warning("openai backend: %s; going on with the other replicas", e)
+        known = [w for w in windows if w is not None]
+        return min(known) if known else None
+
+    def _ask_models(self, how: dict[str, Any]) -> tuple[list[int | None], list[BackendError]]:
+        """(the served windows, the errors) of GET /models sent to each replica at once."""
+        futures = [self._http.submit(self._http.call("GET", "/models", None, allow_404=True, replica=i, **how))
                    for i in range(len(self.base_urls))]
         windows, errors = [], []
         for url, f in zip(self.base_urls, futures):
@@ -174,12 +195,7 @@ class OpenAIBackend:
                 continue
             if listing is not None:  # some servers have no /models; generation will tell
                 windows.append(self._served_window(listing, url))
-        if len(errors) == len(futures):
-            raise errors[0]
-        for e in errors:
-            log.warning("openai backend: %s; going on with the other replicas", e)
-        known = [w for w in windows if w is not None]
-        return min(known) if known else None
+        return windows, errors
 
     def _served_window(self, listing: Any, url: str) -> int | None:
         served = served_models(listing, public_url(url + "/models"))
@@ -272,9 +288,4 @@ def _checked_urls(base_url: str | None, max_concurrency: int, timeout: float, co
     if not text:
         raise BackendError("the openai backend needs the server's URL: pass --base-url "
                            "http://HOST:PORT/v1 (base_url=...) or set OPENAI_BASE_URL")
-    urls = split_base_urls(text)
-    for url in urls:
-        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
-            raise BackendError(f"base URL {public_url(url)!r} is not an http(s) URL; "
-                               "expected something like http://localhost:8000/v1")
-    return urls
+    return split_base_urls(text)

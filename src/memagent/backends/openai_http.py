@@ -12,14 +12,24 @@ can reach, that is one round: it waits the back-off (exponential with jitter, at
 Retry-After) and tries again. After 1 + max_retries rounds the error says what happened (status,
 URL without credentials, number of tries) and what to do. With one replica a round is one try.
 
-The API key goes to the SDK and nowhere else; every message is scrubbed of it.
+A reply is read within bounds: at most `max_reply_bytes` of body (an endless body is cut there, before it
+fills the memory; a declared Content-Length over it is refused before any byte is read), nested at most
+`memagent.bounded.MAX_DEPTH` levels, its text valid Unicode (a lone surrogate escape is refused). Each is a
+BackendError naming the server, not retried.
+
+The API key goes to the SDK and nowhere else. Server text is redacted as it comes in, before any cut to a
+length limit: `redact` replaces the key wherever it appears (any case, any spacing, or a prefix of it),
+and every `Bearer` token; with a key set every string of every decoded reply is redacted, so no message,
+log, record or answer made from a reply can carry the key.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import random
+import re
 import threading
 import time
 import weakref
@@ -36,22 +46,161 @@ from memagent.backends.replicas import Router
 log = logging.getLogger(__name__)
 
 try:  # the SDK's HTTP library (httpx2 in openai >= 3, httpx before)
-    from httpx2 import Response as _Response, Timeout as _Timeout
+    from httpx2 import AsyncByteStream as _ByteStream, Response as _Response, Timeout as _Timeout
 except ImportError:  # pragma: no cover - older SDKs
-    from httpx import Response as _Response, Timeout as _Timeout  # type: ignore[assignment]
+    from httpx import (AsyncByteStream as _ByteStream, Response as _Response,  # type: ignore[assignment]
+                       Timeout as _Timeout)
+
+MAX_REPLY_BYTES = 32 << 20  # a reply of 32K tokens with log-probs is about 5 MB; an endless body stops here
 
 
 @functools.lru_cache(maxsize=256)  # called per reply, with the few URLs of the replicas
 def public_url(url: str) -> str:
-    """`url` (or a comma-separated list of URLs) without user:password@ and without a query string, safe to print."""
+    """`url` (or a comma-separated list of URLs) without user:password@ and without a query string, safe to
+    print; never raises (a URL that does not parse is shown with its credentials and query cut out)."""
     if "," in url:
         return ",".join(public_url(u.strip()) for u in url.split(","))
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:  # a port over 65535, a broken [IPv6] literal: the text without what may be secret
+        return re.sub(r"//[^/?#]*@", "//", url).split("?")[0].split("#")[0]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# -- redaction of the API key -------------------------------------------------------------------------
+_KEY_PREFIX = 6  # a run of the key's first 6+ letters and digits is taken for the key (a cut echo of it)
+_FUZZY_MIN = 8  # keys of fewer letters and digits ("EMPTY", "unused") are only replaced where exact
+_SEP = r"[\W_]{0,4}"  # what a hostile echo may put between the key's characters: spaces, dashes, dots
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s\"',;)}\]]+")
+
+
+@functools.lru_cache(maxsize=8)
+def _key_pattern(key: str) -> tuple[re.Pattern[str], str] | None:
+    """(a pattern of the key's first letters and digits with any separators between, case-insensitive;
+    all of the key's letters and digits, lower-cased), or None for a short key."""
+    chars = "".join(c for c in key if c.isalnum()).lower()
+    if len(chars) < _FUZZY_MIN:
+        return None
+    return re.compile(_SEP.join(re.escape(c) for c in chars[:_KEY_PREFIX]), re.IGNORECASE), chars
+
+
+def redact(text: str, key: str | None, bearer: bool = True) -> str:
+    """`text` with the API key replaced by "***" wherever it appears: in any case, with any spacing or
+    punctuation between its characters, or only a prefix of it (6+ letters and digits, e.g. an echo cut
+    at a length limit); and (`bearer`) every `Bearer TOKEN` as `Bearer ***`, whatever the token. Run it
+    before any cut of the text. A reply's own text is redacted of the key only (`bearer=False`)."""
+    if key:
+        text = text.replace(key, "***")
+        found = _key_pattern(key)
+        if found is not None:
+            text = _redact_fuzzy(text, *found)
+    if bearer and "bearer" in text.lower():
+        text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    return text
+
+
+def _redact_fuzzy(text: str, prefix: re.Pattern[str], chars: str) -> str:
+    """Each match of the key's prefix, extended over as many of the key's further characters as follow it
+    (separators allowed between them), replaced by "***". A short piece inside a word ("risk probe" for a key
+    "sk-probe...") is left alone; the whole key, or 12+ of its first characters, is taken anywhere."""
+    out, last = [], 0
+    for m in prefix.finditer(text):
+        if m.start() < last:
+            continue
+        end, j = m.end(), _KEY_PREFIX
+        while j < len(chars):
+            k = end
+            while k < len(text) and k - end < 4 and not text[k].isalnum():
+                k += 1
+            if k < len(text) and text[k].lower() == chars[j]:
+                end, j = k + 1, j + 1
+            else:
+                break
+        in_word = m.start() > 0 and text[m.start() - 1].isalnum()
+        if in_word and j < min(len(chars), 2 * _KEY_PREFIX):
+            continue
+        out += [text[last:m.start()], "***"]
+        last = end
+    return "".join(out) + text[last:] if out else text
+
+
+# -- reading a reply within bounds ----------------------------------------------------------------------
+class ReplyTooLarge(BackendError):
+    """A reply body over the byte limit (raised while it is read; never retried)."""
+
+
+class _CappedStream(_ByteStream):
+    """A response body that raises ReplyTooLarge once more than `limit` bytes came."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+
+    async def __aiter__(self) -> Any:
+        n = 0
+        async for block in self.inner:
+            n += len(block)
+            if n > self.limit:
+                raise ReplyTooLarge(f"more than the {self.limit} bytes allowed (an endless or runaway body)")
+            yield block
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _cap_reply(limit: int) -> Any:
+    """An httpx response hook: refuse a declared Content-Length over `limit`, cap the body read at `limit`."""
+
+    async def hook(response: Any) -> None:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ReplyTooLarge(f"{declared} bytes by its Content-Length, more than the {limit} bytes allowed")
+        response.stream = _CappedStream(response.stream, limit)
+
+    return hook
+
+
+_NOT_JSON = "\x00not JSON"  # the syntax message asked of loads_json: told apart from its other errors
+
+
+def reply_json(data: bytes, where: str) -> Any:
+    """The JSON value of a reply body, read by the project's bounded reader (memagent.bounded.loads_json:
+    at most MAX_DEPTH levels, integers of bounded length, all text valid Unicode); a BackendError naming the
+    server otherwise, NotJSON for a body that is not JSON at all."""
+    from memagent.bounded import CONFIG_CHARS, loads_json
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BackendError(f"the server at {where} sent a reply that is not valid UTF-8 (byte {e.start}: "
+                           f"{e.reason}); is it an OpenAI-compatible server (check --base-url)?") from None
+    try:
+        return loads_json(text, f"the reply of the server at {where}", BackendError, CONFIG_CHARS, syntax=_NOT_JSON)
+    except BackendError as e:
+        if str(e) == _NOT_JSON:
+            raise NotJSON(where) from None
+        raise
+
+
+class NotJSON(BackendError):
+    """A reply body that is not JSON (the caller says what it held)."""
+
+
+def redact_tree(value: Any, key: str) -> Any:
+    """A decoded reply with every string (object keys included) redacted of `key`; depth already checked.
+    A short key ("EMPTY", the vLLM convention for none) is no secret: the reply is left as it is."""
+    if _key_pattern(key) is None:
+        return value
+    if isinstance(value, str):
+        return redact(value, key, bearer=False)
+    if isinstance(value, list):
+        return [redact_tree(v, key) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, key, bearer=False): redact_tree(v, key) for k, v in value.items()}
+    return value
 
 
 def retryable(status: int) -> bool:
@@ -96,6 +245,7 @@ class Settings:
     backoff: float = 1.0
     max_backoff: float = 30.0
     retry_seed: int | None = None
+    max_reply_bytes: int = MAX_REPLY_BYTES
 
 
 class Transport:
@@ -110,7 +260,10 @@ class Transport:
         s = settings
         timeout = _Timeout(s.timeout, connect=min(s.connect_timeout, s.timeout))
         # no key: the SDK wants one, so it gets a placeholder and every request omits the header
-        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=key or "unused", max_retries=0, timeout=timeout)
+        self._clients = [openai.AsyncOpenAI(base_url=u, api_key=key or "unused", max_retries=0, timeout=timeout,
+                                            http_client=openai.DefaultAsyncHttpxClient(
+                                                timeout=timeout, event_hooks={"response": [_cap_reply(
+                                                    s.max_reply_bytes)]}))
                          for u in urls]
         self._headers = None if key else {"Authorization": openai.omit}
         self.router = Router(len(urls), s.backoff, s.max_backoff)
@@ -144,12 +297,16 @@ class Transport:
 
     # -- one request, its tries and rounds ---------------------------------------------------
     async def call(self, method: str, path: str, body: dict | None, *, batch: Batch | None = None,
-                   allow_404: bool = False, replica: int | None = None) -> tuple[Any, str]:
+                   allow_404: bool = False, replica: int | None = None, max_retries: int | None = None,
+                   timeout: float | None = None) -> tuple[Any, str]:
         """(the decoded JSON reply or None on an allowed 404, the URL of the replica that answered);
-        a BackendError once every round failed. `replica`: send to that one only."""
+        a BackendError once every round failed. `replica`: send to that one only; `max_retries` / `timeout`:
+        instead of the settings' (a quick probe)."""
         others = set(range(len(self.urls))) - {replica} if replica is not None else set()
         tried = set(others)
         tries = rounds = 0
+        retries = self.s.max_retries if max_retries is None else max_retries
+        deadline = self.s.timeout if timeout is None else timeout
         last: _Failure | None = None
         while True:
             async with self._slots:
@@ -159,21 +316,21 @@ class Transport:
                     tried.add(i)
                     tries += 1
                     try:
-                        got = await self._try(i, method, path, body, allow_404, batch)
+                        got = await self._try(i, method, path, body, allow_404, batch, deadline)
                     except BackendError as e:
                         raise _counted(e, tries)
                     if not isinstance(got, _Failure):
                         return got, self.urls[i]
                     last = got
                     log.info("openai backend: %s %s from %s (try %d)", got.kind, got.detail, got.url, tries)
-                    if rounds == self.s.max_retries and self.router.pick(time.monotonic(), exclude=tried) is None:
+                    if rounds == retries and self.router.pick(time.monotonic(), exclude=tried) is None:
                         if batch is not None:
                             batch.failed = True  # before the slot is released: a queued request must see it
-                        raise _counted(self._give_up(last, tries), tries)
+                        raise _counted(self._give_up(last, tries, deadline), tries)
                     continue
             rounds += 1
-            if rounds > self.s.max_retries:
-                raise _counted(self._give_up(last, tries), tries)
+            if rounds > retries:
+                raise _counted(self._give_up(last, tries, deadline), tries)
             delay = backoff_delay(rounds, self.s.backoff, self.s.max_backoff, self._rng.random())
             if last is not None and last.retry_after is not None:
                 delay = max(delay, min(last.retry_after, self.s.max_backoff))
@@ -181,13 +338,13 @@ class Transport:
             tried = set(others)
 
     async def _try(self, i: int, method: str, path: str, body: dict | None, allow_404: bool,
-                   batch: Batch | None) -> Any:
+                   batch: Batch | None, deadline: float) -> Any:
         """One try on replica `i`: the reply's JSON, or a _Failure to retry; raises what must not be retried."""
         url = self.urls[i] + path
         self.router.start(i)
         ok, retry_after = True, None
         try:
-            got = await self._send(i, method, path, body, url, allow_404)
+            got = await self._send(i, method, path, body, url, allow_404, deadline)
             if isinstance(got, _Failure):
                 ok, retry_after = False, got.retry_after
             return got
@@ -198,26 +355,36 @@ class Transport:
         finally:
             self.router.finish(i, time.monotonic(), ok=ok, retry_after=retry_after)
 
-    async def _send(self, i: int, method: str, path: str, body: dict | None, url: str, allow_404: bool) -> Any:
+    async def _send(self, i: int, method: str, path: str, body: dict | None, url: str, allow_404: bool,
+                    deadline: float) -> Any:
         client, opts = self._clients[i], {"headers": self._headers} if self._headers else {}
         try:
             send = client.post(path, cast_to=_Response, body=body, options=opts) if method == "POST" else \
                 client.get(path, cast_to=_Response, options=opts)
-            r = await asyncio.wait_for(send, self.s.timeout)  # the whole try, not each read
+            r = await asyncio.wait_for(send, deadline)  # the whole try, not each read
         except (asyncio.TimeoutError, openai.APITimeoutError) as e:
-            return _Failure("timeout", f"{type(e).__name__} after {self.s.timeout:g} s", public_url(url))
+            return _Failure("timeout", f"{type(e).__name__} after {deadline:g} s", public_url(url))
+        except ReplyTooLarge as e:
+            raise self._too_large(e, url) from None
         except openai.APIStatusError as e:
             return self._status(e.response, url, allow_404)
         except openai.APIConnectionError as e:
             cause = e.__cause__ or e
+            if isinstance(cause, ReplyTooLarge):
+                raise self._too_large(cause, url) from None
             refused = "Connect" in type(cause).__name__
             what = f"{cause}" or type(cause).__name__
             return _Failure("unreachable" if refused else "connection broke", self.scrub(what), public_url(url))
         try:
-            return r.json()
-        except ValueError:
+            data = reply_json(r.content, public_url(url))
+        except NotJSON:
             raise BackendError(f"the server at {public_url(url)} answered HTTP 200 with a body "
                                f"that is not JSON: {self._snippet(r)!r}") from None
+        return redact_tree(data, self._key) if self._key else data
+
+    def _too_large(self, e: ReplyTooLarge, url: str) -> BackendError:
+        return BackendError(f"the server at {public_url(url)} sent a reply of {e}; not retried: check the "
+                            "server, or --base-url")
 
     def _status(self, r: Any, url: str, allow_404: bool) -> Any:
         if r.status_code == 404 and allow_404:
@@ -227,17 +394,24 @@ class Transport:
         return _Failure("HTTP", f"{r.status_code}: {self._snippet(r)}", public_url(url), _retry_after(r))
 
     # -- errors ----------------------------------------------------------------------------
+    @property
+    def _key(self) -> str:
+        return self._clients[0].api_key if self.has_key else ""
+
     def scrub(self, text: str) -> str:
-        key = self._clients[0].api_key if self.has_key else ""
-        return text.replace(key, "***") if key else text
+        """`text` redacted of the key and of any Bearer token (memagent.backends.openai_http.redact)."""
+        return redact(text, self._key)
 
     def _snippet(self, r: Any) -> str:
+        """The message of an error body, redacted, then cut to 300 characters (and redacted again: the cut
+        may leave a short piece of a token)."""
         try:
-            err = r.json().get("error")
-            text = err.get("message") if isinstance(err, dict) else str(err if err else r.text)
-        except (ValueError, AttributeError):
             text = r.text
-        return self.scrub(" ".join(str(text).split())[:300])
+            err = reply_json(r.content, "").get("error")
+            text = err.get("message") if isinstance(err, dict) else str(err if err else text)
+        except (BackendError, ValueError, AttributeError):
+            pass
+        return self.scrub(" ".join(self.scrub(str(text)).split())[:300])
 
     def _client_error(self, r: Any, url: str) -> BackendError:
         where, code, what = public_url(url), r.status_code, self._snippet(r)
@@ -253,7 +427,7 @@ class Transport:
                             "not retried. A prompt may exceed the served context length, or a "
                             "parameter is not supported by this server")
 
-    def _give_up(self, last: _Failure | None, tries: int) -> BackendError:
+    def _give_up(self, last: _Failure | None, tries: int, deadline: float) -> BackendError:
         assert last is not None
         where = last.url if len(self.urls) == 1 else f"{last.url} (last of {len(self.urls)} replicas)"
         if last.kind == "unreachable":
@@ -263,7 +437,7 @@ class Transport:
             return BackendError(f"the connection to {where} broke during the request, {tries} tries "
                                 f"({last.detail}): check the server's log, or retry with more max_retries")
         if last.kind == "timeout":
-            return BackendError(f"no reply from {where} within {self.s.timeout:g} s, {tries} tries: the server "
+            return BackendError(f"no reply from {where} within {deadline:g} s, {tries} tries: the server "
                                 "is overloaded or the generation is long; raise the timeout or lower "
                                 "max_concurrency")
         return BackendError(f"the server at {where} failed all {tries} tries (last: HTTP {last.detail}); "

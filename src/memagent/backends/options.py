@@ -12,6 +12,16 @@ from memagent.flags import flag, flag_values
 log = logging.getLogger(__name__)
 
 
+def _base_url(text: Optional[str], flag: str) -> Optional[str]:
+    """--base-url as given, once each of its URLs parses (a port in 1..65535, a well-formed [IPv6] literal):
+    refused when the command line is read, not when the first request is built."""
+    if text is not None:
+        from memagent.backends.replicas import split_base_urls
+
+        split_base_urls(text)
+    return text
+
+
 @dataclass
 class BackendOptions:
     """The backend and its options (one field per command-line option, plus two a profile sets: use
@@ -23,7 +33,7 @@ class BackendOptions:
     name: str = field(default="transformers", metadata=flag("transformers | openai | vllm", "--backend"))
     base_url: Optional[str] = field(default=None, metadata=flag(
         "openai backend: server URL, e.g. http://localhost:8000/v1; replicas of one server as URL1,URL2,... "
-        "(each request goes to the least loaded; a failing one is rested)"))
+        "(each request goes to the least loaded; a failing one is rested)", parse=_base_url))
     tokenizer: Optional[str] = field(default=None, metadata=flag(
         "openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model "
         "name."))

@@ -17,6 +17,7 @@ Time is passed in (seconds of any monotonic clock), so every decision is a funct
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import urlsplit
@@ -87,14 +88,37 @@ class Router:
 
 
 def split_base_urls(text: str) -> list[str]:
-    """`URL1,URL2,...` as a list (spaces around commas allowed); an empty item or a URL given twice is an error."""
+    """`URL1,URL2,...` as a list (spaces around commas allowed), each URL checked (`check_base_url`); an empty
+    item or a URL given twice is an error."""
     urls = [u.strip().rstrip("/") for u in text.split(",")]
     if any(not u for u in urls):
-        raise BackendError(f"--base-url {text!r} has an empty item: give URL1,URL2,... with no empty entry")
+        raise BackendError(f"--base-url {_shown(text)!r} has an empty item: give URL1,URL2,... with no empty entry")
     seen: set[str] = set()
     for u in urls:
+        host = check_base_url(u)
         if u in seen:
-            host = urlsplit(u).hostname or u
             raise BackendError(f"--base-url names the replica at {host} (same URL) twice: give each replica once")
         seen.add(u)
     return urls
+
+
+def check_base_url(url: str) -> str:
+    """The host of `url`, once it is an http(s) URL with a host and, if given, a port in 1..65535 (a port over
+    65535 or a broken [IPv6] literal is refused here, not when the first request is built)."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as e:  # urllib: "Port out of range 0-65535", "Invalid IPv6 URL", a bad [literal]
+        raise BackendError(f"--base-url {_shown(url)!r} is not a valid URL ({e}); expected something like "
+                           "http://localhost:8000/v1 (an IPv6 host in brackets: http://[::1]:8000/v1)") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise BackendError(f"base URL {_shown(url)!r} is not an http(s) URL; "
+                           "expected something like http://localhost:8000/v1")
+    if port == 0:
+        raise BackendError(f"--base-url {_shown(url)!r}: port 0 is not a server's port; give one in 1..65535")
+    return host
+
+
+def _shown(url: str) -> str:
+    """`url` as it may be printed: no user:password@, no query string."""
+    return re.sub(r"//[^/?#,]*@", "//", url).split("?")[0]

@@ -37,6 +37,10 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str) -> int:
+    if os.environ.get("OPENAI_API_KEY"):  # the openai backend's key: redacted where made; again here, to be sure
+        from memagent.backends.openai_http import redact
+
+        message = redact(str(message), os.environ["OPENAI_API_KEY"])
     typer.echo(f"error: {_one_line(message)}", err=True)
     return 2
 
@@ -54,9 +58,15 @@ def run(args: Optional[list[str]] = None) -> int:
 
     from memagent.scale.options import bare_ray_flag
 
+    from memagent.text import check_argv
+
     usage_errors, aborts = _click_exceptions()
+    args = sys.argv[1:] if args is None else args
+    bad_arg = check_argv(args)  # one rule for text: arguments must be valid UTF-8 (memagent.text)
+    if bad_arg is not None:
+        return _fail(bad_arg)
     try:
-        args = bare_ray_flag(sys.argv[1:] if args is None else args)  # `--ray` alone: a local Ray instance
+        args = bare_ray_flag(args)  # `--ray` alone: a local Ray instance
         code = app(args=args, prog_name="memagent", standalone_mode=False)
     except usage_errors as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # `memagent` alone: the help text

@@ -101,6 +101,8 @@ def data_toy(
     slots: int = typer.Option(3, "--slots", help="Three-word slots per chunk (facts + filler)."),
     keys: int = typer.Option(10, "--keys", help="Number of keys (the demo's task has 10)."),
     values: int = typer.Option(50, "--values", help="Number of values: chance is 1/values."),
+    two_hop: bool = typer.Option(False, "--two-hop", help="Two-hop questions: a pointer fact 'fact A B' and a "
+                                 "value fact 'fact B V' in two random chunks; each sample records its order."),
 ) -> None:
     """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
     from memagent.tasks.schema import write_samples
@@ -111,6 +113,10 @@ def data_toy(
         spec = ToySpec(n_keys=keys, n_values=values, facts=facts, slots=slots)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    n = write_samples(iter_samples(spec, int_list(chunks, "--chunks"), samples, seed), out)
+    lengths = int_list(chunks, "--chunks")
+    if two_hop and (min(lengths, default=2) < 2 or keys < facts + 2):
+        raise typer.BadParameter("--two-hop needs --chunks of at least 2 (one chunk per fact) and --keys of at "
+                                 "least --facts + 2")
+    n = write_samples(iter_samples(spec, lengths, samples, seed, two_hop=two_hop), out)
     typer.echo(f"wrote {n} samples to {out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
 

@@ -79,6 +79,9 @@ def demo(
 ) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
+    from memagent.demo.numerics import pin_mkl_branch
+
+    pin_mkl_branch()  # before any tensor work: the same table on every machine of a kind (demo/numerics.py)
     if seeds is not None:
         from memagent.demo.seeds import run_seeds
 

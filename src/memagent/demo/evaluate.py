@@ -17,15 +17,16 @@ def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
 
 
 def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
-                 keep_conversations: bool = False) -> list[Any]:
-    """The greedy workflow over toy samples: one AgentResult each, in order (with every model call kept when
-    `keep_conversations`, for demo/failures.py)."""
-    from memagent.agent.workflow import AgentInput, MemoryAgent
+                 keep_conversations: bool = False, workflow: str = "memagent",
+                 workflow_options: dict[str, Any] | None = None) -> list[Any]:
+    """The greedy workflow (by name, memagent.agent.registry; the paper's by default) over toy samples: one
+    AgentResult each, in order (with every model call kept when `keep_conversations`, for demo/failures.py)."""
+    from memagent.agent.registry import AgentInput, build_workflow, run_workflow
 
     backend = toy_backend(model, tokenizer, len(samples))
-    agent = MemoryAgent(backend, agent_config(spec, batch_docs=len(samples)), progress=True,
-                        keep_conversations=keep_conversations)
-    return agent.run([AgentInput(s["question"], s["context"], s["id"]) for s in samples])
+    agent = build_workflow(workflow, backend, agent_config(spec, batch_docs=len(samples)), progress=True,
+                           keep_conversations=keep_conversations, **(workflow_options or {}))
+    return run_workflow(agent, [AgentInput(s["question"], s["context"], s["id"]) for s in samples])
 
 
 def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:

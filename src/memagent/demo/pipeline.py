@@ -199,6 +199,7 @@ def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: 
     """The RL model (loadable by `memagent ask`), results.json, results.md, the printed table and accuracy.png."""
     import resource
 
+    from memagent.demo.numerics import numerics
     from memagent.demo.report import markdown_table, plot_accuracy, print_table
     from memagent.run import save_agent_settings
 
@@ -214,7 +215,8 @@ def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: 
         f"{k} {100 * v:.0f}%" for k, v in found["by_key"][str(cfg.multiples[-1])].items()))
     results = {**found, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
                "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values,
-               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "task": asdict(spec)}
+               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "task": asdict(spec),
+               "numerics": numerics()}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.md").write_text(markdown_table(results, cfg))
     print_table(results, cfg)

@@ -30,6 +30,10 @@ def print_table(results: dict[str, Any], cfg: Any) -> None:
         t.add_row(*row)
     Console().print(t)
     Console().print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items()))
+    if results.get("numerics"):  # demo/numerics.py: what decides the float sums
+        n = results["numerics"]
+        Console().print(f"float kernels: MKL branch {n['mkl_cbwr'] or 'MKL default'}, ATen {n['aten_cpu_capability']}, "
+                        f"{n['threads']} thread(s)")
 
 
 def markdown_table(results: dict[str, Any], cfg: Any) -> str:

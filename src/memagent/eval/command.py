@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
-from memagent.eval.sweep import METHODS, SweepConfig, plan, sweep
+from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
 from memagent.lock import run_lock
 from memagent.scale.options import RayOptions
@@ -30,7 +30,12 @@ class EvalOptions:
     data: list[str] = field(metadata=flag("Sample files from `memagent data`, comma-separated.", parse=split_list))
     out: Path = field(metadata=flag("Directory for results.jsonl, table.md and plots (a rerun resumes)."))
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata=flag(
-        "Any of memagent, full-context, rag-bm25.", parse=split_list))
+        "Any of memagent, full-context, rag-bm25, or another workflow's name.", parse=split_list))
+    workflows: Optional[list[str]] = field(default=None, metadata=flag(
+        "Reading workflows to evaluate, a row each (e.g. memagent,lookup,skim) with model calls and seconds per "
+        "document; they replace the workflows of --methods, its baselines stay.", parse=lambda text, name: None if text is None else split_list(text, name)))
+    split_by: Optional[str] = field(default=None, metadata=flag(
+        "Split every table row by this sample tag (e.g. order: value-first | pointer-first of two-hop toy data)."))
     backend: BackendOptions = field(default_factory=BackendOptions)
     profile: Optional[Path] = field(default=None, metadata=flag(
         "Protocol profile (YAML, e.g. from `memagent profile from-reference`); flags override it. Written to "
@@ -64,7 +69,8 @@ class EvalOptions:
     def record(self) -> dict:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
-        values = {k: v for k, v in flag_values(self).items() if k not in left_out}
+        values = {k: v for k, v in flag_values(self).items() if k not in left_out
+                  and not (k in ("workflows", "split_by") and v is None)}  # added when given: older keys stay as they were
         return dict(values, backend=dataclasses.asdict(self.backend))
 
 
@@ -88,13 +94,20 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
     profile = profile if profile is not None else eval_profile(o)
     b = profile.budgets
     return SweepConfig(
-        model_name=o.model, methods=o.methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
+        model_name=o.model, methods=eval_methods(o), window=b.baseline_window, passage_tokens=o.passage_tokens,
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
         scoring=profile.scoring,
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
+
+
+def eval_methods(o: EvalOptions) -> list[str]:
+    """The sweep's methods: --workflows (when given) then the baselines of --methods, else --methods."""
+    if o.workflows is None:
+        return list(o.methods)
+    return list(dict.fromkeys([*o.workflows, *(m for m in o.methods if m in BASELINES)]))
 
 
 def run_eval(o: EvalOptions) -> str:
@@ -154,7 +167,11 @@ def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[
     from memagent.eval.summary import write_summary
 
     results = Path(o.out) / "results.jsonl"
-    text, _, _ = write_report(results, o.out, keys=keys)
-    write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=fingerprint(cfg), datas=datas,
-                  keys=keys, records=latest(load_records(results)))
+    text, _, _ = write_report(results, o.out, keys=keys, split_by=o.split_by, cost=o.workflows is not None)
+    from memagent.eval.workflow_runs import method_fingerprint
+
+    base = fingerprint(cfg)
+    fps = {m: method_fingerprint(base, m, cfg.workflow_options.get(m)) for m in cfg.methods}
+    write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=base, datas=datas, keys=keys,
+                  records=latest(load_records(results)), fingerprints={m: f for m, f in fps.items() if f != base})
     return text

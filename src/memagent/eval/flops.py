@@ -99,10 +99,10 @@ def load_shape(name_or_path: str) -> ModelShape:
                          "or a config.json / model directory")
     from memagent.io import read_text
 
-    try:
-        cfg = json.loads(read_text(path, "model config", FlopsError))
-    except json.JSONDecodeError as exc:
-        raise FlopsError(f"{path} is not valid JSON ({exc.msg}); give a Hugging Face config.json") from None
+    from memagent.bounded import CONFIG_CHARS, loads_json
+
+    cfg = loads_json(read_text(path, "model config", FlopsError), str(path), FlopsError, CONFIG_CHARS,
+                     syntax="{where} is not valid JSON ({reason}); give a Hugging Face config.json")
     if not isinstance(cfg, dict):
         raise FlopsError(f"{path} must be a JSON object (a Hugging Face config.json)")
     try:

@@ -17,10 +17,11 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from memagent.agent.answer import final_answer
 from memagent.errors import MemAgentError
@@ -31,8 +32,10 @@ from memagent.tasks.schema import file_sha256, read_samples
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NON_RESULT", "DataFile", "atomic_write_lines", "data_file", "failures_message", "fingerprint", "latest", "load_records",
+__all__ = ["MAX_LENGTH", "NON_RESULT", "check_record", "DataFile", "atomic_write_lines", "data_file", "failures_message", "fingerprint", "latest", "load_records",
            "record_key", "record_length", "rescore_file", "rescore_record", "rescore_stale", "sample_ids"]
+
+MAX_LENGTH = 10**15  # the largest sample length (documents, tokens, chunks) a table column may hold
 
 # Settings that never change a sample's result: {SweepConfig field: None (drop it) or {subfield: None}}.
 NON_RESULT: dict[str, Any] = {
@@ -42,6 +45,7 @@ NON_RESULT: dict[str, Any] = {
     "repeats": None,  # the repeat index is in the key; its seed is agent.seed + repeat
     "scoring": None,  # applied to the stored replies; a change rescores without a model call
     "agent": {"max_batch_docs": None},  # batch size: speed only
+    "workflow_options": None,  # folded into each workflow's own record fingerprint (eval.workflow_runs)
 }
 
 
@@ -79,9 +83,10 @@ def sample_ids(path: str | Path, limit: int | None = None) -> list[str]:
         if not all(isinstance(a, str) for a in sample["answers"]):
             raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): answers must be a list of texts")
         length = record_length(sample)[0]
-        if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
+        if length is not None and (not isinstance(length, int) or isinstance(length, bool)
+                                   or not 0 <= length <= MAX_LENGTH):
             raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): its length (length, num_docs or num_chunks) "
-                            f"must be a non-negative integer, got {length!r}")
+                            f"must be an integer in [0, {MAX_LENGTH}], got {str(length)[:40]}")
         if not isinstance(sid, (str, int)) or isinstance(sid, bool):
             raise EvalError(f"{path}: sample {n + 1} has id {sid!r}; an id must be a string or an integer")
         if sid in seen:
@@ -114,7 +119,10 @@ def record_key(model: str, method: str, data: DataFile, sample_id: Any, repeat: 
 
 
 def load_records(path: str | Path) -> list[dict]:
-    """Every record of a results file in order; a last line cut short by a crash is removed from the file."""
+    """Every record of a results file in order, each read bounded (`memagent.bounded`) and its fields checked
+    (`check_record`); a last line cut short by a crash is removed from the file."""
+    from memagent.bounded import loads_json
+
     path = Path(path)
     if not path.exists():
         return []
@@ -126,13 +134,76 @@ def load_records(path: str | Path) -> list[dict]:
     records = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            try:
-                rec = json.loads(line)
-                rec["key"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise EvalError(f"{path}:{n} is not a result record ({exc}); move the file away to start over") from None
-            records.append(rec)
+            where = f"{path}:{n}"
+            records.append(check_record(loads_json(line, where, _DamagedRecord), where))
     return records
+
+
+class _DamagedRecord(EvalError):
+    """A line of results.jsonl that is not a record of ours; the message says how to start over."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}; the results file is damaged: fix or delete that line, or move the file "
+                         "away to start over")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# field -> (check, what it must be): the fields the table, summary and rescoring read
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "key": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "status": (lambda v: v in ("ok", "error"), '"ok" or "error"'),
+    "model": (lambda v: isinstance(v, str), "a string"),
+    "method": (lambda v: isinstance(v, str), "a string"),
+    "task": (lambda v: isinstance(v, str), "a string"),
+    "metric": (lambda v: isinstance(v, str), "a metric name"),
+    "length_unit": (lambda v: isinstance(v, str), "a string"),
+    "data": (lambda v: isinstance(v, str), "a string"),
+    "data_path": (lambda v: isinstance(v, str), "a string"),
+    "sample_id": (lambda v: isinstance(v, str) or _is_int(v), "a string or an integer"),
+    "repeat": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "length": (lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_LENGTH), f"null or an integer in [0, {MAX_LENGTH}]"),
+    "score": (lambda v: v is None or _is_number(v), "a number or null"),
+    "scores": (lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()), "an object of numbers"),
+    "raw": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "prediction": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "gold": (lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v), "a list of strings"),
+    "scoring": (lambda v: isinstance(v, dict), "an object"),
+    "answer_protocol": (lambda v: isinstance(v, str), "a string"),
+    "think": (lambda v: isinstance(v, str), "a string"),
+}
+_REQUIRED = ("key", "model", "method", "task", "metric", "score")
+_ERROR_FIELDS = {"kind": str, "message": str}
+
+
+def check_record(rec: Any, where: str) -> dict:
+    """`rec` when it is a record of ours whose fields have the types the readers use; else an EvalError naming
+    `where` (FILE:LINE) and the field. An error record must carry its `error` {kind, message, attempts?}."""
+    if not isinstance(rec, dict):
+        raise _DamagedRecord(f"{where}: not a result record (a JSON object expected, got {type(rec).__name__})")
+    for name in _REQUIRED:
+        if name not in rec:
+            raise _DamagedRecord(f"{where}: not a result record (no {name!r})")
+    for name, (ok, what) in _FIELDS.items():
+        if name in rec and not ok(rec[name]):
+            raise _DamagedRecord(f"{where}, field {name!r}: must be {what}, got {str(rec[name])[:60]!r}")
+    if rec.get("status") == "error":
+        err = rec.get("error")
+        if not isinstance(err, dict):
+            raise _DamagedRecord(f"{where}, field 'error': an error record needs its error {{kind, message}}, "
+                                 f"got {str(err)[:60]!r}")
+        for name, kind in _ERROR_FIELDS.items():
+            if not isinstance(err.get(name), kind):
+                raise _DamagedRecord(f"{where}, field 'error.{name}': must be a string, got {str(err.get(name))[:60]!r}")
+        if "attempts" in err and not (_is_int(err["attempts"]) and err["attempts"] >= 0):
+            raise _DamagedRecord(f"{where}, field 'error.attempts': must be an integer >= 0")
+    return rec
 
 
 def latest(records: Iterable[dict]) -> dict[str, dict]:

@@ -1,5 +1,8 @@
 """Results of a sweep as the paper shows them: Table 1 (rows model + method, columns lengths, cells
 mean score in % ± its standard error, with n) and a plot of score against length (log x), one of each per task.
+With `cost` each row also shows the model calls and seconds per document (means over its finished records), so
+workflows (memagent, lookup, skim, ...) compare on cost beside accuracy. `split_by` (a record tag, e.g. a two-hop
+sample's `order`) splits each row by that tag's value ("memagent (order=value-first)").
 
 Only the last record of each key counts (a retried failure replaces its error record), and `keys` limits
 the table to one run's records (a results file also holds the records of earlier settings). Failed samples
@@ -20,7 +23,7 @@ from memagent.eval.scoring import cell_stats
 __all__ = ["aggregate", "length_label", "markdown_tables", "md_escape", "plot_scores", "read_records",
            "write_report"]
 
-_METHOD_ORDER = {"memagent": 0, "full-context": 1, "rag-bm25": 2}
+_METHOD_ORDER = {"memagent": 0, "lookup": 1, "skim": 2, "full-context": 7, "rag-bm25": 8}  # other workflows: 5
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]#+!|~])")
 
 
@@ -40,18 +43,24 @@ def _length_key(n: int | None) -> tuple[int, int]:
     return (1, 0) if n is None else (0, n)
 
 
-def aggregate(records: Iterable[dict], keys: Collection[str] | None = None) -> dict[str, Any]:
+def aggregate(records: Iterable[dict], keys: Collection[str] | None = None,
+              split_by: str | None = None) -> dict[str, Any]:
     """{task: {"metric", "unit", "lengths", "rows": {(model, method): {length: (mean, se, n)}},
-    "failed": {(model, method): count}, "skipped": bool}}; mean/se None when nothing counts (n < 2 for se)."""
+    "failed": {(model, method): count}, "cost": {(model, method): (calls, seconds) per document}, "skipped": bool}};
+    mean/se None when nothing counts (n < 2 for se)."""
     cells: dict[tuple, list[float | None]] = defaultdict(list)
+    costs: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     failed: dict[tuple, int] = defaultdict(int)
     meta: dict[str, dict[str, Any]] = {}
     wanted = set(keys) if keys is not None else None
     chosen = [r for r in latest(records).values() if wanted is None or r["key"] in wanted]
-    labels = _method_labels(chosen)
+    labels = _split_labels(chosen, _method_labels(chosen), split_by)
     for r in chosen:
         length = r.get("length")
         cells[(r["task"], r["model"], labels[r["key"]], length)].append(r["score"])
+        if r.get("status") != "error":
+            costs[(r["task"], r["model"], labels[r["key"]])].append(
+                (float((r.get("tokens") or {}).get("calls", 0)), float(r.get("seconds") or 0.0)))
         m = meta.setdefault(r["task"], {"metric": r["metric"], "unit": r["length_unit"], "lengths": set(),
                                         "skipped": False})
         m["lengths"].add(length)
@@ -64,13 +73,27 @@ def aggregate(records: Iterable[dict], keys: Collection[str] | None = None) -> d
         for (t, model, method, length), scores in cells.items():
             if t == task:
                 rows.setdefault((model, method), {})[length] = cell_stats(scores)
-        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1].split(" @")[0], 9),
+        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], _METHOD_ORDER.get(kv[0][1].split(" ")[0], 5),
                                                            kv[0][1])))
         out[task] = dict(metric=meta[task]["metric"], unit=meta[task]["unit"],
                          lengths=sorted(meta[task]["lengths"], key=_length_key), rows=ordered,
                          failed={row: failed[(task, *row)] for row in ordered if failed[(task, *row)]},
+                         cost={row: _means(costs[(task, *row)]) for row in ordered},
                          skipped=meta[task]["skipped"])
     return out
+
+
+def _means(pairs: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    if not pairs:
+        return None, None
+    return sum(c for c, _ in pairs) / len(pairs), sum(t for _, t in pairs) / len(pairs)
+
+
+def _split_labels(records: list[dict], labels: dict[str, str], split_by: str | None) -> dict[str, str]:
+    """Row labels with the record's `split_by` tag appended ("(order=value-first)"; "(order=?)" without it)."""
+    if not split_by:
+        return labels
+    return {r["key"]: f"{labels[r['key']]} ({split_by}={(r.get('tags') or {}).get(split_by, '?')})" for r in records}
 
 
 def _method_labels(records: list[dict]) -> dict[str, str]:
@@ -102,18 +125,24 @@ def _cell(stats: tuple[float | None, float | None, int]) -> str:
     return f"{100 * mean:.2f} ± {100 * se:.2f} (n={n})"
 
 
-def markdown_tables(agg: dict[str, Any]) -> str:
-    """One markdown table per task in the layout of the paper's Table 1."""
+def markdown_tables(agg: dict[str, Any], cost: bool = False) -> str:
+    """One markdown table per task in the layout of the paper's Table 1; `cost`: with the columns calls/doc and
+    s/doc (model calls and seconds per document, means over the row's finished records: they compare workflows;
+    seconds vary run to run, so a table without them is reproducible to the byte)."""
     parts = []
     for task, t in agg.items():
-        cols = [length_label(n, t["unit"]) for n in t["lengths"]]
+        cols = [length_label(n, t["unit"]) for n in t["lengths"]] + (["calls/doc", "s/doc"] if cost else [])
         lines = [f"### {md_escape(task)} ({md_escape(t['metric'])}, %)", "",
                  "| model | method | " + " | ".join(cols) + " |",
                  "|---|---|" + "---|" * len(cols)]
         for (model, method), cells in t["rows"].items():
             vals = [_cell(cells[n]) if n in cells else "n/a" for n in t["lengths"]]
+            if cost:
+                calls, secs = t.get("cost", {}).get((model, method), (None, None))
+                vals += ["n/a" if calls is None else f"{calls:.1f}", "n/a" if secs is None else f"{secs:.3f}"]
             lines.append(f"| {md_escape(model)} | {md_escape(method)} | " + " | ".join(vals) + " |")
-        lines += ["", "cells: mean ± standard error (n records scored)"]
+        lines += ["", "cells: mean ± standard error (n records scored)" + (
+            "; calls/doc, s/doc: model calls and seconds per document (all lengths, finished records)" if cost else "")]
         if t["failed"]:
             how = "left out of the means" if t["skipped"] else "counted as wrong"
             counts = ", ".join(f"{md_escape(method)} {k}" for (_, method), k in t["failed"].items())
@@ -164,11 +193,12 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def write_report(results: str | Path, out_dir: str | Path,
-                 keys: Collection[str] | None = None) -> tuple[str, Path, list[Path]]:
-    """Write table.md (atomically) and the plots from a results file (only `keys`' records when given);
-    returns (markdown, table path, plots)."""
-    agg = aggregate(load_records(results), keys)
-    text = markdown_tables(agg)
+def write_report(results: str | Path, out_dir: str | Path, keys: Collection[str] | None = None,
+                 split_by: str | None = None, cost: bool = False) -> tuple[str, Path, list[Path]]:
+    """Write table.md (atomically) and the plots from a results file (only `keys`' records when given; rows split
+    by the record tag `split_by` when given; `cost`: calls/doc and s/doc columns); returns (markdown, table path,
+    plots)."""
+    agg = aggregate(load_records(results), keys, split_by)
+    text = markdown_tables(agg, cost)
     table = atomic_write_lines(Path(out_dir) / "table.md", [text])
     return text, table, plot_scores(agg, out_dir)

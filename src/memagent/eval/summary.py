@@ -49,7 +49,14 @@ def git_revision(path: str | Path | None = None) -> str | None:
 def _counts(keys: Sequence[str], records: dict[str, dict]) -> dict[str, int]:
     mine = [records[k] for k in keys if k in records]
     failed = sum(r.get("status") == "error" for r in mine)
-    return dict(planned=len(keys), finished=len(mine) - failed, failed=failed, missing=len(keys) - len(mine))
+    out: dict[str, Any] = dict(planned=len(keys), finished=len(mine) - failed, failed=failed,
+                               missing=len(keys) - len(mine))
+    methods = sorted({r["method"] for r in mine})
+    if len(methods) > 1:  # one row per method (workflow or baseline): finished and failed
+        out["by_method"] = {m: dict(finished=sum(r["method"] == m and r.get("status") != "error" for r in mine),
+                                    failed=sum(r["method"] == m and r.get("status") == "error" for r in mine))
+                            for m in methods}
+    return out
 
 
 def _failures(keys: Sequence[str], records: dict[str, dict]) -> list[dict[str, Any]]:
@@ -63,8 +70,9 @@ def _failures(keys: Sequence[str], records: dict[str, dict]) -> list[dict[str, A
 
 
 def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fingerprint: str, datas: Sequence[Any],
-                  keys: Sequence[str], records: dict[str, dict]) -> Path:
-    """Write `out_dir/summary.json` atomically; returns its path."""
+                  keys: Sequence[str], records: dict[str, dict], fingerprints: dict[str, str] | None = None) -> Path:
+    """Write `out_dir/summary.json` atomically; returns its path. fingerprints: each method's record fingerprint
+    (a workflow's folds in its name and options) where one differs from `fingerprint`."""
     options = dict(options)
     backend = options["backend"] = dict(options.get("backend") or {})  # the shared backend options
     if isinstance(backend.get("base_url"), str):
@@ -73,7 +81,8 @@ def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fin
         backend["base_url"] = public_url(backend["base_url"])  # never a user:password@ in the file
     summary = dict(
         model=cfg.model_name,
-        settings=dict(options=options, sweep=dataclasses.asdict(cfg), fingerprint=fingerprint),
+        settings=dict(options=options, sweep=dataclasses.asdict(cfg), fingerprint=fingerprint,
+                      **({"fingerprints": fingerprints} if fingerprints else {})),
         data=[dataclasses.asdict(d) for d in datas],
         versions=versions(),
         git_revision=git_revision(),

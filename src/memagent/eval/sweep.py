@@ -42,20 +42,23 @@ from memagent.eval.baselines import (BASELINE_TEMPLATE, EvalError, bm25_context,
 from memagent.eval.records import (DataFile, data_file, failures_message, fingerprint, latest, load_records,
                                    record_key, record_length, rescore_stale, sample_ids)
 from memagent.eval.scoring import ScoreOptions, failed_score, score_sample
+from memagent.eval.workflow_runs import (BASELINES, build, check_methods, check_windows, count_call, is_workflow,
+                                         method_fingerprint)
 from memagent.lock import run_lock
-from memagent.tasks.schema import ParagraphCache, count_tokens, read_samples, sample_document
+from memagent.tasks.schema import ParagraphCache, read_samples, sample_document
 
-__all__ = ["METHODS", "SweepConfig", "load_done", "plan", "run_sweep", "sweep"]
+__all__ = ["BASELINES", "METHODS", "SweepConfig", "load_done", "plan", "run_sweep", "sweep"]
 
 log = logging.getLogger(__name__)
 
-METHODS = ("memagent", "full-context", "rag-bm25")
+METHODS = ("memagent", "full-context", "rag-bm25")  # the default; any workflow name is a method too
+TAG_FIELDS = ("order",)  # sample fields a record keeps in `tags` (to split tables by), with the sample's own `tags`
 
 
 @dataclass
 class SweepConfig:
     model_name: str  # the row label of the table (a model id or path)
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = METHODS  # baselines and workflows (memagent.agent.registry) by name
     agent: AgentConfig = field(default_factory=AgentConfig)  # MemAgent's budget; answer_tokens for all
     window: int | None = None  # the baselines' context window (default: the backend's)
     baseline_answer_tokens: int | None = None  # the baselines' max new tokens (default: agent.answer_tokens)
@@ -65,11 +68,16 @@ class SweepConfig:
     repeats: int = 1  # runs of each sample, repeat r with seed agent.seed + r (base 0 when None)
     scoring: ScoreOptions = field(default_factory=ScoreOptions)
     backend_settings: dict[str, Any] = field(default_factory=dict)  # backend kind, dtype ...: they change replies
+    workflow_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # workflow name -> its own options
+    #   (in that workflow's record fingerprint: memagent.eval.workflow_runs.method_fingerprint)
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
+        unknown = check_methods(self.methods)
         if unknown or not self.methods:
-            raise EvalError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
+            from memagent.agent.registry import workflow_names
+
+            raise EvalError(f"unknown method(s) {unknown}; choose from the baselines {', '.join(BASELINES)} or the "
+                            f"workflows {', '.join(workflow_names())}")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
         for name in ("limit", "window", "passage_tokens"):
@@ -99,7 +107,16 @@ def _base(cfg: SweepConfig, method: str, w: _Work, fp: str) -> dict:
         data_sha256=w.data.sha256, fingerprint=fp, repeat=w.repeat, seed=_seed(cfg, w.repeat),
         task=w.sample["task"], sample_id=w.sample["id"], length=length, length_unit=unit,
         metric=w.sample.get("metric", "sub_em"), scoring=dataclasses.asdict(cfg.scoring),
-        answer_protocol=cfg.agent.answer_protocol, think=cfg.agent.think)
+        answer_protocol=cfg.agent.answer_protocol, think=cfg.agent.think, **_tags(w.sample))
+
+
+def _tags(sample: dict) -> dict[str, Any]:
+    """{"tags": {field: value}}: the sample's TAG_FIELDS (a two-hop toy sample's order) and its own `tags` mapping,
+    string values only, to split tables by (`memagent eval --split-by`); {} when it has none (the record is then
+    as it always was)."""
+    own = sample.get("tags") if isinstance(sample.get("tags"), dict) else {}
+    tags = {k: v for k, v in {**{f: sample.get(f) for f in TAG_FIELDS}, **own}.items() if isinstance(v, str)}
+    return {"tags": tags} if tags else {}
 
 
 def _record(cfg: SweepConfig, method: str, w: _Work, fp: str, prediction: str | None, raw: str,
@@ -124,29 +141,32 @@ def _seed(cfg: SweepConfig, repeat: int) -> int:
     return (cfg.agent.seed or 0) + repeat
 
 
-def _memagent_group(backend: Any, cfg: SweepConfig, group: list[_Work], docs: ParagraphCache, fp: str) -> list[dict]:
-    from memagent.agent.workflow import AgentInput, MemoryAgent
+def _workflow_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Work], docs: ParagraphCache,
+                    fp: str) -> list[dict]:
+    """A group of samples read by the workflow `method` in one run (its calls batched across the group)."""
+    from memagent.agent.registry import AgentInput, run_workflow
 
     trace = io.StringIO()
     agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, group[0].repeat))
     items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    results = MemoryAgent(backend, agent, trace_path=trace, failures="record").run(items)  # type: ignore[arg-type]
+    wf = build(method, backend, agent, cfg.workflow_options, trace_path=trace, failures="record")
+    results = run_workflow(wf, items)
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
     for line in trace.getvalue().splitlines():
         call = json.loads(line)
-        _count_call(usage[call["doc_id"]], call, backend.tokenizer)
+        count_call(usage[call["doc_id"]], call, backend.tokenizer)
     out = []
     for i, (w, res) in enumerate(zip(group, results)):
         if res.error is not None:  # its calls failed after the backend's retries; the others went on
-            log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], w.repeat,
+            log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], w.repeat,
                         res.error["message"])
-            out.append(_error_record(cfg, "memagent", w, fp, res.error))
+            out.append(_error_record(cfg, method, w, fp, res.error))
             continue
         u = usage[str(i)]
         u["kept"] = u["document"]
-        out.append(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, u, seconds, len(group),
+        out.append(_record(cfg, method, w, fp, res.answer, res.raw_answer, u, seconds, len(group),
                            f"{res.num_chunks} chunks"))
     return out
 
@@ -185,8 +205,8 @@ def _run_group(backend: Any, cfg: SweepConfig, method: str, group: list[_Work], 
                fp: str) -> list[dict]:
     """The group's records; when it fails, its samples one by one, a sample that fails alone an error record."""
     try:
-        if method == "memagent":
-            return _memagent_group(backend, cfg, group, docs, fp)
+        if is_workflow(method):
+            return _workflow_group(backend, cfg, method, group, docs, fp)
         return _baseline_group(backend, cfg, method, group, docs, fp)
     except MemAgentError as exc:
         if len(group) > 1:
@@ -202,14 +222,18 @@ def plan(cfg: SweepConfig, data_files: Sequence[str | Path]) -> tuple[list[DataF
     model call; a missing file, a duplicate sample id or an unknown metric is an error here."""
     if not data_files:
         raise EvalError("no data file given; pass --data FILE[,FILE...] (files from `memagent data ...`)")
-    fp = fingerprint(cfg)
     datas = list({d.path: d for d in (data_file(f) for f in data_files)}.values())
     keys = []
     for d in datas:
         ids = sample_ids(d.path, cfg.limit)
-        keys += [record_key(cfg.model_name, m, d, sid, r, fp) for m in cfg.methods for r in range(cfg.repeats)
+        keys += [record_key(cfg.model_name, m, d, sid, r, _fp(cfg, m)) for m in cfg.methods for r in range(cfg.repeats)
                  for sid in ids]
     return datas, keys
+
+
+def _fp(cfg: SweepConfig, method: str) -> str:
+    """The settings fingerprint of `method`'s records (a workflow's folds in its name and options)."""
+    return method_fingerprint(fingerprint(cfg), method, cfg.workflow_options.get(method))
 
 
 def _pending(cfg: SweepConfig, method: str, repeat: int, datas: Sequence[DataFile], done: dict[str, dict],
@@ -261,7 +285,6 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
     results = out / "results.jsonl"
     done = latest(load_records(results))
     rescore_stale(results, done, cfg.scoring)
-    fp = fingerprint(cfg)
     docs = ParagraphCache()
     bar = _bar(progress)
     failed: list[dict] = []
@@ -280,12 +303,13 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
                 failed.append(rec)
 
         for method in cfg.methods:
+            fp = _fp(cfg, method)
             for repeat in range(cfg.repeats):
                 pending = _pending(cfg, method, repeat, datas, done, retry_failed, fp)
-                if method == "memagent" and concurrent(backend):  # no groups: samples start as others finish
+                if is_workflow(method) and concurrent(backend):  # no groups: samples start as others finish
                     stop = None if max_failures is None else lambda: _check_failed(failed, max_failures, results)
                     works, total = _counted(pending) if bar else (pending, None)
-                    _memagent_stream(backend, cfg, repeat, works, docs, fp, write, stop, total)
+                    _workflow_stream(backend, cfg, method, repeat, works, docs, fp, write, stop, total)
                     continue
                 for group in _groups(pending, cfg.agent.max_batch_docs):
                     for rec in _run_group(backend, cfg, method, group, docs, fp):
@@ -300,14 +324,14 @@ def _check_failed(failed: list[dict], max_failures: int, results: Path) -> None:
         raise EvalError(failures_message(failed, max_failures, results))
 
 
-def _memagent_stream(backend: Any, cfg: SweepConfig, repeat: int, works: Iterator[_Work], docs: ParagraphCache,
-                     fp: str, write: Callable[[dict], None], stop: Callable[[], None] | None,
+def _workflow_stream(backend: Any, cfg: SweepConfig, method: str, repeat: int, works: Iterator[_Work],
+                     docs: ParagraphCache, fp: str, write: Callable[[dict], None], stop: Callable[[], None] | None,
                      total: int | None = None) -> None:
-    """MemAgent on a concurrent backend: the samples are one stream (a sample starts as another finishes) and
+    """A workflow on a concurrent backend: the samples are one stream (a sample starts as another finishes) and
     each record is written as its sample finishes; `stop` is called after each (it raises to stop the sweep).
     `total` (the samples to run, with --progress): the agent's progress line (samples done, calls in flight,
     calls/s, ETA)."""
-    from memagent.agent.workflow import AgentInput, MemoryAgent
+    from memagent.agent.registry import AgentInput, stream_workflow
 
     started: dict[str, tuple[_Work, float, dict[str, int]]] = {}
 
@@ -316,50 +340,37 @@ def _memagent_stream(backend: Any, cfg: SweepConfig, repeat: int, works: Iterato
             try:
                 document = sample_document(w.sample, docs)
             except MemAgentError as exc:
-                log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], repeat, exc)
-                write(_error_record(cfg, "memagent", w, fp, exc))
+                log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], repeat, exc)
+                write(_error_record(cfg, method, w, fp, exc))
                 continue
             started[str(i)] = (w, time.perf_counter(), dict(prompt=0, generated=0, calls=0, document=0))
             yield AgentInput(w.sample["question"], document, str(i))
 
     def on_step(call: dict) -> None:
-        _count_call(started[call["doc_id"]][2], call, backend.tokenizer)
+        count_call(started[call["doc_id"]][2], call, backend.tokenizer)
 
     def on_result(res: Any) -> None:
         w, t0, usage = started.pop(res.doc_id)
         if res.error is not None:
-            log.warning("memagent %s sample %r repeat %d failed: %s", w.data.name, w.sample["id"], repeat,
+            log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], repeat,
                         res.error["message"])
-            write(_error_record(cfg, "memagent", w, fp, res.error))
+            write(_error_record(cfg, method, w, fp, res.error))
         else:
-            write(_record(cfg, "memagent", w, fp, res.answer, res.raw_answer, dict(usage, kept=usage["document"]),
+            write(_record(cfg, method, w, fp, res.answer, res.raw_answer, dict(usage, kept=usage["document"]),
                           time.perf_counter() - t0, cfg.agent.max_batch_docs, f"{res.num_chunks} chunks"))
         if stop is not None:
             stop()
 
     agent = dataclasses.replace(cfg.agent, seed=_seed(cfg, repeat))
-    MemoryAgent(backend, agent, on_step=on_step, failures="record", progress=total is not None).stream(
-        items(), on_result, total=total)
-
-
-def _count_call(u: dict[str, int], call: dict, tokenizer: Any) -> None:
-    """Add one trace record's tokens to a sample's usage {prompt, generated, calls, document}."""
-    u["calls"] += 1
-    u["prompt"] += call["prompt_tokens"]
-    if call.get("kind") == "final":
-        u["generated"] += count_tokens(tokenizer, call["raw_answer"])
-    else:
-        u["generated"] += call["memory_tokens"]
-        u["document"] += call["chunk_tokens"]
+    wf = build(method, backend, agent, cfg.workflow_options, on_step=on_step, failures="record",
+               progress=total is not None)
+    stream_workflow(wf, items(), on_result, total=total)
 
 
 def _check_windows(backend: Any, cfg: SweepConfig) -> None:
     """Settings no sample can run under fail the run at once, before any model call (not sample by sample)."""
-    from memagent.agent.workflow import MemoryAgent
-
-    if "memagent" in cfg.methods:
-        MemoryAgent(backend, cfg.agent).check_budget([])  # with no questions: the window check only
-    if any(m != "memagent" for m in cfg.methods):
+    check_windows(backend, cfg.methods, cfg.agent, cfg.workflow_options)  # with no questions: the window only
+    if any(not is_workflow(m) for m in cfg.methods):
         context_budget(backend, "", cfg.baseline_answer_tokens or cfg.agent.answer_tokens, cfg.window,
                        cfg.baseline_template)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
@@ -163,6 +163,9 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard scalars under out_dir/tb (needs tensorboard)
     progress: bool = True  # rich progress bar on stderr
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=1.0))  # rollout workflow
+    workflow: str = "memagent"  # the reading workflow rolled out and validated (memagent.agent.registry): every
+    #   conversation of it is a training row sharing its sample's advantage; "memagent" is the paper's
+    workflow_options: dict[str, Any] = field(default_factory=dict)  # the workflow's own options (e.g. lookup's)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -194,6 +197,7 @@ class TrainConfig:
             raise ConfigError(f"strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        _check_workflow(self.workflow, self.workflow_options)
         from memagent.flags import check_device
 
         try:
@@ -209,6 +213,18 @@ class TrainConfig:
     def horizon(self) -> int:
         """The constant of `seq-mean-token-sum-norm`: loss.horizon or the longest possible response."""
         return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
+
+
+def _check_workflow(name: str, options: Any) -> None:
+    """ConfigError for a workflow that is not known (listing the valid ones) or options that are not a mapping."""
+    from memagent.agent.registry import get_workflow
+
+    if not isinstance(options, dict):
+        raise ConfigError(f"workflow_options must be a mapping of option: value, got {options!r}")
+    try:
+        get_workflow(name)
+    except MemAgentError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -307,10 +323,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML; quote a string value") from None
+        shown = item if len(item) <= 80 else item[:60] + "..."
+        value = load_yaml(raw, f"override {shown!r}: the value", ConfigError) if raw.strip() else ""
         if any(not p.strip() for p in key.split(".")):
             raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
         node = out
@@ -331,10 +345,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
                               "file of TrainConfig fields")
-        try:
-            data = yaml.safe_load(read_text(p, "config file", ConfigError))
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        data = load_yaml(read_text(p, "config file", ConfigError), str(p), ConfigError)
         if data is None:
             data = {}
         if not isinstance(data, dict):

@@ -1,7 +1,9 @@
 """Rollouts for Multi-Conv DAPO: G runs of the workflow per question, every call a training row.
 
-One rollout (sample) of a question is one full run of `MemoryAgent`: K memory updates (one per
-chunk, in document order) and the final answer, i.e. n_i = K + 1 independent conversations. The
+One rollout (sample) of a question is one full run of the workflow (`workflow` in the training config,
+memagent.agent.registry): for the paper's `memagent`, K memory updates (one per chunk, in document order)
+and the final answer, i.e. n_i = K + 1 independent conversations; another workflow's conversations of every
+kind (e.g. a lookup query) are rows alike. The
 reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"). A sample's memory calls
 run in sequence; the calls of different samples at the same step go to the backend in one batch
 (the workflow's own batching).
@@ -29,7 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.agent.protocol import AgentInput
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.backends.base import Backend, BackendError
 from memagent.config import AgentConfig
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
@@ -177,7 +180,7 @@ def generate_rollouts(
     reward_fn: RewardFn,
     *,
     seed: int | None,
-    per_sample: bool = False,
+    per_sample: bool = False, workflow: str = DEFAULT_WORKFLOW, workflow_options: dict | None = None,
 ) -> RolloutBatch:
     """G rollouts of each question through the workflow, rewarded (advantages: `with_advantages`).
 
@@ -186,15 +189,15 @@ def generate_rollouts(
     per_sample: seed rollout g of question q by its global key group_ids[q] * G + g (`AgentInput.seed_key`)
         instead of by batch, so its draws do not depend on the other questions here (a backend that honours
         `SamplingParams.seeds`: the transformers one).
+    workflow, workflow_options: the workflow by name (memagent.agent.registry) and its own options.
     Samples are ordered question by question: sample s = q * G + g.
     """
     items = rollout_inputs(questions, group_ids, group_size, per_sample)
-    # every rollout in flight at once: each workflow step is one backend batch (memory is bounded by
-    # the backend's own max_batch_size)
-    agent = MemoryAgent(backend, replace(agent_config, seed=seed, max_batch_docs=max(1, len(items))),
-                        keep_conversations=True)
+    # every rollout in flight at once: each workflow step is one backend batch (bounded by max_batch_size)
+    agent = build_workflow(workflow, backend, replace(agent_config, seed=seed, max_batch_docs=max(1, len(items))),
+                           keep_conversations=True, **(workflow_options or {}))
     t0 = time.perf_counter()
-    results = agent.run(items) if items else []
+    results = run_workflow(agent, items) if items else []
     seconds = time.perf_counter() - t0
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
@@ -213,7 +216,7 @@ def generate_rollouts(
             else:
                 logprobs = None
             sample_index.append(s)
-            is_final.append(conv.kind == "final")
+            is_final.append(conv.kind == "final")  # any other kind (memory, query, ...) is an intermediate row
     rewards = [float(reward_fn(res.raw_answer, questions[s // group_size].answers)) for s, res in enumerate(results)]
     return RolloutBatch(
         prompt_ids=prompts,
@@ -301,7 +304,8 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
         mine = [j for j in range(B) if assign_rank(j, m, info.world_size) == info.rank]
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
                                   cfg.rollout.group_size, reward_fn, per_sample=per_sample,
-                                  seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank))
+                                  seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank),
+                                  workflow=cfg.workflow, workflow_options=cfg.workflow_options)
         tally.add(batch)
         if cfg.rollout.dynamic_sampling:
             batch = dynamic_sampling_filter(batch)

@@ -134,7 +134,8 @@ class MultiConvDAPO:
         warn_rank_seeded_resume(config.rollout.seeding, recipe.saved_world_size, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
-                                        reward_fn, config.seed, self.info, config.rollout.seeding == "sample")
+                                        reward_fn, config.seed, self.info, config.rollout.seeding == "sample",
+                                        config.workflow, config.workflow_options)
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from memagent.agent.workflow import MemoryAgent
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.backends.base import Backend
 from memagent.config import AgentConfig
 from memagent.rl.distributed import DistInfo, all_reduce
@@ -41,14 +41,16 @@ def load_val_samples(path: str, limit: int) -> list[QASample]:
 
 
 def correct_answers(backend: Backend, agent: AgentConfig, samples: Sequence[QASample], reward_fn: RewardFn,
-                    *, temperature: float, seed: int, keys: Sequence[int] | None = None) -> int:
-    """How many of `samples` the workflow answers with reward >= 1 at `temperature`. keys: one seed key per
-    sample (`AgentInput.seed_key`: its draws then depend on the key, not on its batch), or None."""
+                    *, temperature: float, seed: int, keys: Sequence[int] | None = None,
+                    workflow: str = DEFAULT_WORKFLOW, workflow_options: dict | None = None) -> int:
+    """How many of `samples` the workflow (by name, with its own options) answers with reward >= 1 at
+    `temperature`. keys: one seed key per sample (`AgentInput.seed_key`: its draws then depend on the key, not
+    on its batch), or None."""
     if not samples:
         return 0
     items = [s.agent_input(f"val-{s.id}", None if keys is None else keys[j]) for j, s in enumerate(samples)]
     cfg = replace(agent, temperature=temperature, seed=seed, max_batch_docs=len(items))
-    results = MemoryAgent(backend, cfg).run(items)
+    results = run_workflow(build_workflow(workflow, backend, cfg, **(workflow_options or {})), items)
     return sum(float(reward_fn(r.raw_answer, s.answers)) >= 1 for r, s in zip(results, samples))
 
 
@@ -56,8 +58,12 @@ class Validator:
     """Held-out accuracy at the steps `is_val_step` names; `metrics(step, backend)` is {} elsewhere."""
 
     def __init__(self, samples: list[QASample], every: int, agent: AgentConfig, reward_fn: RewardFn,
-                 seed: int, info: DistInfo, per_sample: bool = False) -> None:
+                 seed: int, info: DistInfo, per_sample: bool = False, workflow: str = DEFAULT_WORKFLOW,
+                 workflow_options: dict | None = None) -> None:
         self.samples, self.every, self.agent = samples, every, agent
+        # the training workflow, passed on only when it is not the default (the paper's calls stay as they were)
+        plain = workflow == DEFAULT_WORKFLOW and not workflow_options
+        self.workflow = {} if plain else dict(workflow=workflow, workflow_options=workflow_options)
         self.reward_fn, self.seed, self.info = reward_fn, seed, info
         self.per_sample = per_sample  # rollout.seeding "sample": question j sampled with seed key j
 
@@ -68,17 +74,21 @@ class Validator:
         idx = list(range(self.info.rank, len(self.samples), self.info.world_size))
         mine, keys = [self.samples[j] for j in idx], (idx if self.per_sample else None)
         seed = step_seed(self.seed, step, VAL_ROUND, 0)
-        greedy = correct_answers(backend, self.agent, mine, self.reward_fn, temperature=0.0, seed=seed)
+        greedy = correct_answers(backend, self.agent, mine, self.reward_fn, temperature=0.0, seed=seed,
+                                 **self.workflow)
         sampled = correct_answers(backend, self.agent, mine, self.reward_fn,
-                                  temperature=self.agent.temperature, seed=seed, keys=keys)
+                                  temperature=self.agent.temperature, seed=seed, keys=keys, **self.workflow)
         counts = all_reduce(torch.tensor([greedy, sampled], dtype=torch.float64), self.info)
         n = max(len(self.samples), 1)
         return {"val/greedy_acc": float(counts[0]) / n, "val/sampled_acc": float(counts[1]) / n}
 
 
 def make_validator(val_data: str, every: int, limit: int, agent: AgentConfig, reward_fn: RewardFn, seed: int,
-                   info: DistInfo, per_sample: bool = False) -> Validator | None:
-    """The run's Validator, or None when `every` is 0. per_sample: rollout.seeding is "sample"."""
+                   info: DistInfo, per_sample: bool = False, workflow: str = DEFAULT_WORKFLOW,
+                   workflow_options: dict | None = None) -> Validator | None:
+    """The run's Validator, or None when `every` is 0. per_sample: rollout.seeding is "sample"; workflow: the
+    training config's (validated through the workflow it trains)."""
     if every == 0:
         return None
-    return Validator(load_val_samples(val_data, limit), every, agent, reward_fn, seed, info, per_sample)
+    return Validator(load_val_samples(val_data, limit), every, agent, reward_fn, seed, info, per_sample,
+                     workflow, workflow_options)

@@ -45,7 +45,7 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
 def ray_ask(model: str, backend: Any, profile: Any, config: Any, items: Sequence[Any],
             on_result: Callable[[Any], None], trace: Optional[IO[str]], ray_opts: RayOptions, *,
             errors: str = "strict", trace_chunks: bool = False, progress: bool = False,
-            hook: PoolHook | None = None) -> int:
+            hook: PoolHook | None = None, workflow: str = "memagent") -> int:
     """Answer `items` (AgentInput) on Ray actors, `config.max_batch_docs` questions a unit; each result goes
     to `on_result` and its trace records to `trace` as its unit finishes. Returns the number answered."""
     pool = open_pool(model, backend, profile, ray_opts)
@@ -54,7 +54,7 @@ def ray_ask(model: str, backend: Any, profile: Any, config: Any, items: Sequence
         if hook:
             hook(pool, 0)  # every actor ready
         units = _batches(items, config.max_batch_docs)
-        args = lambda unit: (unit, config, errors, trace is not None, trace_chunks)  # noqa: E731
+        args = lambda unit: (unit, config, errors, trace is not None, trace_chunks, workflow)  # noqa: E731
         for n, (unit, (results, trace_text)) in enumerate(pool.run(units, "ask", args), 1):
             for r in results:
                 on_result(r)
@@ -77,17 +77,16 @@ def ray_sweep(model: str, backend: Any, profile: Any, datas: Sequence[Any], out:
     """`memagent.eval.sweep.sweep` with the groups run on Ray actors: the same pending samples, groups,
     records and resume; records are written by this process alone, in the order groups finish."""
     from memagent.eval.baselines import EvalError
-    from memagent.eval.records import failures_message, fingerprint, latest, load_records, rescore_stale
-    from memagent.eval.sweep import _bar, _groups, _pending, _progress_line
+    from memagent.eval.records import failures_message, latest, load_records, rescore_stale
+    from memagent.eval.sweep import _bar, _fp, _groups, _pending, _progress_line
 
     results = out / "results.jsonl"
     done = latest(load_records(results))
     rescore_stale(results, done, cfg.scoring)
-    fp = fingerprint(cfg)
     bar = _bar(progress)
     failed: list[dict] = []
-    units = ((method, group) for method in cfg.methods for repeat in range(cfg.repeats)
-             for group in _groups(_pending(cfg, method, repeat, datas, done, retry_failed, fp),
+    units = ((method, group) for method in cfg.methods for repeat in range(cfg.repeats)  # each method its fingerprint
+             for group in _groups(_pending(cfg, method, repeat, datas, done, retry_failed, _fp(cfg, method)),
                                   cfg.agent.max_batch_docs))
     first = next(units, None)
     if first is None:  # everything is done: no actor (nor model) is started
@@ -99,7 +98,7 @@ def ray_sweep(model: str, backend: Any, profile: Any, datas: Sequence[Any], out:
             hook(pool, 0)  # every actor ready
         pool.call_one("check_eval", cfg)
         with open(results, "a", encoding="utf-8") as fh:
-            args = lambda unit: (cfg, unit[0], unit[1], fp)  # noqa: E731
+            args = lambda unit: (cfg, unit[0], unit[1], _fp(cfg, unit[0]))  # noqa: E731
             for n, (_, records) in enumerate(pool.run(units, "eval_group", args), 1):
                 for rec in records:
                     _append(fh, rec)

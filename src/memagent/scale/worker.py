@@ -65,15 +65,17 @@ class ShardWorker:
         return f"{socket.gethostname()}:{os.getpid()}"
 
     @_returns_errors
-    def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool
-            ) -> tuple[list[Any], str]:
-        """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one)."""
-        from memagent.agent.workflow import MemoryAgent
+    def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool,
+            workflow: str = "memagent", workflow_options: dict | None = None) -> tuple[list[Any], str]:
+        """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one); read by
+        the workflow named `workflow` (memagent.agent.registry) with its own options."""
+        from memagent.agent.registry import build_workflow, run_workflow
 
         buf = io.StringIO() if trace else None
-        agent = MemoryAgent(self.backend, config, trace_path=buf, errors=errors, trace_chunks=trace_chunks,
-                            failures="record")  # a failed document is a result; the others go on
-        results = agent.run(list(items))
+        agent = build_workflow(workflow, self.backend, config, trace_path=buf, errors=errors,
+                               trace_chunks=trace_chunks, failures="record",  # a failed document is a result
+                               **(workflow_options or {}))
+        results = run_workflow(agent, list(items))
         for r in results:
             r.conversations = []  # token ids stay here: the driver writes only the text fields
         return results, buf.getvalue() if buf is not None else ""

@@ -2,7 +2,10 @@
 models and Prometheus metrics; the page at `/` (files of `static/`).
 
 Every error is `{"error": {"message", "type"}}` with a 4xx/5xx status. With an API key, every route
-but `/health` and the page's files needs `Authorization: Bearer KEY`.
+but `/health` and the page's files needs `Authorization: Bearer KEY`. The key check and the request metrics
+are a plain ASGI middleware (`Guard`), not Starlette's BaseHTTPMiddleware: under that one a handler never
+sees its client disconnect (`request.is_disconnected()` stays False), and a chat client that went away
+could not cancel its job.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from memagent.serve.errors import ApiError
-from memagent.serve.http import error_response, read_json, upload_blocks
+from memagent.serve.http import declared_over, error_response, read_json, upload_blocks
 from memagent.serve.jobs import JobManager
 from memagent.serve.requests import ServeSettings, check_questions, document_of
 
@@ -32,31 +35,50 @@ def _needs_key(path: str) -> bool:
     return (path.startswith("/v1") or path == "/metrics") and path not in _OPEN
 
 
-def _route(request: Request) -> str:
-    route = request.scope.get("route")
-    return getattr(route, "path", None) or ("/static" if not request.url.path.startswith("/v1") else "unknown")
+def _route(scope: dict[str, Any]) -> str:
+    route = scope.get("route")
+    return getattr(route, "path", None) or ("/static" if not scope["path"].startswith("/v1") else "unknown")
+
+
+class Guard:
+    """ASGI middleware: the API key of the routes that need it (401 otherwise), and each request's metrics."""
+
+    def __init__(self, app: Any, settings: ServeSettings, metrics: Any) -> None:
+        self.app, self.settings, self.metrics = app, settings, metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        key = self.settings.api_key
+        if key is not None and _needs_key(scope["path"]):
+            given = Request(scope).headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                what = "a wrong API key" if given else "no API key"
+                response = error_response(401, f"{what}: send the header 'Authorization: Bearer <key>' with the "
+                                               "key of the server's --api-key-env variable", "authentication_error")
+                await response(scope, receive, send)
+                self.metrics.request("unauthorized", 401, time.perf_counter() - t0)
+                return
+        status = [500]  # what the request counts as when the app raises before answering
+
+        async def counted(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            self.metrics.request(_route(scope), status[0], time.perf_counter() - t0)
 
 
 def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
     """The app over a running JobManager."""
     app = FastAPI(title="memagent serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.manager, app.state.settings = manager, settings
-    metrics = manager.metrics
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Any:
-        t0 = time.perf_counter()
-        if settings.api_key is not None and _needs_key(request.url.path):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {settings.api_key}".encode()):
-                what = "a wrong API key" if given else "no API key"
-                response = error_response(401, f"{what}: send the header 'Authorization: Bearer <key>' with the "
-                                               "key of the server's --api-key-env variable", "authentication_error")
-                metrics.request("unauthorized", 401, time.perf_counter() - t0)
-                return response
-        response = await call_next(request)
-        metrics.request(_route(request), response.status_code, time.perf_counter() - t0)
-        return response
+    app.add_middleware(Guard, settings=settings, metrics=manager.metrics)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -86,8 +108,7 @@ def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
 def _document_routes(app: FastAPI, manager: JobManager) -> None:
     @app.post("/v1/documents")
     async def upload(request: Request) -> JSONResponse:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > manager.docs.max_bytes + (1 << 16):
+        if declared_over(request, manager.docs.max_bytes + (1 << 16)):  # a multipart form's own bytes allowed
             raise ApiError(413, f"document over the limit of {manager.docs.max_bytes} bytes "
                                 "(the server's --max-document-bytes)")
         doc_id, n = await manager.docs.save_stream(upload_blocks(request))
@@ -98,13 +119,30 @@ def _document_routes(app: FastAPI, manager: JobManager) -> None:
         return {"id": doc_id, "bytes": manager.docs.size(doc_id)}
 
 
+def _workflow_of(body: dict[str, Any]) -> str | None:
+    """The job's own `workflow` (a known name; 400 listing the valid ones otherwise), or None: the server's."""
+    name = body.get("workflow")
+    if name is None:
+        return None
+    from memagent.agent.registry import get_workflow, workflow_names
+    from memagent.errors import MemAgentError
+
+    if not isinstance(name, str):
+        raise ApiError(400, f"workflow must be a name; valid workflows: {', '.join(workflow_names())}")
+    try:
+        get_workflow(name[:200])
+    except MemAgentError as e:
+        raise ApiError(400, str(e)) from None
+    return name
+
+
 def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
     @app.post("/v1/jobs")
     async def create_job(request: Request) -> JSONResponse:
         body = await read_json(request, settings.max_body_bytes)
         questions = check_questions(body.get("questions"), manager, settings)
         manager.check_room()  # before a document is saved for nothing
-        job_id, _ = manager.submit(document_of(body, manager), questions)
+        job_id, _ = manager.submit(document_of(body, manager), questions, workflow=_workflow_of(body))
         return JSONResponse({"id": job_id}, status_code=201)
 
     @app.get("/v1/jobs/{job_id}")

@@ -53,6 +53,12 @@ class SharedBackend:
         with self._tok_lock:
             return self.inner.prompt_length(prompt)
 
+    def redact(self, text: str) -> str:
+        """`text` without the backend's secrets (the openai backend's API key; memagent.backends.openai_http.redact),
+        for job errors and chat error replies that reach HTTP clients."""
+        inner = getattr(self.inner, "redact", None)
+        return inner(text) if inner is not None else text
+
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         t0 = time.perf_counter()
         if self._gen_lock is None:

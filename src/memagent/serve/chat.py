@@ -109,7 +109,7 @@ def _outcome(manager: JobManager, job_id: str) -> tuple[str, dict[str, Any]]:
     view = manager.view(job_id)
     if view["state"] != "done":
         user = view["error"] is not None and not view["error"].startswith("internal error")
-        raise ApiError(400 if user else 500, f"the job {view['state']}: {view['error']}",
+        raise ApiError(400 if user else 500, manager.backend.redact(f"the job {view['state']}: {view['error']}"),
                        "invalid_request_error" if user else "server_error")
     q = view["questions"][0]
     answer = q["answer"] if q["answer"] is not None else (q["raw_answer"] or "").strip()

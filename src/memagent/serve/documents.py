@@ -1,6 +1,8 @@
 """Documents stored as files under `STATE_DIR/documents/`, named by an id `doc_<32 hex>` that can
-never name a path. Uploads are streamed to a temporary file and renamed when complete, so a
-multi-gigabyte document is never held whole in memory and a cut upload leaves nothing behind.
+never name a path. Uploads are streamed to a temporary file (`.doc_<id>.part`) and renamed when complete,
+so a multi-gigabyte document is never held whole in memory and a cut upload leaves nothing behind; the
+pieces a killed server left are removed when the store opens (one server per state folder: none is in use).
+An upload of no bytes is refused (no job could read it).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import AsyncIterator
 from memagent.serve.errors import ApiError
 
 DOC_ID = re.compile(r"doc_[0-9a-f]{32}")
+PART = re.compile(r"\.doc_[0-9a-f]{32}\.part")  # an upload in progress (or left by a killed server)
 
 
 def new_id(prefix: str) -> str:
@@ -26,6 +29,9 @@ class DocumentStore:
         self.folder = folder
         self.max_bytes = max_bytes
         folder.mkdir(parents=True, exist_ok=True)
+        for left in folder.iterdir():
+            if PART.fullmatch(left.name) and left.is_file():
+                left.unlink(missing_ok=True)
 
     def path(self, doc_id: str) -> Path:
         """The file of `doc_id`; 400 for an id that is not `doc_<32 hex>`, 404 for an unknown one."""
@@ -54,6 +60,9 @@ class DocumentStore:
                         raise ApiError(413, f"document over the limit of {self.max_bytes} bytes "
                                             "(the server's --max-document-bytes)", "invalid_request_error")
                     f.write(block)
+            if n == 0:
+                raise ApiError(400, "the document is empty (the body held no bytes); send its text as the body, "
+                                    "or as one multipart form field", "invalid_request_error")
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memagent.agent.chunking import iter_chunks
-from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.serve.backend import JobBackend, SharedBackend
@@ -104,8 +104,12 @@ class JobManager:
     """Submit, run, resume, cancel and describe jobs; `max_running` at once, `max_queued` waiting."""
 
     def __init__(self, store: Store, docs: DocumentStore, backend: SharedBackend, config: AgentConfig,
-                 metrics: Metrics, max_running: int = 4, max_queued: int = 64) -> None:
+                 metrics: Metrics, max_running: int = 4, max_queued: int = 64,
+                 workflow: str = DEFAULT_WORKFLOW) -> None:
         self.store, self.docs, self.backend, self.config, self.metrics = store, docs, backend, config, metrics
+        self.workflow = workflow  # the server's (serve --workflow); a job may name its own (`submit`)
+        self.workflows: dict[str, str] = {}  # job id -> its own workflow, when not the server's (kept in memory:
+        #   a job resumed after a restart reads with the server's workflow)
         self.max_running, self.max_queued = max_running, max_queued
         self.pool = ThreadPoolExecutor(max_running, thread_name_prefix="memagent-job")
         self.live: OrderedDict[str, Live] = OrderedDict()
@@ -130,11 +134,15 @@ class JobManager:
                                 f"{self.max_running} + --max-queue {self.max_queued}); retry later",
                            "rate_limit_error", {"Retry-After": "1"})
 
-    def submit(self, document_id: str, questions: list[str], chat: bool = False) -> tuple[str, Live]:
-        """Queue a new job (429 when full); `chat`: a chat completion's, not resumed after a restart."""
+    def submit(self, document_id: str, questions: list[str], chat: bool = False,
+               workflow: str | None = None) -> tuple[str, Live]:
+        """Queue a new job (429 when full); `chat`: a chat completion's, not resumed after a restart; `workflow`:
+        the job's reading workflow (default: the server's)."""
         with self._lock:
             self._check_room()
             job_id = new_id("job")
+            if workflow is not None and workflow != self.workflow:
+                self.workflows[job_id] = workflow
             self.store.add_job(job_id, document_id, questions, chat)
             live = self._schedule(job_id)
         return job_id, live
@@ -198,7 +206,7 @@ class JobManager:
             if not (self._stopping and not live.cancel.is_set()):
                 self._finish(job_id, live, "cancelled")
         except MemAgentError as e:
-            self._finish(job_id, live, "failed", str(e))
+            self._finish(job_id, live, "failed", self.backend.redact(str(e)))  # clients read it: no upstream key
         except Exception as e:  # noqa: BLE001  (a bug: the job fails, the server goes on)
             log.exception("job %s failed", job_id)
             self._finish(job_id, live, "failed", f"internal error ({type(e).__name__}); see the server log")
@@ -219,7 +227,10 @@ class JobManager:
             total = sum(1 for _ in iter_chunks(path, self.backend.tokenizer, self.config.chunk_tokens,
                                                errors="replace"))
             self.store.set_total(job_id, total)
-        items = [_resume_input(q, path) for q in questions if q["final"] is None]
+        workflow = self.workflows.get(job_id, self.workflow)
+        resume = workflow == DEFAULT_WORKFLOW  # another workflow's state is not only its memory: it starts over
+        items = [_resume_input(q, path) if resume else AgentInput(q["question"], path, doc_id=str(q["index"]))
+                 for q in questions if q["final"] is None]
         done_steps = {q["index"]: list(q["steps"]) for q in questions}
 
         def on_usage(calls: int, prompt: int, completion: int) -> None:
@@ -238,7 +249,7 @@ class JobManager:
             live.emit("step", dict(record, question_index=idx, chunks_total=total))
 
         backend = JobBackend(self.backend, on_usage, lambda: live.cancel.is_set() or self._stopping)
-        MemoryAgent(backend, self.config, errors="replace", on_step=on_step).run(items)
+        run_workflow(build_workflow(workflow, backend, self.config, errors="replace", on_step=on_step), items)
 
     # -- views ----------------------------------------------------------------------------------
     def job_or_404(self, job_id: str) -> dict[str, Any]:
@@ -254,7 +265,7 @@ class JobManager:
         for q in self.store.questions(job_id):
             steps, final = q["steps"], q["final"] or {}
             qs.append(dict(index=q["index"], question=q["question"], chunks_done=len(steps),
-                           chunks_total=q["chunks_total"], memory=steps[-1]["memory"] if steps else None,
+                           chunks_total=q["chunks_total"], memory=_last_memory(steps),
                            answer=final.get("answer"), raw_answer=final.get("raw_answer"),
                            evidence=evidence(steps, self.config.empty_memory) if final else [], steps=steps))
         return dict(job, questions=qs)
@@ -275,6 +286,12 @@ class JobManager:
         """Stop the running jobs before their next call; they stay unfinished and resume on restart."""
         self._stopping = True
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _last_memory(steps: list[dict[str, Any]]) -> str | None:
+    """The memory after the last memory step (records of other kinds, e.g. a lookup query, carry none)."""
+    mem = [r["memory"] for r in steps if r.get("kind", "memory") == "memory" and "memory" in r]
+    return mem[-1] if mem else None
 
 
 def _resume_input(q: dict[str, Any], path: Any) -> AgentInput:

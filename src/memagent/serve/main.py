@@ -1,6 +1,13 @@
-"""Start the service: options, the backend, the state folder, then uvicorn."""
+"""Start the service: options, the state folder, the backend, then uvicorn.
+
+Everything that would make every request fail is refused before the port is bound, with one `error:` line:
+an option out of its range (each rule sits beside its option, in `ServeOptions`), a state folder whose
+database is not ours, a tokenizer that encodes text to nothing, prompts the model's chat template cannot
+render, budgets over the model's window.
+"""
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -17,31 +24,58 @@ from memagent.flags import MODEL_HELP, BudgetOptions, check_flags, flag, flag_va
 log = logging.getLogger(__name__)
 
 
+def bounds(low: int, high: int | None, why: str) -> dict[str, Any]:
+    """Field metadata: the option's value must lie in [low, high] (high None: no upper bound); `why` says
+    what the bound is for (the message's second half). Checked by `ServeOptions.__post_init__`."""
+    return {"bounds": (low, high, why)}
+
+
 @dataclass
 class ServeOptions:
-    """What `memagent serve` was asked: one field per command-line option (the CLI is built from them)."""
+    """What `memagent serve` was asked: one field per command-line option (the CLI is built from them).
+    A count or size out of its `bounds` is refused as the options are built, before anything starts."""
 
     model: str = field(metadata=flag(MODEL_HELP))
     backend: BackendOptions = field(default_factory=BackendOptions)
     host: str = field(default="127.0.0.1", metadata=flag(
         "Address to bind; another than loopback needs --api-key-env."))
-    port: int = field(default=8000, metadata=flag("TCP port."))
+    port: int = field(default=8000, metadata={**flag("TCP port."), **bounds(1, 65535, "a TCP port")})
     state_dir: Path = field(default=Path("memagent-state"), metadata=flag(
         "Folder of the SQLite job store and the uploaded documents (a restart resumes its jobs)."))
     api_key_env: Optional[str] = field(default=None, metadata=flag(
         "Environment variable holding the key clients send as 'Authorization: Bearer KEY'."))
     profile: Optional[Path] = field(default=None, metadata=flag("Protocol profile (YAML); flags override it."))
     budgets: BudgetOptions = field(default_factory=BudgetOptions)
-    max_jobs: int = field(default=4, metadata=flag("Jobs run at once."))
-    max_queue: int = field(default=64, metadata=flag(
-        "Jobs waiting beyond --max-jobs; more get 429 with Retry-After."))
-    max_body_bytes: int = field(default=16 << 20, metadata=flag(
-        "Largest JSON request (a document sent inline included)."))
-    max_document_bytes: int = field(default=8 << 30, metadata=flag("Largest uploaded document."))
-    max_question_chars: int = field(default=8192, metadata=flag("Longest question."))
+    max_jobs: int = field(default=4, metadata={**flag("Jobs run at once."), **bounds(
+        1, 1024, "one thread per job: with 0 no job would ever run")})
+    max_queue: int = field(default=64, metadata={**flag(
+        "Jobs waiting beyond --max-jobs; more get 429 with Retry-After."), **bounds(
+        0, 1_000_000, "0: no job waits beyond --max-jobs")})
+    max_body_bytes: int = field(default=16 << 20, metadata={**flag(
+        "Largest JSON request (a document sent inline included)."), **bounds(
+        1024, 1 << 30, "a JSON request is held in memory whole; the smallest chat request is about 100 bytes")})
+    max_document_bytes: int = field(default=8 << 30, metadata={**flag("Largest uploaded document."), **bounds(
+        1, None, "uploads are streamed to disk; 0 would refuse every document")})
+    max_question_chars: int = field(default=8192, metadata={**flag("Longest question."), **bounds(
+        1, 1 << 20, "0 would refuse every question")})
+
+    workflow: str = field(default="memagent", metadata=flag(
+        "Reading workflow of the jobs (memagent, lookup, skim, or one a package registers); a job may name its own "
+        "(\"workflow\" in POST /v1/jobs)."))
     prompt_split: str = field(default="auto", metadata=flag(
         "Where the question is in a one-message chat (document and question together, as harnesses send it): "
         "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if "bounds" not in f.metadata:
+                continue
+            low, high, why = f.metadata["bounds"]
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+                span = f"in {low}..{high}" if high is not None else f">= {low}"
+                raise InputError(f"--{f.name.replace('_', '-')} must be {span}, got {value!r} ({why}); "
+                                 "give a value in that range")
 
 
 def is_loopback(host: str) -> bool:
@@ -67,21 +101,54 @@ def api_key(o: ServeOptions) -> str | None:
     return key
 
 
-def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
-          serialize: bool = True) -> tuple[Any, Any]:
-    """(app, manager) over `backend`, with state under `o.state_dir`; unfinished jobs resumed."""
-    from memagent.serve.app import ServeSettings, create_app
-    from memagent.serve.backend import SharedBackend
+def open_state(o: ServeOptions) -> tuple[Any, Any]:
+    """(the job store, the document store) of `o.state_dir`: a database that is not ours is refused, and the
+    pieces of uploads a killed server left (documents/.doc_*.part) are removed."""
     from memagent.serve.documents import DocumentStore
-    from memagent.serve.jobs import JobManager
-    from memagent.serve.metrics import Metrics
     from memagent.serve.store import Store
 
     o.state_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(o.state_dir / "serve.sqlite3")
+    return store, DocumentStore(o.state_dir / "documents", o.max_document_bytes)
+
+
+def check_ready(backend: Backend, config: AgentConfig) -> None:
+    """Refuse a model every request would fail on: a tokenizer that encodes text to no tokens (its files are
+    missing), prompts its chat template cannot render (e.g. a profile's chat_template_kwargs), budgets over
+    its window. Nothing is generated."""
+    from memagent.agent.prompts import render
+    from memagent.agent.workflow import MemoryAgent
+    from memagent.errors import MemAgentError
+
+    if not backend.tokenizer("Which river runs through the city?", add_special_tokens=False)["input_ids"]:
+        raise InputError("the model's tokenizer encodes text to no tokens: its tokenizer files (tokenizer.json, "
+                         "tokenizer_config.json) are missing or not its own; give a model folder with them")
+    try:
+        backend.prompt_length(render(config.memory_template, question="q", memory="m", chunk="c"))
+        backend.prompt_length(render(config.final_template, question="q", memory="m"))
+    except MemAgentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever breaks here breaks every request: refuse to start
+        raise InputError(f"the model cannot render a prompt ({type(e).__name__}: {str(e)[:200]}); check the "
+                         "profile's chat_template_kwargs and the model's chat template") from None
+    if config.seed is not None and not 0 <= config.seed < 2**32:  # every seeded call would fail
+        raise InputError(f"the profile's sampling seed {config.seed} is out of range; give one in 0..2**32-1")
+    MemoryAgent(backend, config).check_budget([])  # a call over the window: the budgets' own message
+
+
+def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
+          serialize: bool = True, state: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+    """(app, manager) over `backend`, with state under `o.state_dir` (`state`: the stores `open_state` gave);
+    unfinished jobs resumed."""
+    from memagent.serve.app import ServeSettings, create_app
+    from memagent.serve.backend import SharedBackend
+    from memagent.serve.jobs import JobManager
+    from memagent.serve.metrics import Metrics
+
+    store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
-    manager = JobManager(Store(o.state_dir / "serve.sqlite3"), DocumentStore(o.state_dir / "documents",
-                         o.max_document_bytes), shared, config, metrics, o.max_jobs, o.max_queue)
+    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     from memagent.agent.split_prompt import parse_rule
@@ -102,6 +169,9 @@ def run_serve(o: ServeOptions) -> None:
 
     require_serve_deps()
     check_flags(flag_values(o))
+    from memagent.agent.registry import get_workflow
+
+    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     from memagent.agent.split_prompt import parse_rule
 
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
@@ -113,8 +183,18 @@ def run_serve(o: ServeOptions) -> None:
     import uvicorn
 
     with run_lock(o.state_dir, "memagent serve"):
-        backend = open_backend(o.model, o.backend, profile)
-        app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai")
+        state = open_state(o)  # before the model loads: a bad database is refused at once
+        try:
+            backend = open_backend(o.model, o.backend, profile)
+            try:
+                check_ready(backend, config)
+            except BaseException:
+                getattr(backend, "close", lambda: None)()
+                raise
+        except BaseException:
+            state[0].close()
+            raise
+        app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state)
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
             uvicorn.run(app, host=o.host, port=o.port, log_level="warning", access_log=False,

@@ -2,7 +2,9 @@
 finished chunk (the trace record, with the memory and token offset after it), so a restarted server
 resumes every unfinished job at its last finished chunk.
 
-Every write is its own transaction; one connection is shared by the threads under a lock.
+Every write is its own transaction; one connection is shared by the threads under a lock. A file that is
+not such a database (garbage, a database of another schema or version, a folder) is refused when the store
+opens, naming the file; a 0-byte file is a new, empty database (SQLite's own rule: it holds nothing to lose).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from memagent.errors import InputError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -26,17 +30,54 @@ CREATE TABLE IF NOT EXISTS steps (
     PRIMARY KEY (job_id, idx, step));
 """
 UNFINISHED = ("queued", "running")
+SCHEMA_VERSION = 1  # PRAGMA user_version of the databases this code writes (0: written before it was set)
+_COLUMNS = {"jobs": {"id", "state", "document_id", "error", "created", "calls", "prompt_tokens",
+                     "completion_tokens", "chat"},
+            "questions": {"job_id", "idx", "question", "chunks_total", "final"},
+            "steps": {"job_id", "idx", "step", "record"}}
 
 
 class Store:
     """Jobs, questions and per-chunk progress; thread-safe."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as e:
+            raise self._not_ours(f"SQLite cannot open it: {e}") from None
+        try:
+            self._open()
+        except sqlite3.Error as e:
+            self._db.close()
+            raise self._not_ours(f"SQLite: {e}") from None
+        except InputError:
+            self._db.close()
+            raise
+        self._lock = threading.Lock()
+
+    def _open(self) -> None:
+        """The schema check (reads only: a database that is not ours is left as it was), then WAL mode and the
+        tables that are absent."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise self._not_ours(f"schema version {version}; this memagent reads version {SCHEMA_VERSION}")
+        for table, want in _COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if have and not want <= have:
+                raise self._not_ours(f"another schema: its table {table!r} lacks the column(s) "
+                                     f"{', '.join(sorted(want - have))}")
+            if have:
+                self._db.execute(f"SELECT {', '.join(sorted(want))} FROM {table} LIMIT 1").fetchall()  # readable
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+        if version == 0:
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _not_ours(self, why: str) -> InputError:
+        return InputError(f"{self.path} is not a memagent serve database ({why}); move it away, or give another "
+                          "--state-dir, to start with an empty one")
 
     def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:

@@ -11,7 +11,6 @@ dict-of-lists layout are accepted too).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,11 +60,13 @@ def read_json_source(source: str | Path) -> tuple[Any, str, str | None]:
     path = Path(source)
     if not path.is_file():
         raise DataError(f"source file {path} does not exist; download the dataset JSON and give its path")
+    from memagent.bounded import loads_json  # depth, digits and text bounded (memagent.bounded)
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON ({exc})") from exc
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not valid UTF-8 (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
+    data = loads_json(text, str(path), DataError, syntax="{where} is not valid JSON ({reason})")
     return data, str(path.resolve()), file_sha256(path)
 
 

@@ -2,7 +2,7 @@
 
 Containers (told apart by the file's first bytes, never by its name):
     JSONL        one JSON object a line (errors name "FILE:LINE")
-    JSON array   read as a stream with ijson, one record at a time (errors name "FILE: record I")
+    JSON array   split out one record at a time by `memagent.bounded.iter_json_array` and each parsed bounded (errors name "FILE: record I")
     parquet      read by row batches with pyarrow (errors name "FILE: row I")
 
 Record formats (told apart by the fields of the first record; docs/data.md has the field tables):
@@ -76,29 +76,32 @@ def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _iter_json_array(path: Path) -> Iterator[tuple[str, Any]]:
-    import ijson
+    """Each record of a JSON array, split out by the bounded reader's stream (`memagent.bounded`) and parsed
+    one at a time (a file of any size; each record bounded in depth, digits and text)."""
+    from memagent.bounded import iter_json_array, loads_json
 
-    count = 0  # records read so far: the index of the one being parsed
     with open(path, "rb") as fh:
-        try:
-            for rec in ijson.items(fh, "item", use_float=True):
-                yield f"record {count}", rec
-                count += 1
-        except ijson.JSONError as exc:
-            reason = " ".join(str(exc).split()[:6])
-            raise DataError(f"{path}: not valid JSON at or after record {count} ({reason})") from None
+        for i, raw in iter_json_array(fh, str(path), DataError):
+            where = f"{path}: record {i}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{where}: not valid UTF-8 ({exc.reason}); save the file as UTF-8") from None
+            yield f"record {i}", loads_json(text, where, DataError)
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from memagent.bounded import check_tree
+
     try:
         pf = pq.ParquetFile(path)
         row = 0
         for batch in pf.iter_batches(batch_size=32):
             for rec in batch.to_pylist():
-                yield f"row {row}", rec
+                yield f"row {row}", check_tree(rec, f"{path}: row {row}", DataError)
                 row += 1
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot read it as parquet ({exc})") from None
@@ -171,6 +174,30 @@ def check_context(value: Any, where: Where, field: str = "context") -> str | lis
                     f"got {type(value).__name__}")
 
 
+def check_lazy(value: Any, where: Where, field: str = "lazy") -> dict:
+    """A lazy paragraph-index object {kind: "paragraphs", format?, source, sha256, doc_ids}, every field's type
+    checked where the record is read (an index list of floats, a string or an object is refused here, not
+    when the document is expanded)."""
+    from memagent.tasks.corpora import LOADERS
+
+    if not isinstance(value, dict):
+        raise DataError(f"{where(field)}: must be an object {{kind, source, sha256, doc_ids}}, got {type(value).__name__}")
+    if value.get("kind") != "paragraphs":
+        raise DataError(f"{where(field + '.kind')}: must be \"paragraphs\", got {value.get('kind')!r}")
+    fmt = value.get("format", "hotpotqa")
+    if not isinstance(fmt, str) or fmt not in LOADERS:
+        raise DataError(f"{where(field + '.format')}: unknown source format {fmt!r}; known: {', '.join(LOADERS)}")
+    for name in ("source", "sha256"):
+        if not isinstance(value.get(name), str) or not value[name]:
+            raise DataError(f"{where(f'{field}.{name}')}: must be a non-empty string, got {value.get(name)!r}; "
+                            "write lazy samples with `memagent data import FILE --source SOURCE`")
+    ids = value.get("doc_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise DataError(f"{where(field + '.doc_ids')}: must be a list of paragraph indices (integers >= 0), "
+                        f"got {type(ids).__name__}")
+    return value
+
+
 def check_int(value: Any, where: Where, field: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise DataError(f"{where(field)}: must be an integer, got {value!r}")
@@ -198,7 +225,10 @@ class _Sources:
                     f"evaluate FILE.jsonl), or put it next to the data file as {SOURCE_NAMES[0]}"
                     + (f" ({path} does not exist)" if path is not None else ""))
             with open(path, "rb") as fh:
-                first = fh.read(4096).lstrip()[:1]
+                first = fh.read(4096).lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+            if first not in (b"[", b"{"):
+                raise DataError(f"--source {path} is not a paragraph file (a HotpotQA or SQuAD JSON file starts "
+                                "with '[' or '{'); give the dev file the indices point into")
             fmt = "squad" if first == b"{" else "hotpotqa"
             self._found = (str(path.resolve()), file_sha256(path), fmt)
         source, sha, fmt = self._found

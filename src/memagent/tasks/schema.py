@@ -30,7 +30,8 @@ from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError, count_tokens, fil
 from memagent.tasks.corpora import LOADERS, paragraph_table
 from memagent.tasks.documents import document_block
 from memagent.tasks.metrics import METRIC_ALIASES, METRICS
-from memagent.tasks.released import check_answers, check_context, check_text, read_released, sniff_format
+from memagent.tasks.released import (check_answers, check_context, check_lazy, check_text, read_released,
+                                     sniff_format)
 
 __all__ = [
     "DataError",
@@ -66,10 +67,15 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     if "context" in sample:
         if not isinstance(check_context(sample["context"], where), str):
             raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
-    elif not isinstance(sample.get("lazy"), dict):
+    elif "lazy" in sample:
+        check_lazy(sample["lazy"], where)
+    else:
         raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
     metric = sample.get("metric")
     if metric is not None:
+        if not isinstance(metric, str):
+            raise DataError(f"{where('metric')}: must be a metric name (a string), got {type(metric).__name__}; "
+                            f"choose one of: {', '.join(METRICS)}")
         if metric not in METRICS and metric not in METRIC_ALIASES:
             raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     return sample
@@ -92,6 +98,8 @@ def read_samples(path: str | Path, source: str | Path | None = None,
             raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")
         seen[key] = str(n)
         yield sample
+    if not seen:
+        raise DataError(f"{path} holds no samples; give a file with at least one record")
 
 
 def sample_document(

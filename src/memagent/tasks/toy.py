@@ -8,6 +8,10 @@ toy tokenizer every word is one token, so a chunk is exactly `3 * slots` tokens 
 `chunk_tokens = 3 * slots` cuts the document at chunk boundaries. Chance accuracy is 1 / n_values.
 Deterministic for a seed.
 
+Two-hop samples (`make_two_hop_sample`, `memagent data toy --two-hop`): the question's key points to another
+key ("fact k3 k7"), whose fact holds the answer ("fact k7 v5"), in two random chunks; each sample records
+`order` ("value-first" | "pointer-first"), so every table can be split by it (`memagent eval --split-by order`).
+
 Why this shape (measured on the demo's tiny LFM2, see demo/pipeline.py): the marker before the key
 lets a model find "the fact of this chunk" by looking for one fixed word, and a single fact per
 chunk makes "copy the fact of the chunk" one well-defined target. With four bare "key value"
@@ -94,14 +98,46 @@ def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str
                 num_chunks=n_chunks, gold_chunk=gold, metric="exact_match")
 
 
-def make_samples(spec: ToySpec, n_chunks: int, n: int, seed: int, prefix: str = "toy") -> list[dict[str, Any]]:
+def make_two_hop_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str) -> dict[str, Any]:
+    """A two-hop sample: the question names key A; a pointer fact "fact A B" (its value is another key) and a
+    value fact "fact B V" sit in two distinct random chunks; the answer is V. Every other fact is a distractor
+    with a key other than A and B. `order` says which came first: "value-first" (an overwritten memory cannot
+    know to keep "fact B V" when it reads it) or "pointer-first". {id, task="toy-two-hop", question, answers,
+    context, num_chunks, pointer_chunk, value_chunk, order, metric}."""
+    if n_chunks < 2:
+        raise ValueError(f"a two-hop toy document needs at least two chunks (one per fact), got {n_chunks}")
+    if spec.n_keys < spec.facts + 2:
+        raise ValueError(f"two-hop needs at least facts + 2 keys (the two hops and the distractors); got {spec}")
+    first, second = rng.sample(spec.keys, 2)
+    value = rng.choice(spec.values)
+    pointer_chunk, value_chunk = rng.sample(range(n_chunks), 2)
+    others = [k for k in spec.keys if k not in (first, second)]
+    chunks = []
+    for i in range(n_chunks):
+        facts = [(k, rng.choice(spec.values)) for k in rng.sample(others, spec.facts)]
+        own = (first, second) if i == pointer_chunk else (second, value) if i == value_chunk else None
+        if own is not None:
+            facts[rng.randrange(spec.facts)] = own
+        chunks.append(chunk_text(rng, spec, facts))
+    return dict(id=sample_id, task="toy-two-hop", question=first, answers=[value], context=" ".join(chunks),
+                num_chunks=n_chunks, pointer_chunk=pointer_chunk, value_chunk=value_chunk,
+                order="value-first" if value_chunk < pointer_chunk else "pointer-first", metric="exact_match")
+
+
+def make_samples(spec: ToySpec, n_chunks: int, n: int, seed: int, prefix: str = "toy",
+                 two_hop: bool = False) -> list[dict[str, Any]]:
+    """`n` samples of `n_chunks` chunks, deterministic for (seed, n_chunks, prefix); two_hop: two-hop ones
+    (`make_two_hop_sample`, ids "<prefix>2-..."), drawn from their own stream."""
+    if two_hop:
+        rng = random.Random(f"{seed}-{n_chunks}-{prefix}-two-hop")
+        return [make_two_hop_sample(rng, spec, n_chunks, f"{prefix}2-{n_chunks}-{i:05d}") for i in range(n)]
     rng = random.Random(f"{seed}-{n_chunks}-{prefix}")
     return [make_sample(rng, spec, n_chunks, f"{prefix}-{n_chunks}-{i:05d}") for i in range(n)]
 
 
-def iter_samples(spec: ToySpec, lengths: list[int], n: int, seed: int) -> Iterator[dict[str, Any]]:
+def iter_samples(spec: ToySpec, lengths: list[int], n: int, seed: int, two_hop: bool = False) -> Iterator[dict[str, Any]]:
     for k in lengths:
-        yield from make_samples(spec, k, n, seed)
+        yield from make_samples(spec, k, n, seed, two_hop=two_hop)
 
 
 def build_toy_tokenizer(spec: ToySpec, extra_words: tuple[str, ...] = ()) -> Any:

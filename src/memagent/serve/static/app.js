@@ -50,7 +50,10 @@
 
   function onEvent(name, data) {
     var t;
-    if (name === "step") {
+    if (name === "step" && data.kind && data.kind !== "memory") {  // a call of a workflow's own kind (open set)
+      timelineFor(data.question_index || 0).addCall(data);
+      setStatus("reading: " + data.kind);
+    } else if (name === "step") {
       t = timelineFor(data.question_index || 0);
       t.addRecord(data);
       t.setProgress(data.step + 1, data.chunks_total);

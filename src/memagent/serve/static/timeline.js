@@ -103,6 +103,19 @@
     if (this.evidence.indexOf(row.step) >= 0) item.classList.add("evidence");
   };
 
+  /* A call of a kind other than memory and final (a workflow's own, e.g. a lookup query): kind, step, text. */
+  Timeline.prototype.addCall = function (record) {
+    var key = "call:" + record.kind + ":" + record.step;
+    if (this.items[key]) return;  // a replayed event
+    var item = el("li", "row call");
+    item.appendChild(el("span", "step", String(record.kind)));
+    item.appendChild(el("span", "offset", record.step == null ? "" : "after chunk " + record.step));
+    var text = record.text != null ? record.text : record.query != null ? record.query : "";
+    item.appendChild(el("div", "memory", String(text)));
+    this.list.appendChild(item);
+    this.items[key] = item;
+  };
+
   Timeline.prototype.setProgress = function (done, total) {
     this.progress.textContent = total ? "chunk " + done + " of " + total : "chunk " + done;
   };

@@ -1,0 +1,136 @@
+"""Reading workflows by name: the built-ins, and third-party ones registered through the entry-point group
+`memagent.workflows`.
+
+A factory builds a workflow as `factory(backend, config, **options)`: `options` are the shared run options
+(memagent.agent.protocol.WorkflowOptions: trace_path, progress, errors, keep_conversations, on_step, trace_chunks,
+schedule, failures) plus the workflow's own, and the result follows the `Workflow` protocol. Every caller
+(rollouts, validation, eval, ask, serve, the Ray worker, the demo) builds its workflow here by name, so a
+package that registers one can be trained and evaluated without a fork.
+
+Built-ins are named by "module:attribute" and imported only when asked for (a missing module is a clear
+error). Entry points are read once, on the first lookup of a name that is not built in or registered; an entry
+point's value is "module:factory" (`[project.entry-points."memagent.workflows"] echo = "pkg.mod:build"`).
+
+This module re-exports the protocol's names, so a plug-in needs one import.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, BudgetError, Conversation,
+                                     Workflow, WorkflowOptions, check_questions, run_workflow, split_options,
+                                     stream_workflow)
+from memagent.agent.scheduler import Call, RunStats
+from memagent.errors import MemAgentError
+
+__all__ = ["AgentInput", "AgentResult", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW", "RunStats",
+           "UnknownWorkflow", "WORKFLOW_OPTIONS", "Workflow", "WorkflowFactory", "WorkflowOptions", "build_workflow",
+           "check_questions", "get_workflow", "refresh_entry_points", "register_workflow", "run_workflow", "split_options",
+           "stream_workflow", "workflow_names"]
+
+WorkflowFactory = Callable[..., Workflow]  # factory(backend, config: AgentConfig, **options) -> Workflow
+ENTRY_POINT_GROUP = "memagent.workflows"
+DEFAULT_WORKFLOW = "memagent"
+
+# name -> "module:attribute", imported on first use (kept as strings: the registry imports no workflow module)
+BUILTINS: dict[str, str] = {
+    "memagent": "memagent.agent.workflow:MemoryAgent",  # the paper's overwrite loop (the default)
+    "lookup": "memagent.agent.lookup:build",  # read, index the chunks, look back with a query of the model's
+    "skim": "memagent.agent.skim:build",  # rank the chunks against the question, read the top k
+}
+
+
+class UnknownWorkflow(MemAgentError, ValueError):
+    """A workflow name that is neither built in, registered, nor an installed entry point."""
+
+
+class _Registry:
+    """The factories registered in this process, the entry points once read."""
+
+    def __init__(self) -> None:
+        self.factories: dict[str, WorkflowFactory] = {}
+        self.entry_points: dict[str, Any] | None = None  # name -> EntryPoint, read on first need
+
+    def installed(self) -> dict[str, Any]:
+        if self.entry_points is None:
+            self.entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        return self.entry_points
+
+
+_REGISTRY = _Registry()
+
+
+def register_workflow(name: str, factory: WorkflowFactory) -> None:
+    """Make `factory` the workflow called `name` in this process (it replaces a built-in or entry point of that
+    name). Names are words: letters, digits, '-', '_'."""
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"workflow name must be a word of letters, digits, '-' or '_', got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"workflow {name!r}: the factory must be callable, got {type(factory).__name__}")
+    _REGISTRY.factories[name] = factory
+
+
+def unregister_workflow(name: str) -> None:
+    """Forget a workflow registered with `register_workflow` (built-ins and entry points stay)."""
+    _REGISTRY.factories.pop(name, None)
+
+
+def refresh_entry_points() -> None:
+    """Read the installed entry points again on the next lookup (a package installed in a running process)."""
+    _REGISTRY.entry_points = None
+
+
+def workflow_names() -> list[str]:
+    """Every workflow name known: built-ins, registered, installed entry points (sorted, the default first)."""
+    names = set(BUILTINS) | set(_REGISTRY.factories) | set(_REGISTRY.installed())
+    return sorted(names, key=lambda n: (n != DEFAULT_WORKFLOW, n))
+
+
+def get_workflow(name: str) -> WorkflowFactory:
+    """The factory of workflow `name`; UnknownWorkflow (listing the valid names) when there is none."""
+    if name in _REGISTRY.factories:
+        return _REGISTRY.factories[name]
+    if name in BUILTINS:
+        return _load(name, BUILTINS[name], "built-in")
+    ep = _REGISTRY.installed().get(name)
+    if ep is not None:
+        return _load(name, ep.value, f"entry point {ep.group}")
+    raise UnknownWorkflow(f"unknown workflow {name!r}; valid workflows: {', '.join(workflow_names())}")
+
+
+def _load(name: str, target: str, where: str) -> WorkflowFactory:
+    """Import "module:attribute"; a module that is not installed, or lacks it, is an UnknownWorkflow."""
+    module, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split(".") if attr else []:
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package "
+                              f"that provides it or choose one of: {', '.join(workflow_names())}") from None
+    if not callable(obj):
+        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) is not callable; it must be a factory "
+                              "(backend, config, **options) -> Workflow")
+    return obj
+
+
+def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Workflow:
+    """`get_workflow(name)(backend, config, **options)`; its `name` is set to `name` when it has none."""
+    wf = get_workflow(name)(backend, config, **options)
+    if not getattr(wf, "name", None):
+        wf.name = name
+    return wf
+
+
+def parse_workflows(text: str) -> list[str]:
+    """"memagent,lookup" -> ["memagent", "lookup"], each name checked (UnknownWorkflow lists the valid ones)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UnknownWorkflow(f"no workflow named in {text!r}; valid workflows: {', '.join(workflow_names())}")
+    for n in names:
+        get_workflow(n)
+    if len(set(names)) != len(names):
+        raise UnknownWorkflow(f"workflow named twice in {text!r}; name each once")
+    return names

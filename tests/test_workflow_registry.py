@@ -1,0 +1,210 @@
+"""The workflow registry (memagent.agent.registry): names, unknown names, built-ins by module path, entry points;
+the default `memagent` through the registry is today's MemoryAgent to the bit; lock-step batches an open set of
+call kinds; a rollout batch makes a row of every conversation, whatever its kind."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from memagent.agent import registry
+from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation, UnknownWorkflow, WorkflowOptions,
+                                     build_workflow, get_workflow, register_workflow, run_workflow, stream_workflow,
+                                     unregister_workflow, workflow_names)
+from memagent.agent.scheduler import run_lockstep
+from memagent.agent.workflow import MemoryAgent
+from memagent.backends.base import Generation, SamplingParams
+from memagent.config import AgentConfig
+
+CFG = AgentConfig(chunk_tokens=16, memory_tokens=8, answer_tokens=8, query_tokens=64, max_batch_docs=3)
+# the digest of these results computed with the code before the registry (main at 35deb87, MemoryAgent(...).run)
+TODAY = "3bbb757d63954e101505a615af64940ab693bf6594bb127c3342e80393451179"
+
+
+def _inputs() -> list[AgentInput]:
+    words = "river city bridge north south stone water light tower field".split()
+    return [AgentInput(f"Where is the {words[i]}?", " ".join(words[(i + j) % 10] for j in range(40 + 13 * i)), str(i))
+            for i in range(4)]
+
+
+def _digest(results: list[AgentResult]) -> str:
+    h = hashlib.sha256()
+    for r in results:
+        h.update(json.dumps([r.doc_id, r.answer, r.raw_answer, r.memory, r.num_chunks,
+                             [[c.kind, c.step, c.prompt_ids, c.response_ids, c.text, c.truncated]
+                              for c in r.conversations]]).encode())
+    return h.hexdigest()
+
+
+def test_greedy_memagent_through_the_registry_is_todays_result(tiny_backend):
+    wf = build_workflow("memagent", tiny_backend, CFG, keep_conversations=True)
+    assert isinstance(wf, MemoryAgent) and wf.name == "memagent"
+    got = run_workflow(wf, _inputs())
+    assert _digest(got) == TODAY
+    assert _digest(MemoryAgent(tiny_backend, CFG, keep_conversations=True).run(_inputs())) == TODAY
+    assert [r.calls for r in got] == [r.num_chunks + 1 for r in got]  # K memory updates and the answer
+    streamed: list[AgentResult] = []
+    stats = stream_workflow(build_workflow("memagent", tiny_backend, CFG, keep_conversations=True), iter(_inputs()),
+                            streamed.append)
+    assert _digest(sorted(streamed, key=lambda r: r.doc_id)) == TODAY and stats.calls == sum(r.calls for r in got)
+
+
+def test_an_unknown_name_lists_the_valid_ones(run_cli, tiny_model_dir, tmp_path):
+    with pytest.raises(UnknownWorkflow, match="valid workflows: memagent, .*lookup.*skim"):
+        get_workflow("nope")
+    doc = tmp_path / "d.txt"
+    doc.write_text("some words")
+    code, out, err = run_cli("ask", "--model", tiny_model_dir, "--document", doc, "--question", "q",
+                             "--workflow", "nope", "--no-progress")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: unknown workflow 'nope'; valid workflows:")
+
+
+def test_a_builtin_whose_module_is_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(registry.BUILTINS, "ghost", "memagent.agent.no_such_module:build")
+    with pytest.raises(UnknownWorkflow, match=r"'ghost' \(built-in, memagent.agent.no_such_module:build\) cannot be "
+                                              "loaded.*install the package"):
+        get_workflow("ghost")
+    assert "ghost" in workflow_names() and workflow_names()[0] == "memagent"
+
+
+def test_register_build_and_forget(tiny_backend):
+    made = []
+
+    def factory(backend, config, **options):
+        made.append(options)
+        return MemoryAgent(backend, config, **options)
+
+    register_workflow("mine", factory)
+    try:
+        wf = build_workflow("mine", tiny_backend, CFG, failures="record")
+        assert made == [{"failures": "record"}] and wf.options.failures == "record" and "mine" in workflow_names()
+    finally:
+        unregister_workflow("mine")
+    assert "mine" not in workflow_names()
+    with pytest.raises(ValueError, match="a word"):
+        register_workflow("has space", factory)
+
+
+def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
+    """A package's `memagent.workflows` entry point, found through a .dist-info on sys.path."""
+    (tmp_path / "ep_flow.py").write_text("from memagent.agent.workflow import MemoryAgent\n"
+                                         "def build(backend, config, **options):\n"
+                                         "    return MemoryAgent(backend, config, **options)\n")
+    info = tmp_path / "ep_flow-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-flow\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[memagent.workflows]\nepflow = ep_flow:build\n")
+    assert "epflow" not in workflow_names()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.refresh_entry_points()
+    try:
+        assert "epflow" in workflow_names()
+        assert get_workflow("epflow").__module__ == "ep_flow"
+    finally:
+        monkeypatch.undo()
+        registry.refresh_entry_points()
+
+
+class _TwoKinds:
+    """A scripted workflow: each document asks a "query", then a "final" call; records the batches it saw."""
+
+    name = "two-kinds"
+
+    def __init__(self):
+        self.options, self.config = WorkflowOptions(), CFG
+
+    def start(self, pos, item):
+        return type("D", (), dict(pos=pos, item=item, calls=0, seed_key=None))()
+
+    def next_call(self, d):
+        return Call("query", "q " + d.item.question, 4) if d.calls == 0 else Call("final", "f", 8)
+
+    def params(self, n, seed):
+        return SamplingParams(n, 0.0, 1.0, seed)
+
+    def take(self, d, call, gen, seconds, batch_size):
+        if call.kind == "query":
+            return None
+        return AgentResult(d.item.doc_id, d.item.question, "x", "x", "", 0, calls=d.calls)
+
+    def fail(self, d, exc):
+        raise exc
+
+
+class _Backend:
+    def __init__(self):
+        self.batches = []
+
+    def generate(self, prompts, params):
+        self.batches.append((tuple(prompts), params.max_new_tokens))
+        return [Generation("x", [1], None, None) for _ in prompts]
+
+
+def test_lockstep_batches_a_kind_of_a_workflows_own():
+    b = _Backend()
+    items = [AgentInput(str(i), "", str(i)) for i in range(3)]
+    results, stats = run_lockstep(_TwoKinds(), b, items, max_docs=3, seed=0)
+    assert b.batches == [(("q 0", "q 1", "q 2"), 4), (("f", "f", "f"), 8)]  # one batch per kind, its own budget
+    assert stats.calls == 6 and [r.calls for r in results] == [2, 2, 2]
+
+
+def test_every_conversation_of_any_kind_is_a_row_with_the_samples_advantage(monkeypatch):
+    """generate_rollouts over a registered workflow whose samples have a "query" conversation: 2 questions x G=2,
+    rewards (1, 0 | 1, 1): advantages R - group mean = (0.5, -0.5 | 0, 0), broadcast to each sample's 2 rows."""
+    from memagent.rl.rollout import generate_rollouts
+    from memagent.rl.samples import QASample
+
+    def conv(kind, ids):
+        return Conversation(kind, 0, "p", [7], ids, None, "t")
+
+    class Scripted:
+        def __init__(self, backend, config, **options):
+            self.options, self.stats = WorkflowOptions(**options), None
+
+        def check_budget(self, items):
+            pass
+
+    def fake_run(wf, items):
+        raws = ["\\boxed{a}", "\\boxed{b}", "\\boxed{a}", "\\boxed{a}"]
+        return [AgentResult(it.doc_id, it.question, None, raw, "", 1, [conv("query", [s]), conv("final", [9, s])])
+                for s, (it, raw) in enumerate(zip(items, raws))]
+
+    register_workflow("scripted", Scripted)
+    monkeypatch.setattr("memagent.rl.rollout.run_workflow", fake_run)
+    try:
+        qs = [QASample("1", "q", "c", ["a"]), QASample("2", "q", "c", ["a"])]
+        batch = generate_rollouts(None, CFG, qs, [0, 1], 2, lambda raw, golds: float(raw == "\\boxed{a}"),
+                                  seed=0, workflow="scripted").with_advantages()
+    finally:
+        unregister_workflow("scripted")
+    assert batch.response_ids == [[0], [9, 0], [1], [9, 1], [2], [9, 2], [3], [9, 3]]
+    assert batch.sample_index.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert batch.is_final.tolist() == [False, True] * 4
+    assert torch.equal(batch.advantages, torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0]))
+
+
+def test_validation_reads_with_the_training_workflow(tiny_backend):
+    from memagent.rl.distributed import DistInfo
+    from memagent.rl.samples import QASample
+    from memagent.rl.validation import Validator
+
+    built = []
+
+    def counted(backend, config, **options):
+        built.append((config.temperature, options))
+        return MemoryAgent(backend, config, **options)
+
+    register_workflow("counted", counted)
+    try:
+        v = Validator([QASample("1", "Which river?", "the river Nile " * 8, ("Nile",))], every=1,
+                      agent=AgentConfig(chunk_tokens=16, memory_tokens=8, answer_tokens=8, temperature=0.7),
+                      reward_fn=lambda raw, golds: 0.0, seed=0, info=DistInfo(), workflow="counted",
+                      workflow_options={"trace_chunks": True})
+        got = v.metrics(1, tiny_backend)
+    finally:
+        unregister_workflow("counted")
+    assert got == {"val/greedy_acc": 0.0, "val/sampled_acc": 0.0}
+    assert built == [(0.0, {"trace_chunks": True}), (0.7, {"trace_chunks": True})]  # greedy, then sampled
