@@ -97,3 +97,5 @@ def test_loglikelihood_rolling_is_refused(tiny_model_dir):
         lm.loglikelihood_rolling([])
     with pytest.raises(InputError, match="unknown memagent model argument"):
         MemAgentLM(model=str(tiny_model_dir), bogus=1)
+    with pytest.raises(Exception, match="unknown workflow 'nope'; valid workflows: memagent"):
+        MemAgentLM(model=str(tiny_model_dir), workflow="nope")

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from memagent.agent.prompts import render
 from memagent.agent.split_prompt import SplitRule, parse_rule, split_prompt
-from memagent.agent.workflow import AgentInput, AgentResult, MemoryAgent
+from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.flags import BudgetOptions, SamplingOptions, check_flags
@@ -25,7 +25,7 @@ _BACKEND = {"backend": "name", "base_url": "base_url", "tokenizer": "tokenizer",
             "request_timeout": "request_timeout", "max_retries": "max_retries"}
 _BUDGETS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens")
 _SAMPLING = ("temperature", "top_p", "seed")
-_WORKFLOW = ("profile", "prompt_split", "batch_docs", "errors")
+_WORKFLOW = ("workflow", "profile", "prompt_split", "batch_docs", "errors")
 ARGS = tuple(_BACKEND) + _BUDGETS + _SAMPLING + _WORKFLOW
 
 
@@ -58,6 +58,10 @@ class Harness:
         sampling = SamplingOptions(**{k: args.get(k) for k in _SAMPLING})
         self.batch_docs = int(args.get("batch_docs") or 16)
         self.errors = str(args.get("errors") or "strict")
+        self.workflow = str(args.get("workflow") or "memagent")  # a reading workflow by name (memagent.agent.registry)
+        from memagent.agent.registry import get_workflow
+
+        get_workflow(self.workflow)  # an unknown name lists the valid ones, before the model loads
         check_flags(dict(backend.flags(), **dataclasses.asdict(budgets), **dataclasses.asdict(sampling),
                          batch_docs=self.batch_docs, errors=self.errors))
         self.rule: SplitRule = parse_rule(args.get("prompt_split") or "auto")
@@ -78,8 +82,10 @@ class Harness:
     def run(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[AgentResult, dict[str, Any]]]:
         """Each (document, question) through the loop, as one batch: (result, timeline) per pair."""
         records: dict[str, list[dict[str, Any]]] = {str(i): [] for i in range(len(pairs))}
-        agent = MemoryAgent(self.backend, self.config, errors=self.errors, keep_conversations=True,
-                            on_step=lambda r: records[str(r["doc_id"])].append(r))
+        from memagent.agent.registry import build_workflow
+
+        agent = build_workflow(self.workflow, self.backend, self.config, errors=self.errors, keep_conversations=True,
+                               on_step=lambda r: records[str(r["doc_id"])].append(r))
         results = agent.run([AgentInput(q, d, str(i)) for i, (d, q) in enumerate(pairs)])
         return [(r, _timeline(r, records[r.doc_id], self.config.empty_memory)) for r in results]
 
@@ -127,8 +133,8 @@ def _timeline(result: AgentResult, records: list[dict[str, Any]], empty_memory: 
     evidence (the steps whose words survive into the final memory); calls and tokens."""
     from memagent.timeline import evidence_steps
 
-    steps = [{k: r[k] for k in ("step", "chunk_start", "chunk_tokens", "memory", "memory_tokens", "prompt_tokens",
-                                "truncated")} for r in records if r.get("kind") != "final"]
+    steps = [{k: r.get(k) for k in ("step", "chunk_start", "chunk_tokens", "memory", "memory_tokens", "prompt_tokens",
+                                    "truncated")} for r in records if r.get("kind") != "final"]
     convs = result.conversations
     prompt_tokens = sum(len(c.prompt_ids) for c in convs if c.prompt_ids is not None)
     return dict(question=result.question, steps=steps, evidence=evidence_steps(steps, empty_memory),
