@@ -29,6 +29,12 @@ class AskOptions:
     model: str = field(metadata=flag(MODEL_HELP))
     question: Optional[str] = field(default=None, metadata=flag("The question to answer."))
     document: Optional[str] = field(default=None, metadata=flag("Text file to read, or - for stdin."))
+    prompt: Optional[str] = field(default=None, metadata=flag(
+        "Text file (or -) holding document and question in ONE prompt, as harnesses send it; the question is "
+        "found by --prompt-split."))
+    prompt_split: str = field(default="auto", metadata=flag(
+        "With --prompt: where the question is: auto (= paragraph) | paragraph | line | separator:TEXT "
+        "(docs/harnesses.md)."))
     input: Optional[Path] = field(default=None, metadata=flag(
         "JSONL of many: {id, question, context | document}; runs as one batch."))
     output: Optional[Path] = field(default=None, metadata=flag(
@@ -106,6 +112,13 @@ def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
     check_flags({k: v for k, v in flag_values(o).items() if k != "input"})
     get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
+    if o.prompt is not None:
+        if o.question is not None or o.document is not None or o.input is not None:
+            raise InputError("--prompt holds document and question together; do not combine it with "
+                             "--question/--document/--input")
+        if o.output is not None:
+            raise InputError("--output is for --input (many questions); the answer of --prompt is printed to stdout")
+        return _ask_prompt(o)
     if o.input is None and (o.question is None or o.document is None):
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
@@ -136,6 +149,28 @@ def run_ask(o: AskOptions) -> None:
     check_ask_outputs(o.output, o.trace, o.model, inputs)
     with file_lock(o.output, "ask") if o.output is not None else nullcontext():  # one run per --output
         _answer(o, items, profile)
+
+
+def _ask_prompt(o: AskOptions) -> None:
+    """`ask --prompt FILE`: split the one-message prompt by --prompt-split, then answer it as one question."""
+    from memagent.agent.split_prompt import parse_rule, split_prompt
+
+    rule = parse_rule(o.prompt_split)
+    if rule.kind == "messages":
+        raise InputError("--prompt-split messages is for chat requests; for --prompt use auto, paragraph, line or "
+                         "separator:TEXT")
+    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
+    profile.agent_config(max_batch_docs=o.batch_docs)
+    path = None if o.prompt == "-" else Path(o.prompt)
+    if path is not None and not path.is_file():
+        raise InputError(f"--prompt {o.prompt}: no such file; give a text file (or - for stdin)")
+    text = sys.stdin.read() if path is None else read_text(path, "--prompt file", InputError)
+    try:
+        document, question = split_prompt(text, rule)
+    except InputError as e:
+        raise InputError(f"--prompt: {e}; choose another --prompt-split, or give --document and --question") from None
+    check_ask_outputs(o.output, o.trace, o.model, {"--prompt": path} if path is not None else {})
+    _answer(o, [AgentInput(question, document, "0")], profile)
 
 
 def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:

@@ -1,5 +1,7 @@
 """`POST /v1/chat/completions`, OpenAI-compatible: the last user message is the question, the messages
-before it (or a `document` / `document_id` field of the body) the document. The reply's `usage`
+before it (or a `document` / `document_id` field of the body) the document. A chat of one user message
+(document and question together, as harnesses send it) is split by the prompt rule
+(`memagent.agent.split_prompt`: the server's `--prompt-split`, or the body's `prompt_split`). The reply's `usage`
 counts every model call of the run (`usage.calls` the number of calls). With `stream: true` the reply
 is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip.
 A client that goes away cancels its job.
@@ -13,6 +15,8 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from memagent.agent.split_prompt import RULES, PromptSplitError, SplitRule, parse_rule, split_prompt
+from memagent.errors import MemAgentError
 from memagent.serve.errors import ApiError
 from memagent.serve.http import read_json
 from memagent.serve.jobs import JobManager, Live
@@ -28,8 +32,9 @@ def _text(content: Any, where: str) -> str:
     raise ApiError(400, f"{where}.content must be a string or a list of text parts")
 
 
-def split_messages(body: dict[str, Any]) -> tuple[str, str | None]:
-    """(question, document text or None when the body names its own document) of a chat request."""
+def split_messages(body: dict[str, Any], server_rule: SplitRule = SplitRule("auto")) -> tuple[str, str | None, SplitRule]:
+    """(question, document text or None when the body names its own document, the rule that split the last
+    user message or `messages`) of a chat request; the body's `prompt_split` wins over the server's rule."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "missing messages: give \"messages\": a list with at least one user message (the question)")
@@ -39,19 +44,41 @@ def split_messages(body: dict[str, Any]) -> tuple[str, str | None]:
     last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last is None:
         raise ApiError(400, "missing question: no message has role \"user\" (the last user message is the question)")
-    question = _text(messages[last].get("content"), f"messages[{last}]")
-    if body.get("document") is not None or body.get("document_id") is not None:
-        return question, None
+    rule = server_rule if body.get("prompt_split") is None else _rule(body["prompt_split"])
+    prompt = _text(messages[last].get("content"), f"messages[{last}]")
+    named = body.get("document") is not None or body.get("document_id") is not None
     before = [_text(m.get("content"), f"messages[{i}]") for i, m in enumerate(messages[:last])]
-    return question, "\n\n".join(t for t in before if t)
+    if named or rule.kind == "messages" or (rule.kind == "auto" and any(t.strip() for t in before)):
+        return prompt, None if named else "\n\n".join(t for t in before if t), SplitRule("messages")
+    try:
+        head, question = split_prompt(prompt, rule)
+    except PromptSplitError as e:
+        raise ApiError(400, f"cannot find the question in the one-message prompt: {e}; send the question as the "
+                            "last user message with the document in the messages before it (or in \"document\"), "
+                            "or set \"prompt_split\" to a rule that fits the prompt "
+                            f"({', '.join(RULES)})") from None
+    return question, "\n\n".join(t for t in before + [head] if t), rule
+
+
+def _rule(value: Any) -> SplitRule:
+    try:
+        return parse_rule(value)
+    except MemAgentError as e:
+        raise ApiError(400, f"prompt_split: {e}") from None
 
 
 def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await read_json(request, settings.max_body_bytes)
-        question, text = split_messages(body)
-        check_questions([question], manager, settings)
+        question, text, rule = split_messages(body, settings.prompt_split)
+        try:
+            check_questions([question], manager, settings)
+        except ApiError as e:
+            if rule.kind == "messages":
+                raise
+            raise ApiError(e.status, f"{e.message} (the question found by prompt_split {str(rule)!r}: "
+                                     f"{rule.describe()}); choose a rule that finds a shorter question") from None
         manager.check_room()  # before a document is saved for nothing
         doc_id = document_of(body if text is None else {"document": text}, manager)
         job_id, live = manager.submit(doc_id, [question], chat=True)

@@ -62,6 +62,9 @@ class ServeOptions:
     workflow: str = field(default="memagent", metadata=flag(
         "Reading workflow of the jobs (memagent, lookup, skim, or one a package registers); a job may name its own "
         "(\"workflow\" in POST /v1/jobs)."))
+    prompt_split: str = field(default="auto", metadata=flag(
+        "Where the question is in a one-message chat (document and question together, as harnesses send it): "
+        "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -148,8 +151,10 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
     manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
+    from memagent.agent.split_prompt import parse_rule
+
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
-                             max_question_chars=o.max_question_chars)
+                             max_question_chars=o.max_question_chars, prompt_split=parse_rule(o.prompt_split))
     app = create_app(manager, settings)
     manager.resume_all()
     return app, manager
@@ -167,6 +172,11 @@ def run_serve(o: ServeOptions) -> None:
     from memagent.agent.registry import get_workflow
 
     get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
+    from memagent.agent.split_prompt import parse_rule
+
+    parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
+    if not 0 < o.port < 65536:
+        raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)
     config = profile.agent_config()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memagent.agent.split_prompt import SplitRule
 from memagent.serve.errors import ApiError
 from memagent.serve.jobs import JobManager
 
@@ -18,6 +19,7 @@ class ServeSettings:
     max_body_bytes: int = 16 << 20  # JSON requests (a document in a chat request included)
     max_question_chars: int = 8192
     max_questions: int = 32
+    prompt_split: SplitRule = SplitRule("auto")  # where a one-message chat's question is (a body's prompt_split wins)
     wait_seconds: float = 0.5  # a waiting request wakes on each event, and at least this often (disconnects)
 
 
