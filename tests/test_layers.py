@@ -22,7 +22,7 @@ the same rank (`rl` and `eval`) may not import each other.
                                                  running the agent over inputs and scoring it (`ask` is an
                                                  evaluation without gold answers; profiles set both)
     5     demo      demo/*                       the toy experiment: trains (rl) and evaluates (eval)
-    6     app       cli (module or package), serve/*, report
+    6     app       cli (module or package), serve/*, report, harness/* (lm-eval, Inspect AI)
                                                  commands and the HTTP service: they wire everything
 
 `PLACES` maps a module (or package prefix, longest wins) to its layer; a new module outside every prefix fails
@@ -47,7 +47,7 @@ PLACES = {
     "memagent.rl": "rl",
     **{f"memagent.{m}": "eval" for m in ("eval", "run", "ask_io", "profile", "reference", "scale")},
     "memagent.demo": "demo",
-    **{f"memagent.{m}": "app" for m in ("cli", "serve", "report")},
+    **{f"memagent.{m}": "app" for m in ("cli", "serve", "report", "harness")},
 }
 
 MAX_FILE_LINES = 600  # issue 25: split where a seam is, not at a count
