@@ -57,8 +57,8 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
     from transformers import AutoModelForCausalLM
 
-    from memagent.backends.hf import pick_dtype
-    from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
+    from memagent.backends.hf import config_vocab_size, pick_dtype
+    from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 
     if (model is None or tokenizer is None) and not config.model:
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
@@ -69,8 +69,11 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
                                                          **load_kwargs(config.model_options, device))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot load model {config.model!r}: {e}") from None
+    except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot load model {config.model!r}: {first}") from None
+    if getattr(model, "config", None) is not None:  # a model folder's tokenizer must be its own (check_vocab)
+        check_vocab(tokenizer, config_vocab_size(model.config), str(config.model or "the model"))
     return model, ensure_pad_token(tokenizer)
 
 
