@@ -129,11 +129,11 @@ class Recipe:
             random.seed(spec.seed + info.rank)
             np.random.seed(spec.seed + info.rank)
         self.data = DataStream(spec.data_size, spec.seed, position)
+        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step, wandb=spec.wandb,
+                                  config=spec.config)  # first: a damaged metrics.jsonl refuses before any write
         if info.is_main and spec.write_config:
             spec.out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec.out_dir / "config.json", json.dumps(spec.config, indent=2) + "\n")
-        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step, wandb=spec.wandb,
-                                  config=spec.config)
 
     def optimizer_step(self, grad_clip: float) -> dict[str, float]:
         """Clip the accumulated gradient, step AdamW and the schedule, clear the gradient.
