@@ -35,6 +35,19 @@ if TYPE_CHECKING:
     from memagent.backends.options import BackendOptions
 
 PROFILE_FILE = "profile.yaml"
+SEED_LIMIT = 2**32  # NumPy's seeds; the --seed flag has the same bound (memagent.flags)
+# names `apply_chat_template` (or the template's own render call) takes itself: a kwarg of that name would replace
+# the conversation, tokenize the prompt, ... or fail with "multiple values for keyword argument"
+RESERVED_TEMPLATE_KWARGS = (
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs", "kwargs", "raise_exception", "strftime_now",
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+    "additional_special_tokens",
+)
+TEMPLATE_KWARGS_MAX_DEPTH = 8  # enable_thinking: false is depth 1; a nested option list depth 3
+TEMPLATE_KWARGS_MAX_ITEMS = 1000  # values (scalars, list items, mapping entries) in all
+TEMPLATE_KWARGS_MAX_CHARS = 65536  # characters of all strings together
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,10 @@ class Profile:
         if b.yarn_factor is not None and not b.yarn_factor > 1:
             raise ConfigError(f"budgets.yarn_factor must be > 1 (it multiplies the trained window) or null, "
                               f"got {b.yarn_factor}")
+        if s.seed is not None and not 0 <= s.seed < SEED_LIMIT:  # the same rule as the --seed flag
+            raise ConfigError(f"sampling.seed must be in [0, 2**32) (NumPy's limit) or null, got "
+                              f"{s.seed if abs(s.seed) < 10**30 else f'an integer of {s.seed.bit_length()} bits'}")
+        check_template_kwargs(self.chat_template_kwargs)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
         """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold."""
@@ -107,6 +124,52 @@ class Profile:
 
 _SECTIONS = {"prompts": Prompts, "sampling": Sampling, "budgets": Budgets, "scoring": ScoreOptions}
 _TOP = ("name", *_SECTIONS, "chat_template_kwargs")
+
+
+def check_template_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse chat template arguments that are not plain data of bounded size, or that collide with the names
+    `apply_chat_template` takes itself (RESERVED_TEMPLATE_KWARGS): JSON scalars (finite numbers, integers
+    within 64 bits), lists and string-keyed mappings, at most TEMPLATE_KWARGS_MAX_DEPTH deep,
+    TEMPLATE_KWARGS_MAX_ITEMS values and TEMPLATE_KWARGS_MAX_CHARS characters; a recursive value (a YAML
+    alias of itself) is refused as too deep."""
+    clash = [k for k in kwargs if k in RESERVED_TEMPLATE_KWARGS]
+    if clash:
+        raise ConfigError(f"chat_template_kwargs: {', '.join(clash)} {'is an argument' if len(clash) == 1 else 'are arguments'} "
+                          "of apply_chat_template itself, not a template variable; remove "
+                          f"{'it' if len(clash) == 1 else 'them'} (reserved: {', '.join(RESERVED_TEMPLATE_KWARGS)})")
+    budget = {"items": TEMPLATE_KWARGS_MAX_ITEMS, "chars": TEMPLATE_KWARGS_MAX_CHARS}
+    stack: list[tuple[str, Any, int]] = [(f"chat_template_kwargs.{k}", v, 1) for k, v in kwargs.items()]
+    while stack:  # iterative, so a deep or recursive value cannot hit Python's recursion limit
+        where, value, depth = stack.pop()
+        budget["items"] -= 1
+        if depth > TEMPLATE_KWARGS_MAX_DEPTH:
+            raise ConfigError(f"{where}: nested more than {TEMPLATE_KWARGS_MAX_DEPTH} deep (or refers to itself); "
+                              "give plain values, lists or mappings")
+        if budget["items"] < 0:
+            raise ConfigError(f"chat_template_kwargs holds more than {TEMPLATE_KWARGS_MAX_ITEMS} values; "
+                              "a template needs a few flags")
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise ConfigError(f"{where}: mapping keys must be strings")
+            stack.extend((f"{where}.{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, str):
+            budget["chars"] -= len(value)
+            if budget["chars"] < 0:
+                raise ConfigError(f"chat_template_kwargs holds more than {TEMPLATE_KWARGS_MAX_CHARS} characters "
+                                  "of text; a template needs a few flags")
+        elif isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, int):
+            if not -2**63 <= value < 2**63:
+                raise ConfigError(f"{where}: the integer is out of the 64-bit range")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+        else:
+            raise ConfigError(f"{where}: must be a string, number, boolean, null, list or mapping, got "
+                              f"{type(value).__name__} (a YAML tag?)")
 
 
 def _check_value(key: str, value: Any, default: Any, optional: bool) -> Any:
@@ -170,7 +233,8 @@ def profile_from_dict(data: Any, base: Profile | None = None, source: str = "pro
         if kwargs is None:
             kwargs = {}
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-            raise ConfigError(f"chat_template_kwargs must be a mapping of names to values, got {kwargs!r}")
+            raise ConfigError(f"chat_template_kwargs must be a mapping of names to values, got "
+                              f"{type(kwargs).__name__}")
         values["chat_template_kwargs"] = dict(kwargs)
     try:
         return dataclasses.replace(base, **values)

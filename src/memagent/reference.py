@@ -145,6 +145,10 @@ def profile_from_reference(root: str | Path, protocol: str = "phrase", baseline_
     root = Path(root)
     if protocol not in FILES:
         raise ReferenceError(f"protocol must be one of {', '.join(FILES)}; got {protocol!r}")
+    if baseline_input_tokens is not None and (isinstance(baseline_input_tokens, bool) or not isinstance(
+            baseline_input_tokens, int) or baseline_input_tokens <= 0):  # 0 once fell back to the default silently
+        raise ReferenceError(f"--baseline-input-tokens must be a positive integer (the baselines' prompt limit in "
+                             f"tokens), got {baseline_input_tokens!r}; leave it out for the checkout's MAX_INPUT_LEN")
     if not root.is_dir():
         raise ReferenceError(f"{root} is not a folder; pass the root of a checkout of {REPO}")
     agent_file, baseline_file = FILES[protocol]
@@ -155,7 +159,7 @@ def profile_from_reference(root: str | Path, protocol: str = "phrase", baseline_
         if not isinstance(env[name], int) or env[name] <= 0:
             raise ReferenceError(f"{root / ENVS}: {name} must default to a positive integer, got {env[name]!r}")
     fields = {"prompt": "question", "memory": "memory"}
-    inputs = baseline_input_tokens or env["MAX_INPUT_LEN"]
+    inputs = env["MAX_INPUT_LEN"] if baseline_input_tokens is None else baseline_input_tokens
     data = {
         "name": f"official-{protocol}",
         "prompts": {

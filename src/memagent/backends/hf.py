@@ -17,7 +17,7 @@ import torch
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import render_prompt, resolve_chat_template
 from memagent.backends.row_sampling import RowSampler, row_uniforms
-from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
+from memagent.backends.tokenizer import VocabMask, check_vocab, ensure_pad_token, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +78,13 @@ class TransformersBackend:
         self.model = model
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer = ensure_pad_token(tokenizer)
-        self.use_chat_template = resolve_chat_template(tokenizer, use_chat_template)
+        self.use_chat_template = resolve_chat_template(tokenizer, use_chat_template, self.chat_template_kwargs)
         self.max_batch_size = max_batch_size
         self.want_logprobs = want_logprobs
         cfg = getattr(model, "config", None)
+        # ids the model may emit: those the tokenizer has text for (`check_vocab`); None when nothing is masked
+        rows = _embedding_rows(model)
+        self.vocab_limit = len(tokenizer) if rows is not None and rows > len(tokenizer) else None
         self.max_window = max_window or getattr(cfg, "max_position_embeddings", None)
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -99,21 +102,22 @@ class TransformersBackend:
         dev = pick_device(device)
         try:
             extra: dict[str, Any] = {}
+            config = AutoConfig.from_pretrained(str(name))
             if yarn_factor is not None:
-                config = AutoConfig.from_pretrained(str(name))
                 rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
                 params, window = yarn_rope(rope, config.max_position_embeddings, yarn_factor)
                 config.rope_parameters = params
                 config.max_position_embeddings = window
                 extra["config"] = config
-            model = AutoModelForCausalLM.from_pretrained(str(name), dtype=pick_dtype(dtype, dev), **extra)
         except (OSError, ValueError) as e:
-            raise BackendError(
-                f"cannot load model {str(name)!r} with transformers: {e}\n"
-                "Pass a local directory saved with save_pretrained, or a Hugging Face id "
-                "(which needs network access or a filled cache)."
-            ) from None
+            raise _load_error(name, e) from None
+        # the tokenizer first: a folder without its own tokenizer is refused before the weights are read
         tokenizer = load_tokenizer(str(name))
+        check_vocab(tokenizer, config_vocab_size(config), str(name))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(name), dtype=pick_dtype(dtype, dev), **extra)
+        except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
+            raise _load_error(name, e) from None
         model.to(dev).eval()
         return cls(model, tokenizer, **kwargs)
 
@@ -178,6 +182,11 @@ class TransformersBackend:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)
+        if self.vocab_limit is not None:  # ids past the tokenizer have no text: never emit them (check_vocab)
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([VocabMask(self.vocab_limit),
+                                                              *kwargs.get("logits_processor", [])])
         with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
             if seed is not None:
                 torch.manual_seed(seed)
@@ -216,9 +225,31 @@ class TransformersBackend:
             ids[r, : len(s)] = torch.tensor(s)
             mask[r, : len(s)] = 1
         logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()  # (B, L, V)
+        if self.vocab_limit is not None:  # the same distribution generation samples from
+            logits = logits[..., : self.vocab_limit]
         logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)  # (B, L-1, V)
         tok = torch.gather(logp, 2, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)  # (B, L-1)
         out = []
         for r, (p, resp) in enumerate(zip(prompts, responses)):
             out.append(tok[r, len(p) - 1 : len(p) - 1 + len(resp)].tolist())
         return out
+
+
+def config_vocab_size(config: Any) -> Any:
+    """`vocab_size` of a model config (of its text part, for configs that nest one); None when it has none."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "vocab_size", getattr(config, "vocab_size", None))
+
+
+def _embedding_rows(model: Any) -> int | None:
+    """Rows of the model's output layer (its vocabulary as the model sees it), or None when it has none."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(out, "weight", None)
+    return int(weight.shape[0]) if weight is not None else None
+
+
+def _load_error(name: str | Path, e: Exception) -> BackendError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return BackendError(f"cannot load model {str(name)!r} with transformers: {first}; pass a local directory saved "
+                        "with save_pretrained (its config.json matching its weights), or a Hugging Face id "
+                        "(which needs network access or a filled cache)")

@@ -64,6 +64,11 @@ def train_cmd(
     check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
     if cfg.data and not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
+    if cfg.resume:  # other settings or data than the run's: refused before profile.yaml is rewritten
+        from memagent.rl.config import config_to_dict
+        from memagent.rl.resume_guard import check_resume_dir, file_digest
+
+        check_resume_dir(cfg.out_dir, config_to_dict(cfg), file_digest(cfg.data.path) if cfg.data else None)
     from contextlib import nullcontext
 
     from memagent.lock import run_lock

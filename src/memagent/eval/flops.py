@@ -118,6 +118,12 @@ def load_shape(name_or_path: str) -> ModelShape:
         if (value is not None or field != "head_dim") and (
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise FlopsError(f"{path}: the model's {field} must be a positive integer, got {value!r}")
+    if shape.kv_heads > shape.heads or shape.heads % shape.kv_heads:  # grouped-query attention shares each KV head
+        raise FlopsError(f"{path}: num_key_value_heads ({shape.kv_heads}) must divide num_attention_heads "
+                         f"({shape.heads}), each KV head serving a group of query heads; fix the config")
+    if shape.head_dim is None and shape.heads > shape.hidden:
+        raise FlopsError(f"{path}: {shape.heads} attention heads over a hidden size of {shape.hidden} leave no "
+                         "width per head; fix the config or give head_dim")
     return shape
 
 

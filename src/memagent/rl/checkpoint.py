@@ -39,7 +39,7 @@ from torch import nn
 
 from memagent.rl.checkpoint_errors import CheckpointError, TrainOutputError
 from memagent.rl.distributed import DistInfo, barrier
-from memagent.rl.optim_state import load_optimizer_state, optimizer_state
+from memagent.rl.optim_state import load_optimizer_state, optimizer_state, optimizer_state_problem
 from memagent.rl.rng import rng_state, seed_all, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -313,6 +313,13 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(_read(f, load_file))
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    other = [f"{k} {tuple(v.shape)} (the model's: {shapes[k]})" for k, v in state.items()
+             if k in shapes and tuple(v.shape) != shapes[k]]
+    if other:  # checked here: load_state_dict would raise a RuntimeError listing every tensor
+        raise CheckpointError(f"{model_dir} holds weights of other shapes than the model: {', '.join(other[:3])}"
+                              f"{f' and {len(other) - 3} more' if len(other) > 3 else ''}; it is another model's "
+                              "checkpoint: resume with the run's own model, or move the checkpoint away")
     result = model.load_state_dict(state, strict=False)
     by_id: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -357,8 +364,12 @@ def load_checkpoint(
 
             load_sharded(ckpt, model, optimizer)
         else:
-            load_optimizer_state(model, optimizer, _read(ckpt / "optimizer.safetensors", load_file),
-                                 _read(ckpt / "optimizer.json", _load_json))
+            tensors, meta = _read(ckpt / "optimizer.safetensors", load_file), _read(ckpt / "optimizer.json", _load_json)
+            problem = optimizer_state_problem(model, tensors, meta)
+            if problem is not None:
+                raise CheckpointError(f"{ckpt}: the optimizer files do not fit the model ({problem}); they are "
+                                      "another run's or damaged: move the checkpoint away to resume from an earlier one")
+            load_optimizer_state(model, optimizer, tensors, meta)
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
     if restore_rng and info.rank >= state.get("world_size", 1):  # a rank the saving run did not have

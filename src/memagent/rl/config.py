@@ -104,7 +104,7 @@ class OptimConfig:
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     beta1: float = 0.9
     beta2: float = 0.999
-    eps: float = 1e-8
+    eps: float = 1e-8  # > 0: AdamW divides by sqrt(v) + eps, and v is 0 for a weight whose gradient is 0
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -117,6 +117,9 @@ class OptimConfig:
             raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ConfigError(f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
+        if not self.eps > 0:  # eps 0 gives 0/0 = NaN weights at the first step where a gradient entry is 0
+            raise ConfigError(f"optim.eps must be > 0 (AdamW divides by sqrt(v) + eps), got {self.eps}; "
+                              "use the default 1e-8")
 
 
 @dataclass

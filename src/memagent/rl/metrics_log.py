@@ -112,18 +112,31 @@ def kept_records(path: Path, resume_step: int) -> tuple[list[str], bool]:
         if not line.strip():
             continue
         try:
-            step = json.loads(line).get("step", 0)
-        except (ValueError, AttributeError):
-            raise ConfigError(f"{path}:{n} is not a metrics record; move the file away to resume") from None
-        if step <= resume_step:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if _step_of(record, path, n) <= resume_step:
             kept.append(line)
     if torn.strip():
         try:
-            if json.loads(torn).get("step", 0) <= resume_step:
-                kept.append(torn)
-        except (ValueError, AttributeError):
+            record = json.loads(torn)
+        except ValueError:
             log.warning("%s: dropped its last line, cut short by a crash: %r", path, torn[:80])
+        else:
+            if _step_of(record, path, len(lines) + 1) <= resume_step:
+                kept.append(torn)
     return kept, not torn and len(kept) == sum(1 for line in lines if line.strip())
+
+
+def _step_of(record: Any, path: Path, n: int) -> int:
+    """The integer step of metrics record `record` (line n of `path`; 0 when it has none), else a ConfigError."""
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}:{n} is not a metrics record; move the file away to resume")
+    step = record.get("step", 0)
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise ConfigError(f"{path}:{n} is not a metrics record (its step is {str(step)[:40]!r}, not an integer); "
+                          "move the file away to resume")
+    return step
 
 
 class Progress:

@@ -38,3 +38,27 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, ten
     groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
     set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
                              options=StateDictOptions(full_state_dict=True))
+
+
+_WRAPPERS = ("module", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+
+
+def optimizer_state_problem(model: nn.Module, tensors: dict[str, torch.Tensor], meta: Any) -> str | None:
+    """Why saved optimiser state does not fit `model` (None when it does): a file of another run or model
+    would otherwise load, or fail later inside AdamW's first step with a shape error.
+
+    Checks the layout of optimizer.json, that every tensor names a parameter of the model (names as
+    `optimizer_state` writes them: without the DDP/FSDP/compile wrapper prefixes) and that the moment
+    tensors have that parameter's shape."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("param_groups"), list) \
+            or not isinstance(meta.get("scalars"), dict):
+        return "optimizer.json has no param_groups list and scalars mapping"
+    shapes = {".".join(p for p in name.split(".") if p not in _WRAPPERS): tuple(param.shape)
+              for name, param in model.named_parameters()}
+    for key, value in tensors.items():
+        fqn, _, name = key.rpartition("/")
+        if fqn not in shapes:
+            return f"optimizer.safetensors holds {key!r}, for a parameter the model does not have"
+        if name != "step" and tuple(value.shape) != shapes[fqn]:
+            return f"{key} has shape {tuple(value.shape)}, the parameter {shapes[fqn]}"
+    return None

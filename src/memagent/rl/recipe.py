@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +31,16 @@ from memagent.rl.checkpoint import (finish_checkpoint, latest_checkpoint, load_c
 from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo, clip_grad_norm, unwrap, wrap_model
 from memagent.rl.metrics_log import MetricsLog, Progress
+from memagent.rl.resume_guard import check_resume
 from memagent.rl.schedule import DataStream, make_optimizer
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[int, dict[str, Any]], "bool | None"]  # (step, metrics) -> False stops the run
+
+
+class TrainingDiverged(ConfigError):
+    """The loss, a gradient or the weights went NaN/inf: the run stops before saving them (one error line)."""
 
 
 @dataclass
@@ -102,7 +108,8 @@ class Recipe:
         self.ckpt_root = spec.out_dir / "checkpoints"
         self.pending: Any = None  # an asynchronous save not yet published (memagent.rl.dcp.PendingCheckpoint)
         self.resumed_from = resume_point(spec)
-        if self.resumed_from is not None:
+        if self.resumed_from is not None:  # the same run, or a refusal naming what differs (rl/resume_guard.py)
+            check_resume(self.resumed_from, spec.config, spec.state.get("data_sha256"))
             load_model_weights(model, self.resumed_from / "model")
         self.model = wrap_model(model.to(info.device), spec.strategy, info, spec.cpu_offload)
         self.optimizer, self.scheduler = make_optimizer(self.model, spec.optim, spec.optimizer_steps)
@@ -122,23 +129,51 @@ class Recipe:
             random.seed(spec.seed + info.rank)
             np.random.seed(spec.seed + info.rank)
         self.data = DataStream(spec.data_size, spec.seed, position)
+        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step, wandb=spec.wandb,
+                                  config=spec.config)  # first: a damaged metrics.jsonl refuses before any write
         if info.is_main and spec.write_config:
             spec.out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec.out_dir / "config.json", json.dumps(spec.config, indent=2) + "\n")
-        self.metrics = MetricsLog(spec.out_dir, info, spec.tensorboard, resume_step=self.step, wandb=spec.wandb,
-                                  config=spec.config)
 
     def optimizer_step(self, grad_clip: float) -> dict[str, float]:
-        """Clip the accumulated gradient, step AdamW and the schedule, clear the gradient."""
+        """Clip the accumulated gradient, step AdamW and the schedule, clear the gradient.
+
+        A non-finite gradient norm (NaN/inf loss or gradient) stops the run before the step can write NaN
+        into the weights (`TrainingDiverged`)."""
         rec = {"grad_norm": float(clip_grad_norm(self.model, grad_clip)), "lr": self.optimizer.param_groups[0]["lr"]}
+        if not math.isfinite(rec["grad_norm"]):
+            raise self.diverged(self.step + 1, f"the gradient norm is {rec['grad_norm']}")
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return rec
 
+    def diverged(self, step: int, what: str) -> "TrainingDiverged":
+        """The error that stops a run whose loss, gradient or weights went non-finite at the current step."""
+        last = latest_checkpoint(self.ckpt_root)
+        kept = f"the last checkpoint ({last.name}) is intact" if last is not None else "no checkpoint was written"
+        return TrainingDiverged(
+            f"training diverged at step {step}: {what}; stopped without saving it ({kept}); lower optim.lr, "
+            "keep optim.grad_clip > 0 or check the data, then start again (or resume from the last checkpoint)")
+
+    def check_finite(self, metrics: dict[str, Any]) -> None:
+        """Stop on a non-finite loss or gradient norm in a step's metrics record."""
+        for key in ("loss", "grad_norm"):
+            value = metrics.get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self.diverged(self.step + 1, f"the {key.replace('_', ' ')} is {value}")
+
+    def _check_weights(self) -> None:
+        """Refuse to checkpoint weights holding NaN or inf (this rank's shards under FSDP)."""
+        for name, p in self.model.named_parameters():
+            if not bool(torch.isfinite(p.detach().to_local() if hasattr(p, "to_local") else p.detach()).all()):
+                raise self.diverged(self.step, f"the weight {name} holds NaN or inf")
+
     def save(self) -> Path:
-        """Checkpoint the current step; with async_save it is published later (`finish_save`)."""
+        """Checkpoint the current step; with async_save it is published later (`finish_save`).
+        Weights that are not finite are never saved (`TrainingDiverged`)."""
         spec = self.spec
+        self._check_weights()
         self.finish_save()
         out = save_checkpoint(self.ckpt_root, self.step, self.info, model=self.model, tokenizer=self.tokenizer,
                               optimizer=self.optimizer, scheduler=self.scheduler,
@@ -165,6 +200,7 @@ class Recipe:
         try:
             while self.step < spec.total_steps:
                 metrics = algorithm.step(self)
+                self.check_finite(metrics)
                 self.step += 1
                 rec = {"step": self.step, **metrics}
                 self.metrics.write(rec)

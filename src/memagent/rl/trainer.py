@@ -44,6 +44,7 @@ from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
+from memagent.rl.resume_guard import file_digest, samples_digest
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.schedule import step_seed
@@ -57,8 +58,8 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
     from transformers import AutoModelForCausalLM
 
-    from memagent.backends.hf import pick_dtype
-    from memagent.backends.tokenizer import ensure_pad_token, load_tokenizer
+    from memagent.backends.hf import config_vocab_size, pick_dtype
+    from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 
     if (model is None or tokenizer is None) and not config.model:
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
@@ -69,19 +70,24 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
                                                          **load_kwargs(config.model_options, device))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot load model {config.model!r}: {e}") from None
+    except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot load model {config.model!r}: {first}") from None
+    if getattr(model, "config", None) is not None:  # a model folder's tokenizer must be its own (check_vocab)
+        check_vocab(tokenizer, config_vocab_size(model.config), str(config.model or "the model"))
     return model, ensure_pad_token(tokenizer)
 
 
-def run_spec(config: TrainConfig, data_size: int) -> RunSpec:
-    """The recipe's view of a TrainConfig: one step is one rollout batch and its optimiser steps."""
+def run_spec(config: TrainConfig, data_size: int, data_sha256: str | None = None) -> RunSpec:
+    """The recipe's view of a TrainConfig: one step is one rollout batch and its optimiser steps.
+    data_sha256: the training data's digest, saved with each checkpoint (a resume with other data refuses)."""
     return RunSpec(out_dir=Path(config.out_dir), seed=config.seed, total_steps=config.total_steps,
                    # nominal optimiser steps (the cosine schedule's length): dynamic sampling may take fewer
                    optimizer_steps=config.total_steps * config.num_mini_batches * config.update.epochs,
                    data_size=data_size, save_every=config.save_every, keep_last=config.keep_last,
                    resume=config.resume, save_final=True, strategy=config.strategy, optim=config.optim,
-                   config=config_to_dict(config), state={"seed": config.seed}, write_config=True,
+                   config=config_to_dict(config), state={"seed": config.seed, **({"data_sha256": data_sha256} if data_sha256 else {})},
+                   write_config=True,
                    tensorboard=config.tensorboard, progress=config.progress, what="train",
                    wandb=config_to_dict(config.log) if config.log.wandb else None,
                    cpu_offload=offload_policy(config.model_options, config.strategy, config.device),
@@ -211,8 +217,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn,
                  model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
-                 sft_data: Sequence[Any] | None = None) -> None:
+                 sft_data: Sequence[Any] | None = None, data_sha256: str | None = None) -> None:
         self.cfg, self.callback = config, callback
+        data_sha256 = data_sha256 or samples_digest(samples)
         check_out_dir(config)
         extra = extra_objectives(config, sft_data)
         info = init_distributed(config.device)
@@ -230,7 +237,7 @@ class Trainer:
                 plain = apply_lora(plain, config.lora, config.rollout.engine)
             elif config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
-            self.recipe = Recipe(run_spec(config, len(samples)), info, plain, tokenizer, held)
+            self.recipe = Recipe(run_spec(config, len(samples), data_sha256), info, plain, tokenizer, held)
             self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.recipe, ref, extra)
         except BaseException:
             held.close()
@@ -270,10 +277,12 @@ def train(
         if not config.data:
             raise ConfigError("no training data: set `data` (a JSONL file) in the config or pass dataset=")
         samples = read_training_samples(config.data.path)
+        digest = file_digest(config.data.path)  # the file's bytes: the CLI checks them before writing anything
     else:
         samples = load_samples(dataset)
+        digest = None  # Trainer digests the samples
     reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)
-    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data).run()
+    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data, digest).run()
 
 
 @contextlib.contextmanager
