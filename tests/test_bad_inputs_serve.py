@@ -54,10 +54,10 @@ CASES = [
     ("serve-max-question-0", [*SERVE, "--max-question-chars", "0"], "--max-question-chars must be in 1.."),
     # the model: budgets, tokenizer, prompts
     ("serve-budget-over-window", [*SERVE, "--chunk-tokens", "100000"], "but the model's window is"),
-    ("serve-no-tokenizer", [*SERVE, "--model", "{w}/serve/notok"], "encodes text to no tokens"),
-    ("serve-profile-ctk-tokenize", [*SERVE, "--profile", "{w}/serve/ctk.yaml"], "cannot render a prompt"),
-    ("serve-profile-ctk-agp", [*SERVE, "--profile", "{w}/serve/ctk_agp.yaml"], "cannot render a prompt"),
-    ("serve-profile-seed-neg", [*SERVE, "--profile", "{w}/serve/seed.yaml"], "seed -1 is out of range"),
+    ("serve-no-tokenizer", [*SERVE, "--model", "{w}/serve/notok"], "has no vocabulary file"),
+    ("serve-profile-ctk-tokenize", [*SERVE, "--profile", "{w}/serve/ctk.yaml"], "is an argument of apply_"),
+    ("serve-profile-ctk-agp", [*SERVE, "--profile", "{w}/serve/ctk_agp.yaml"], "is an argument of apply_"),
+    ("serve-profile-seed-neg", [*SERVE, "--profile", "{w}/serve/seed.yaml"], "sampling.seed must be in [0, 2**32)"),
     # the state folder's database
     ("serve-db-garbage", [*SERVE, "--state-dir", "{w}/serve/garbage"], "is not a memagent serve database"),
     ("serve-db-other-schema", [*SERVE, "--state-dir", "{w}/serve/other"], "another schema: its table 'jobs'"),
