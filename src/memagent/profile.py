@@ -309,9 +309,11 @@ def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] 
         wanted = profile.agent_config()
         agent = dataclasses.replace(agent, **{k: getattr(wanted, k) for k in _TRAIN_FIELDS if k not in keep})
         cfg = dataclasses.replace(cfg, agent=agent)
+        if profile.chat_template_kwargs and not cfg.chat_template_kwargs:  # the config's own, if set, win
+            cfg = dataclasses.replace(cfg, chat_template_kwargs=dict(profile.chat_template_kwargs))
     base = profile or Profile()
     resolved = dataclasses.replace(
-        base,
+        base, chat_template_kwargs=dict(cfg.chat_template_kwargs),
         prompts=dataclasses.replace(base.prompts, memory_template=agent.memory_template,
                                     final_template=agent.final_template, empty_memory=agent.empty_memory,
                                     answer_protocol=agent.answer_protocol, think=agent.think),

@@ -130,11 +130,10 @@ def test_one_training_step_on_the_qwen_vocab_model(run_cli, qwen_model_dir, tmp_
     assert {p for p in batch.predictions} <= {ANSWER, None}
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: training rollouts ignore a profile's chat_template_kwargs "
-                   "(TrainConfig has no field for them; rl/engines.py builds its backends without them)")
 def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_backend, qwen_tokenizer, tmp_path):
     """`memagent train --profile P` writes P's chat_template_kwargs into out_dir/profile.yaml, so the rollouts
-    should render with them (Qwen3 with enable_thinking false: the empty think block), as `ask` and `eval` do."""
+    render with them (Qwen3 with enable_thinking false: the empty think block), as `ask` and `eval` do
+    (`TrainConfig.chat_template_kwargs`; a known gap until it was added, then an xfail here)."""
     from memagent.profile import Profile, train_config_with_profile
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
@@ -145,6 +144,10 @@ def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_ba
     assert resolved.chat_template_kwargs == {"enable_thinking": False}
     rollout = PolicyRollout(qwen_backend.model, qwen_tokenizer, cfg, DistInfo())
     assert rollout.backend().render("hi").endswith("<think>\n\n</think>\n\n")
+    assert cfg.chat_template_kwargs == {"enable_thinking": False}
+    plain, _ = train_config_with_profile(load_config(None, [f"out_dir={tmp_path / 'run2'}", "progress=false"]), None)
+    assert not PolicyRollout(qwen_backend.model, qwen_tokenizer, plain, DistInfo()).backend().render("hi").endswith(
+        "</think>\n\n")
 
 
 # -- data ruler-hqa ---------------------------------------------------------------------------------------------

@@ -169,6 +169,8 @@ class TrainConfig:
     workflow: str = "memagent"  # the reading workflow rolled out and validated (memagent.agent.registry): every
     #   conversation of it is a training row sharing its sample's advantage; "memagent" is the paper's
     workflow_options: dict[str, Any] = field(default_factory=dict)  # the workflow's own options (e.g. lookup's)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # variables for the chat template of every
+    #   rollout and validation prompt (a profile's chat_template_kwargs, e.g. enable_thinking: false), as ask renders
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -65,7 +65,8 @@ class PolicyRollout:
             gen_model = self.copy
             self.sync()
         self._backend = TransformersBackend(gen_model, tokenizer, max_batch_size=cfg.rollout.max_batch_size,
-                                            want_logprobs=cfg.update.old_logprobs == "rollout")
+                                            want_logprobs=cfg.update.old_logprobs == "rollout",
+                                            chat_template_kwargs=cfg.chat_template_kwargs)
 
     def backend(self) -> Any:
         """The transformers backend, its model put in eval mode."""
@@ -108,7 +109,8 @@ class VLLMRollout:
             extra["distributed_executor_backend"] = "external_launcher"
         self.model, self.info, self.cfg = model, info, cfg
         self._backend = VLLMBackend(cfg.model, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
-                                    want_logprobs=cfg.update.old_logprobs == "rollout", **extra)
+                                    want_logprobs=cfg.update.old_logprobs == "rollout",
+                                    chat_template_kwargs=cfg.chat_template_kwargs, **extra)
         self.llm = self._backend.llm
         self.asleep = False
         self.sync()  # a resumed run starts from the checkpoint's weights, not config.model's
@@ -152,7 +154,8 @@ class ServerRollout:
 
             backend = OpenAIBackend(cfg.model, base_url=v.server_url.rstrip("/") + "/v1", tokenizer=tokenizer,
                                     timeout=v.timeout, max_concurrency=64, request_token_ids=True,
-                                    want_logprobs=cfg.update.old_logprobs == "rollout")
+                                    want_logprobs=cfg.update.old_logprobs == "rollout",
+                                    chat_template_kwargs=cfg.chat_template_kwargs)
         self.model, self.info, self.cfg, self._backend = model, info, cfg, backend
         self.weights = None
         if info.is_main:
