@@ -271,3 +271,22 @@ def test_a_write_protected_folder_is_refused_before_any_work(tmp_path, capsys):
     finally:
         locked.chmod(0o755)
     assert code == 2 and "permission denied" in capsys.readouterr().err
+
+
+def test_one_table_of_bad_inputs_over_every_command_and_the_service():
+    """The round-3 classes keep their cases in tests/test_bad_inputs_*.py (one CASES table each, same shape as
+    CASES above); together they are one table: unique ids, every command and `serve` covered."""
+    import importlib
+
+    tables = {"commands": CASES}
+    for name in ("text", "paths", "serve", "models"):
+        try:
+            tables[name] = importlib.import_module(f"test_bad_inputs_{name}").CASES
+        except ModuleNotFoundError:
+            continue
+    every = [case for table in tables.values() for case in table]
+    ids = [case[0] for case in every]
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+    commands = {c[1][0] if c[1][0] != "data" else c[1][1] for c in every}
+    assert {"ask", "eval", "train", "ruler-hqa", "ruler", "toy", "flops", "tiny-model", "demo", "serve", "report"} <= commands
+    assert len(every) >= 150
