@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from memagent.demo.config import EMPTY_MEMORY, FINAL_TEMPLATE, DemoConfig, agent_config, boxed, full_prompt
+from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
 from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 ORDERS = ("value-first", "pointer-first")
@@ -49,7 +49,8 @@ class TwoHopConfig(DemoConfig):
     rl_copy_rows: int = 8_000
 
     @classmethod
-    def for_run(cls, quick: bool, seed: int, out: str, pure_dapo: bool = False) -> "TwoHopConfig":  # type: ignore[override]
+    def for_run(cls, quick: bool, seed: int, out: str,  # type: ignore[override]
+                pure_dapo: bool = False) -> "TwoHopConfig":
         """The recipe of the full run, or the CI version (--quick: small enough for a test)."""
         cfg = cls(seed=seed, out=out)
         if quick:
@@ -70,20 +71,12 @@ def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[
 
     spec, out = cfg.spec, []
     for _ in range(n):
-        memory = EMPTY_MEMORY if rng.random() < 0.2 else f"{rng.choice(spec.keys)} {rng.choice(spec.keys + spec.values)}"
+        memory = EMPTY_MEMORY
+        if rng.random() >= 0.2:  # a fact or a pointer
+            memory = f"{rng.choice(spec.keys)} {rng.choice(spec.keys + spec.values)}"
         word = rng.choice(spec.keys) if memory == EMPTY_MEMORY else rng.choice(memory.split())
         out.append((render(LOOKUP_QUERY_TEMPLATE, question=rng.choice(spec.keys), memory=memory), word))
     return out
-
-
-def two_hop_answer_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
-    """Answers from a memory that holds a key and a key (a pointer): a random value (the memory does not
-    tell it), so the answer format is shown for such memories too, with nothing to copy."""
-    from memagent.agent.prompts import render
-
-    spec = cfg.spec
-    return [(render(FINAL_TEMPLATE, question=rng.choice(spec.keys), memory=f"{rng.choice(spec.keys)} "
-                    f"{rng.choice(spec.keys)}"), boxed(rng.choice(spec.values))) for _ in range(n)]
 
 
 def warmup_pairs(cfg: TwoHopConfig, rng: random.Random, with_query: bool) -> list[tuple[str, str]]:
@@ -242,7 +235,8 @@ def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[s
         seconds[workflow] = time.perf_counter() - t
         log(f"{workflow}: warm-up and Multi-Conv DAPO {seconds[workflow]:.0f} s")
     t = time.perf_counter()
-    models["full-context"] = train_full_context(cfg, tokenizer, encode_rows(tokenizer, full_context_pairs(cfg, rng)), out)
+    fc_rows = encode_rows(tokenizer, full_context_pairs(cfg, rng))
+    models["full-context"] = train_full_context(cfg, tokenizer, fc_rows, out)
     seconds["full_context"] = time.perf_counter() - t
     log(f"full-context baseline: {seconds['full_context']:.0f} s")
     t = time.perf_counter()
