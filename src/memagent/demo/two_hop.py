@@ -44,6 +44,7 @@ class TwoHopConfig(DemoConfig):
     fc_rows: int = 24_000
     rl_steps: int = 120
     query_share: float = 0.1  # share of the lookup model's warm-up rows that demonstrate the query call
+    query_word: str = "any"  # the word of the memory a query demonstration writes: "any" (at random) or "second"
     hits: int = 2  # chunks `lookup` reads per query (its one lookup)
     skim_k: int = 4  # chunks `skim` reads
     rl_copy_rows: int = 8_000
@@ -66,7 +67,8 @@ class TwoHopConfig(DemoConfig):
 # -- phase 2: the warm-up's demonstrations -------------------------------------------------------------
 def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
     """n (prompt, response) demonstrations of lookup's query call, NOT question-aware: the query is one word
-    of the memory (its key or its value), chosen at random; from an empty memory, a random key."""
+    of the memory (`query_word`: its key or its value at random, or always its second word); from an empty
+    memory, a random key."""
     from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
 
     spec, out = cfg.spec, []
@@ -74,7 +76,10 @@ def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[
         memory = EMPTY_MEMORY
         if rng.random() >= 0.2:  # a fact or a pointer
             memory = f"{rng.choice(spec.keys)} {rng.choice(spec.keys + spec.values)}"
-        word = rng.choice(spec.keys) if memory == EMPTY_MEMORY else rng.choice(memory.split())
+        if memory == EMPTY_MEMORY:
+            word = rng.choice(spec.keys)
+        else:
+            word = memory.split()[1] if cfg.query_word == "second" else rng.choice(memory.split())
         out.append((render(LOOKUP_QUERY_TEMPLATE, question=rng.choice(spec.keys), memory=memory), word))
     return out
 
