@@ -10,6 +10,7 @@ own profile, equal to `Profile()`):
                baseline_answer_tokens, baseline_window, yarn_factor
     scoring:   golds (all | first), empty (zero | text), failed (wrong | skip)
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
+    workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
 
 A file may give any subset; the rest keeps the base profile's values (the built-in defaults).
 Unknown keys are refused with the list of valid ones; numbers must be finite and of the right
@@ -81,6 +82,13 @@ class Budgets:
 
 
 @dataclass(frozen=True)
+class WorkflowChoice:
+    """The reading workflow a score was made with (memagent.agent.registry), and its own options."""
+    name: str = "memagent"  # the paper's overwrite loop
+    options: dict[str, Any] = field(default_factory=dict)  # keyword options of its factory (e.g. lookup's)
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str = "memagent"
     prompts: Prompts = field(default_factory=Prompts)
@@ -88,6 +96,7 @@ class Profile:
     budgets: Budgets = field(default_factory=Budgets)
     scoring: ScoreOptions = field(default_factory=ScoreOptions)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    workflow: WorkflowChoice = field(default_factory=WorkflowChoice)
 
     def __post_init__(self) -> None:
         self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
@@ -108,6 +117,7 @@ class Profile:
             raise ConfigError(f"sampling.seed must be in [0, 2**32) (NumPy's limit) or null, got "
                               f"{s.seed if abs(s.seed) < 10**30 else f'an integer of {s.seed.bit_length()} bits'}")
         check_template_kwargs(self.chat_template_kwargs)
+        _check_workflow(self.workflow)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
         """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold."""
@@ -123,7 +133,35 @@ class Profile:
 
 
 _SECTIONS = {"prompts": Prompts, "sampling": Sampling, "budgets": Budgets, "scoring": ScoreOptions}
-_TOP = ("name", *_SECTIONS, "chat_template_kwargs")
+_TOP = ("name", *_SECTIONS, "chat_template_kwargs", "workflow")
+
+
+def _check_workflow(choice: WorkflowChoice) -> None:
+    """A workflow name the registry knows (built in, registered or installed), options a mapping of names."""
+    from memagent.agent.registry import UnknownWorkflow, get_workflow
+
+    if not isinstance(choice.name, str):
+        raise ConfigError(f"workflow.name must be a string, got {choice.name!r}")
+    try:
+        get_workflow(choice.name)
+    except UnknownWorkflow as e:
+        raise ConfigError(f"workflow.name: {e}") from None
+    opts = choice.options
+    if not isinstance(opts, dict) or not all(isinstance(k, str) for k in opts):
+        raise ConfigError(f"workflow.options must be a mapping of option names to values, got {opts!r}")
+
+
+def _workflow_section(data: Any, base: WorkflowChoice) -> WorkflowChoice:
+    """`base` with the keys of a profile's `workflow` mapping set (`name`, `options`; null options: none)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"workflow must be a mapping with keys name, options; got {type(data).__name__}")
+    unknown = sorted(set(data) - {"name", "options"})
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(f'workflow.{k}' for k in unknown)}; "
+                          "valid keys of workflow: name, options")
+    name = _check_value("workflow.name", data["name"], "", False) if "name" in data else base.name
+    options = data.get("options", base.options)
+    return WorkflowChoice(name=name, options={} if options is None else options)
 
 
 def check_template_kwargs(kwargs: dict[str, Any]) -> None:
@@ -236,6 +274,8 @@ def profile_from_dict(data: Any, base: Profile | None = None, source: str = "pro
             raise ConfigError(f"chat_template_kwargs must be a mapping of names to values, got "
                               f"{type(kwargs).__name__}")
         values["chat_template_kwargs"] = dict(kwargs)
+    if "workflow" in data:
+        values["workflow"] = _workflow_section(data["workflow"], base.workflow)
     try:
         return dataclasses.replace(base, **values)
     except ConfigError as e:
@@ -263,6 +303,7 @@ FLAG_KEYS = {
     "window": ("budgets", "baseline_window"), "temperature": ("sampling", "temperature"),
     "top_p": ("sampling", "top_p"), "seed": ("sampling", "seed"), "repeats": ("sampling", "repeats"),
     "golds": ("scoring", "golds"), "empty_prediction": ("scoring", "empty"), "failed": ("scoring", "failed"),
+    "workflow": ("workflow", "name"),
 }
 
 

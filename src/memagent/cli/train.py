@@ -93,11 +93,18 @@ def demo(
     jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
     pure_dapo: bool = typer.Option(False, "--pure-dapo", help="The ablation: Multi-Conv DAPO alone, without the "
                                    "demo's value-copy loss (rl_copy_coef 0)."),
+    task: str = typer.Option("single-hop", "--task", help="single-hop: the paper's demo; two-hop: memagent and "
+                             "lookup trained side by side, with skim and full-context, split by order (docs/demo.md)."),
 ) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
+    from memagent.config import ConfigError
     from memagent.demo.config import check_demo_out
 
+    if task not in ("single-hop", "two-hop"):
+        raise ConfigError(f"--task must be single-hop or two-hop, got {task!r}; pass one of them")
+    if task == "two-hop" and seeds is not None:
+        raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")
     out = check_demo_out(out)
     from memagent.demo.numerics import pin_mkl_branch
 
@@ -118,6 +125,11 @@ def demo(
     from memagent.lock import run_lock
 
     with run_lock(out, "demo"):  # one demo per --out
+        if task == "two-hop":
+            from memagent.demo.two_hop import TwoHopConfig, run_two_hop
+
+            run_two_hop(TwoHopConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
+            return
         run_demo(DemoConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
 
 

@@ -1,0 +1,255 @@
+"""`memagent demo --task two-hop`: where overwriting a memory must fail, and looking back does not.
+
+A two-hop toy question names key A; the document holds a pointer fact "fact A B" and a value fact "fact B V"
+in two random chunks (tasks/toy.py `make_two_hop_sample`); the answer is V. When the value fact comes first
+("value-first"), an agent whose memory holds one fact cannot know to keep it; `lookup` can search the text
+it has read once the pointer is known (agent/lookup.py).
+
+Phases (the main demo's, demo/pipeline.py, with two reading workflows trained side by side):
+1. data: two-hop documents of `train_chunks` chunks;
+2. warm-up, NOT question-aware (the same demonstrations as the main demo: keep the memory or copy some fact
+   of the chunk; answer with the value the memory holds). The `lookup` model's warm-up also has query
+   demonstrations (write one word of the memory as the search query; the hits it reads are ordinary memory
+   updates, already in the warm-up), in place of some of the rows: both models see `warmup_rows` rows;
+3. Multi-Conv DAPO through `rl.trainer.train` for each model, `workflow=memagent` and `workflow=lookup`
+   (every conversation a row, the query call included), the same steps, batch and group;
+4. the full-context baseline (question-aware, a window of `train_chunks` chunks, cut in the middle beyond);
+5. evaluation, greedy, at every length: memagent, lookup, skim (the memagent model reading the top `skim_k`
+   chunks ranked against the question) and full-context, split by order; model calls per document too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
+from memagent.tasks.toy import build_toy_tokenizer, make_samples
+
+ORDERS = ("value-first", "pointer-first")
+METHODS = ("lookup-rl", "memagent-rl", "skim", "full-context")  # rows of the table, each split by order
+
+
+@dataclass
+class TwoHopConfig(DemoConfig):
+    """One two-hop demo run: DemoConfig's knobs (lengths in chunks; multiples of `train_chunks`) and these."""
+
+    multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
+    eval_docs: int = 256  # per length (about half of each order)
+    warmup_rows: int = 24_000
+    fc_rows: int = 24_000
+    rl_steps: int = 120
+    query_share: float = 0.1  # share of the lookup model's warm-up rows that demonstrate the query call
+    query_word: str = "any"  # the word of the memory a query demonstration writes: "any" (at random) or "second"
+    hits: int = 2  # chunks `lookup` reads per query (its one lookup)
+    skim_k: int = 4  # chunks `skim` reads
+    rl_copy_rows: int = 8_000
+
+    @classmethod
+    def for_run(cls, quick: bool, seed: int, out: str,  # type: ignore[override]
+                pure_dapo: bool = False) -> "TwoHopConfig":
+        """The recipe of the full run, or the CI version (--quick: small enough for a test)."""
+        cfg = cls(seed=seed, out=out)
+        if quick:
+            cfg = cls(seed=seed, quick=True, out=out, multiples=(1, 4), eval_docs=24, warmup_rows=3_000,
+                      rl_steps=4, rl_batch=4, rl_group=4, rl_mini_batches=1, rl_schedule="constant",
+                      fc_rows=1_000, fc_lr=None, rl_copy_rows=500)
+        return dataclasses.replace(cfg, rl_copy_coef=0.0) if pure_dapo else cfg
+
+    def lookup_options(self) -> dict[str, Any]:
+        return {"lookups": 1, "hits": self.hits, "lookup_tokens": 2}
+
+
+# -- phase 2: the warm-up's demonstrations -------------------------------------------------------------
+def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """n (prompt, response) demonstrations of lookup's query call, NOT question-aware: the query is one word
+    of the memory (`query_word`: its key or its value at random, or always its second word); from an empty
+    memory, a random key."""
+    from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
+
+    spec, out = cfg.spec, []
+    for _ in range(n):
+        memory = EMPTY_MEMORY
+        if rng.random() >= 0.2:  # a fact or a pointer
+            memory = f"{rng.choice(spec.keys)} {rng.choice(spec.keys + spec.values)}"
+        if memory == EMPTY_MEMORY:
+            word = rng.choice(spec.keys)
+        else:
+            word = memory.split()[1] if cfg.query_word == "second" else rng.choice(memory.split())
+        out.append((render(LOOKUP_QUERY_TEMPLATE, question=rng.choice(spec.keys), memory=memory), word))
+    return out
+
+
+def warmup_pairs(cfg: TwoHopConfig, rng: random.Random, with_query: bool) -> list[tuple[str, str]]:
+    """`cfg.warmup_rows` demonstrations: the main demo's (demo/pipeline.py `demonstrations`) and, for the
+    lookup model, `query_share` of them query calls."""
+    from memagent.demo.pipeline import demonstrations
+
+    n_query = round(cfg.warmup_rows * cfg.query_share) if with_query else 0
+    pairs = [(p, r) for p, r, _ in demonstrations(cfg, rng, cfg.warmup_rows - n_query)]
+    pairs += query_demonstrations(cfg, rng, n_query)
+    rng.shuffle(pairs)
+    return pairs
+
+
+def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str, str]]:
+    """Question-aware supervised answers from whole two-hop documents (2..train_chunks chunks)."""
+    pairs = []
+    for _ in range(cfg.fc_rows):
+        s = make_samples(cfg.spec, rng.randint(2, cfg.train_chunks), 1, rng.randrange(10**9), prefix="fc",
+                         two_hop=True)[0]
+        pairs.append((full_prompt(s["question"], s["context"]), boxed(s["answers"][0])))
+    return pairs
+
+
+# -- phases 2-4: training ----------------------------------------------------------------------------------
+def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random.Random, out: Path) -> Any:
+    """Warm-up then Multi-Conv DAPO of one model rolled out with `workflow` (memagent or lookup)."""
+    from memagent.demo.pipeline import encode_rows, rl_train_config, value_copy_rows, warm_up
+    from memagent.rl.trainer import train
+
+    warm = encode_rows(tokenizer, warmup_pairs(cfg, rng, with_query=workflow == "lookup"))
+    model = warm_up(cfg, tokenizer, warm, out / workflow)
+    copy_rows = value_copy_rows(cfg, tokenizer, rng) if cfg.rl_copy_coef > 0 else None
+    questions = make_samples(cfg.spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train",
+                             two_hop=True)
+    options = cfg.lookup_options() if workflow == "lookup" else {}
+    rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
+    train(rl_cfg, questions, model=model, tokenizer=tokenizer, sft_data=copy_rows)
+    return model
+
+
+# -- phase 5: evaluation --------------------------------------------------------------------------------
+def by_order(results: list[Any], samples: list[dict[str, Any]]) -> dict[str, float | None]:
+    """{order: accuracy over the samples of that order (None where there is none), "all": over all}."""
+    from memagent.demo.failures import accuracy
+
+    out: dict[str, float | None] = {}
+    for order in ORDERS:
+        picked = [(r, s) for r, s in zip(results, samples, strict=True) if s["order"] == order]
+        out[order] = accuracy(*map(list, zip(*picked))) if picked else None
+    out["all"] = accuracy(results, samples)
+    return out
+
+
+def evaluate_two_hop(cfg: TwoHopConfig, models: dict[str, Any], tokenizer: Any,
+                     evals: dict[int, list[dict[str, Any]]], log: Callable[[str], None]) -> dict[str, Any]:
+    """accuracy {method: {order | "all": {multiple: share}}} and calls {method: {multiple: calls per document}}
+    (full-context: one call); `models`: lookup-rl, memagent-rl, full-context."""
+    from memagent.demo.evaluate import run_memagent
+    from memagent.eval.baselines import middle_truncate
+
+    spec = cfg.spec
+    runs = {"lookup-rl": (models["lookup-rl"], "lookup", cfg.lookup_options()),
+            "memagent-rl": (models["memagent-rl"], "memagent", {}),
+            "skim": (models["memagent-rl"], "skim", {"k": cfg.skim_k})}
+    acc: dict[str, dict[str, dict[str, float | None]]] = {m: {o: {} for o in (*ORDERS, "all")} for m in METHODS}
+    calls: dict[str, dict[str, float]] = {m: {} for m in METHODS}
+    seconds: dict[str, dict[str, float]] = {m: {} for m in METHODS}
+    window = cfg.train_chunks * spec.chunk_tokens
+    for mult in cfg.multiples:
+        samples, key = evals[mult], str(mult)
+        for method, (model, workflow, options) in runs.items():
+            t = time.perf_counter()
+            answered = run_memagent(model, tokenizer, samples, spec, workflow=workflow, workflow_options=options)
+            seconds[method][key] = (time.perf_counter() - t) / len(samples)
+            calls[method][key] = sum(r.calls for r in answered) / len(samples)
+            for order, share in by_order(answered, samples).items():
+                acc[method][order][key] = share
+        t = time.perf_counter()
+        answered = _full_context(models["full-context"], tokenizer, samples, window, middle_truncate)
+        seconds["full-context"][key] = (time.perf_counter() - t) / len(samples)
+        calls["full-context"][key] = 1.0
+        for order, share in by_order(answered, samples).items():
+            acc["full-context"][order][key] = share
+        log(f"{mult}x ({cfg.train_chunks * mult} chunks): " + ", ".join(
+            f"{m} {acc[m]['value-first'][key] or 0:.2f}/{acc[m]['pointer-first'][key] or 0:.2f}" for m in METHODS)
+            + " (value-first/pointer-first)")
+    return {"accuracy": acc, "calls_per_doc": calls, "seconds_per_doc": seconds}
+
+
+def _full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int, cut: Any) -> list[Any]:
+    """The full-context baseline's answers as result-like objects (`.answer`), greedy, cut to `window`."""
+    from types import SimpleNamespace
+
+    from memagent.agent.answer import extract_boxed
+    from memagent.backends.base import SamplingParams
+    from memagent.demo.evaluate import toy_backend
+
+    prompts = [full_prompt(s["question"], cut(s["context"], tokenizer, window).context) for s in samples]
+    gens = toy_backend(model, tokenizer, 64).generate(prompts, SamplingParams(max_new_tokens=3))
+    return [SimpleNamespace(answer=extract_boxed(g.text)) for g in gens]
+
+
+# -- the run --------------------------------------------------------------------------------------------------
+def table_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The printed table's rows: "method (order)" -> {multiple: accuracy}, the demo's report layout."""
+    return {f"{m} ({o})": {k: (v if v is not None else float("nan")) for k, v in row.items()}
+            for m, orders in results["accuracy"].items() for o, row in orders.items() if o != "all"}
+
+
+def save_two_hop(cfg: TwoHopConfig, out: Path, found: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
+    """results.json, results.md, the printed table and accuracy.png (demo/report.py's forms, a row per method
+    and order), plus calls and seconds per document."""
+    import resource
+
+    from memagent.demo.numerics import numerics
+    from memagent.demo.report import markdown_table, plot_accuracy, print_table
+
+    seconds["total"] = sum(seconds.values())
+    results = {"task": "two-hop", **found, "seconds": {k: round(v, 1) for k, v in seconds.items()},
+               "seed": cfg.seed, "chance": 1 / cfg.spec.n_values,
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "spec": asdict(cfg.spec),
+               "numerics": numerics()}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    flat = {"accuracy": table_rows(results), "seed": cfg.seed, "chance": results["chance"],
+            "seconds": results["seconds"], "numerics": results["numerics"]}
+    calls = ["", "model calls per document", "", "| method | " + " | ".join(f"{m}x" for m in cfg.multiples) + " |",
+             "|---|" + "---:|" * len(cfg.multiples)]
+    calls += [f"| {m} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |"
+              for m, row in found["calls_per_doc"].items()]
+    (out / "results.md").write_text(markdown_table(flat, cfg).replace("toy QA", "two-hop toy QA", 1)
+                                    + "\n".join(calls) + "\n")
+    print_table(flat, cfg)
+    plot_accuracy(flat, cfg, out / "accuracy.png")
+    return results
+
+
+def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole two-hop demo (module doc); returns what results.json holds."""
+    import torch
+
+    from memagent.demo.pipeline import encode_rows, prepare_out, train_full_context
+
+    out = prepare_out(cfg)
+    seconds: dict[str, float] = {}
+    rng = random.Random(cfg.seed)
+    tokenizer = build_toy_tokenizer(cfg.spec)
+    torch.manual_seed(cfg.seed)
+    evals = {m: make_samples(cfg.spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval",
+                             two_hop=True) for m in cfg.multiples}
+    models: dict[str, Any] = {}
+    for name, workflow in (("lookup-rl", "lookup"), ("memagent-rl", "memagent")):
+        t = time.perf_counter()
+        models[name] = train_workflow(cfg, workflow, tokenizer, random.Random(f"{cfg.seed}-{workflow}"), out)
+        seconds[workflow] = time.perf_counter() - t
+        log(f"{workflow}: warm-up and Multi-Conv DAPO {seconds[workflow]:.0f} s")
+    t = time.perf_counter()
+    fc_rows = encode_rows(tokenizer, full_context_pairs(cfg, rng))
+    models["full-context"] = train_full_context(cfg, tokenizer, fc_rows, out)
+    seconds["full_context"] = time.perf_counter() - t
+    log(f"full-context baseline: {seconds['full_context']:.0f} s")
+    t = time.perf_counter()
+    found = evaluate_two_hop(cfg, models, tokenizer, evals, log)
+    seconds["eval"] = time.perf_counter() - t
+    models["lookup-rl"].save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out / "model")
+    from memagent.run import save_agent_settings
+
+    save_agent_settings(out / "model", agent_config(cfg.spec))  # `memagent ask --model OUT/model --workflow lookup`
+    return save_two_hop(cfg, out, found, seconds)
