@@ -48,7 +48,12 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.
                           f"linear layers are: {', '.join(sorted(linear))}")
     config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                              target_modules=list(cfg.target_modules), bias="none", task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, config)
+    name = getattr(model, "name_or_path", None) or ""
+    wrapped = peft.get_peft_model(model, config)
+    if name and Path(name).is_dir():  # a local base is named by its absolute path: merge-lora, run from any
+        for adapter in wrapped.peft_config.values():  # folder, finds this model (`base_of`)
+            adapter.base_model_name_or_path = str(Path(name).resolve())
+    return wrapped
 
 
 def is_lora(model: nn.Module) -> bool:
@@ -147,18 +152,43 @@ def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
 
 def base_of(adapter_dir: Path, base: str | None = None) -> str:
     """The base model of an adapter directory: `base`, else the one its adapter_config.json names, else
-    the `model` of the run's config.json beside the checkpoint."""
+    the `model` of the run's config.json beside the checkpoint.
+
+    A relative path is resolved against the folder of the file that names it (`adapter_dir/../base` for
+    adapter_config.json), never against the working directory, where a folder of that name may hold another
+    model: one found only there is refused (pass --base). A name that is no local folder is a Hugging Face id."""
     if base:
         return base
-    named = _json(Path(adapter_dir) / ADAPTER_CONFIG).get("base_model_name_or_path") or ""
-    if named and Path(named).exists():
-        return named
-    for cfg in (Path(adapter_dir).parent / "config.json", Path(adapter_dir).parents[2] / "config.json"):
-        if cfg.is_file() and _json(cfg).get("model"):
-            return str(_json(cfg)["model"])
-    if named:
+    adapter_dir = Path(adapter_dir)
+    named = _json(adapter_dir / ADAPTER_CONFIG).get("base_model_name_or_path") or ""
+    found = _local_base(named, adapter_dir, adapter_dir / ADAPTER_CONFIG)
+    if found:
+        return found
+    up = adapter_dir.resolve().parents  # step_N/config.json, then the run's own (step_N is under checkpoints/)
+    for cfg in [up[i] / "config.json" for i in (0, 2) if i < len(up)]:
+        model = _json(cfg).get("model") if cfg.is_file() else None
+        if isinstance(model, str) and model:
+            return _local_base(model, cfg.parent, cfg) or model
+    if isinstance(named, str) and named:
         return named
     raise ConfigError(f"{adapter_dir} does not say which base model its adapters belong to; pass --base MODEL")
+
+
+def _local_base(name: Any, anchor: Path, where: Path) -> str | None:
+    """The existing local folder `name` means, read from the file `where` in folder `anchor`: an absolute path
+    as it is, a relative one under `anchor`; None when it is no such folder (a Hugging Face id, or gone)."""
+    if not isinstance(name, str) or not name:
+        return None
+    path = Path(name)
+    if path.is_absolute():
+        return name if path.exists() else None
+    if (anchor / path).exists():
+        return str((anchor / path).resolve())
+    if path.exists():
+        raise ConfigError(f"{where} names the base model {name!r}, a relative path that is not there from "
+                          f"{anchor} ({anchor / path} does not exist) but is from the working directory, which may "
+                          f"hold another model; pass --base with the base model's path")
+    return None
 
 
 def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: str = "auto") -> Path:

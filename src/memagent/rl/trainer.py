@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.device) -> tuple[nn.Module, Any]:
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from memagent.backends.hf import config_vocab_size, pick_dtype
     from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
@@ -67,7 +67,8 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     try:
         if tokenizer is None:
             tokenizer = load_tokenizer(config.model)
-        if model is None:
+        if model is None:  # the embedding's size checked first: weights of another size would not even load
+            check_vocab(tokenizer, config_vocab_size(AutoConfig.from_pretrained(config.model)), str(config.model))
             model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
                                                          **load_kwargs(config.model_options, device))
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
