@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,8 @@ from torch import Tensor, nn
 from memagent.config import ConfigError
 from memagent.rl.distributed import unwrap
 from memagent.rl.scale_config import LoraConfig
+
+log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -196,8 +199,6 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
     and write the result to `out_dir` (save_pretrained, safetensors, with the tokenizer). Returns out_dir."""
     from transformers import AutoModelForCausalLM
 
-    from memagent.backends.tokenizer import load_tokenizer
-
     checkpoint = Path(checkpoint)
     adapter_dir = checkpoint / "model" if is_adapter_dir(checkpoint / "model") else checkpoint
     if not is_adapter_dir(adapter_dir):
@@ -211,11 +212,27 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
         peft_model = _peft().PeftModel.from_pretrained(model, str(adapter_dir))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}") from None
+    tokenizer = _tokenizer_of(adapter_dir, base_path)
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer_dir = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_path
-    load_tokenizer(str(tokenizer_dir)).save_pretrained(out_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def _tokenizer_of(adapter_dir: Path, base_path: str) -> Any:
+    """The tokenizer the merged model is saved with: the checkpoint's, else the base model's; None (logged) when
+    neither local folder holds one, as an empty stand-in would encode every document to 0 tokens."""
+    from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
+
+    for folder in (adapter_dir, Path(base_path)):
+        if any((folder / f).is_file() for f in VOCAB_FILES):
+            return load_tokenizer(str(folder))
+    if not Path(base_path).is_dir():
+        return load_tokenizer(base_path)  # a Hugging Face id
+    log.warning("neither %s nor %s holds a tokenizer: the merged model is written without one; copy the base "
+                "model's tokenizer files into it", adapter_dir, base_path)
+    return None
 
 
 def _untie_head(model: nn.Module) -> None:
