@@ -82,9 +82,7 @@ class TransformersBackend:
         self.max_batch_size = max_batch_size
         self.want_logprobs = want_logprobs
         cfg = getattr(model, "config", None)
-        # ids the model may emit: those the tokenizer has text for (`check_vocab`); None when nothing is masked
-        rows = _embedding_rows(model)
-        self.vocab_limit = len(tokenizer) if rows is not None and rows > len(tokenizer) else None
+        self.vocab_limit = vocab_limit(model, tokenizer)
         self.max_window = max_window or getattr(cfg, "max_position_embeddings", None)
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -239,6 +237,14 @@ def config_vocab_size(config: Any) -> Any:
     """`vocab_size` of a model config (of its text part, for configs that nest one); None when it has none."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return getattr(text, "vocab_size", getattr(config, "vocab_size", None))
+
+
+def vocab_limit(model: Any, tokenizer: Any) -> int | None:
+    """How many ids the model may emit: len(tokenizer) when the output layer has more rows (an embedding padded
+    past the tokenizer, `check_vocab`: those ids have no text), else None (nothing to mask). Generation masks the
+    rest (`VocabMask`), scoring and the trainer's log-probs cut the logits to it, so all see one distribution."""
+    rows = _embedding_rows(model)
+    return len(tokenizer) if rows is not None and rows > len(tokenizer) else None
 
 
 def _embedding_rows(model: Any) -> int | None:

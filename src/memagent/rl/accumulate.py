@@ -86,11 +86,13 @@ class _Tally:
 
 
 def accumulate_gradients(model: nn.Module, terms: Sequence[Term], *, micro_batch_size: int, pad_id: int,
-                         info: DistInfo, micro_batch_tokens: int = 0) -> list[dict[str, float]]:
+                         info: DistInfo, micro_batch_tokens: int = 0,
+                         vocab_limit: int | None = None) -> list[dict[str, float]]:
     """Forward/backward every micro-batch of every term, leaving the step's gradient in .grad.
 
     micro_batch_tokens > 0: padding-free micro-batches of at most that many tokens (memagent.rl.packing),
     else padded micro-batches of micro_batch_size rows; the gradient is the same either way.
+    vocab_limit: the objectives see the logits of the first that many ids only (`packing.batch_logits`).
     Returns, per term, its objective's metrics over the whole mini-batch (all ranks).
     """
     plans = [_plan(t, micro_batch_size, micro_batch_tokens, info) for t in terms]
@@ -105,7 +107,7 @@ def accumulate_gradients(model: nn.Module, terms: Sequence[Term], *, micro_batch
                     continue
                 packed = pack_batch([term.rows.prompt_ids[j] for j in idx], [term.rows.response_ids[j] for j in idx],
                                     pad_id, micro_batch_tokens > 0).to(info.device)
-                logits = batch_logits(model, packed)  # (B, R, V)
+                logits = batch_logits(model, packed, vocab_limit)  # (B, R, V)
                 loss, stats = term.objective.micro_loss(logits, packed, term.rows, idx,
                                                         plan.weights[idx].to(info.device))
                 (loss * (term.weight * info.grad_scale)).backward()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,8 @@ from torch import Tensor, nn
 from memagent.config import ConfigError
 from memagent.rl.distributed import unwrap
 from memagent.rl.scale_config import LoraConfig
+
+log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -48,7 +51,12 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.
                           f"linear layers are: {', '.join(sorted(linear))}")
     config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                              target_modules=list(cfg.target_modules), bias="none", task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, config)
+    name = getattr(model, "name_or_path", None) or ""
+    wrapped = peft.get_peft_model(model, config)
+    if name and Path(name).is_dir():  # a local base is named by its absolute path: merge-lora, run from any
+        for adapter in wrapped.peft_config.values():  # folder, finds this model (`base_of`)
+            adapter.base_model_name_or_path = str(Path(name).resolve())
+    return wrapped
 
 
 def is_lora(model: nn.Module) -> bool:
@@ -147,26 +155,49 @@ def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
 
 def base_of(adapter_dir: Path, base: str | None = None) -> str:
     """The base model of an adapter directory: `base`, else the one its adapter_config.json names, else
-    the `model` of the run's config.json beside the checkpoint."""
+    the `model` of the run's config.json beside the checkpoint.
+
+    A relative path is resolved against the folder of the file that names it (`adapter_dir/../base` for
+    adapter_config.json), never against the working directory, where a folder of that name may hold another
+    model: one found only there is refused (pass --base). A name that is no local folder is a Hugging Face id."""
     if base:
         return base
-    named = _json(Path(adapter_dir) / ADAPTER_CONFIG).get("base_model_name_or_path") or ""
-    if named and Path(named).exists():
-        return named
-    for cfg in (Path(adapter_dir).parent / "config.json", Path(adapter_dir).parents[2] / "config.json"):
-        if cfg.is_file() and _json(cfg).get("model"):
-            return str(_json(cfg)["model"])
-    if named:
+    adapter_dir = Path(adapter_dir)
+    named = _json(adapter_dir / ADAPTER_CONFIG).get("base_model_name_or_path") or ""
+    found = _local_base(named, adapter_dir, adapter_dir / ADAPTER_CONFIG)
+    if found:
+        return found
+    up = adapter_dir.resolve().parents  # step_N/config.json, then the run's own (step_N is under checkpoints/)
+    for cfg in [up[i] / "config.json" for i in (0, 2) if i < len(up)]:
+        model = _json(cfg).get("model") if cfg.is_file() else None
+        if isinstance(model, str) and model:
+            return _local_base(model, cfg.parent, cfg) or model
+    if isinstance(named, str) and named:
         return named
     raise ConfigError(f"{adapter_dir} does not say which base model its adapters belong to; pass --base MODEL")
+
+
+def _local_base(name: Any, anchor: Path, where: Path) -> str | None:
+    """The existing local folder `name` means, read from the file `where` in folder `anchor`: an absolute path
+    as it is, a relative one under `anchor`; None when it is no such folder (a Hugging Face id, or gone)."""
+    if not isinstance(name, str) or not name:
+        return None
+    path = Path(name)
+    if path.is_absolute():
+        return name if path.exists() else None
+    if (anchor / path).exists():
+        return str((anchor / path).resolve())
+    if path.exists():
+        raise ConfigError(f"{where} names the base model {name!r}, a relative path that is not there from "
+                          f"{anchor} ({anchor / path} does not exist) but is from the working directory, which may "
+                          f"hold another model; pass --base with the base model's path")
+    return None
 
 
 def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: str = "auto") -> Path:
     """Merge the adapters of `checkpoint` (a step_* directory or its model/ folder) into their base model
     and write the result to `out_dir` (save_pretrained, safetensors, with the tokenizer). Returns out_dir."""
     from transformers import AutoModelForCausalLM
-
-    from memagent.backends.tokenizer import load_tokenizer
 
     checkpoint = Path(checkpoint)
     adapter_dir = checkpoint / "model" if is_adapter_dir(checkpoint / "model") else checkpoint
@@ -181,11 +212,27 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
         peft_model = _peft().PeftModel.from_pretrained(model, str(adapter_dir))
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}") from None
+    tokenizer = _tokenizer_of(adapter_dir, base_path)
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer_dir = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_path
-    load_tokenizer(str(tokenizer_dir)).save_pretrained(out_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def _tokenizer_of(adapter_dir: Path, base_path: str) -> Any:
+    """The tokenizer the merged model is saved with: the checkpoint's, else the base model's; None (logged) when
+    neither local folder holds one, as an empty stand-in would encode every document to 0 tokens."""
+    from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
+
+    for folder in (adapter_dir, Path(base_path)):
+        if any((folder / f).is_file() for f in VOCAB_FILES):
+            return load_tokenizer(str(folder))
+    if not Path(base_path).is_dir():
+        return load_tokenizer(base_path)  # a Hugging Face id
+    log.warning("neither %s nor %s holds a tokenizer: the merged model is written without one; copy the base "
+                "model's tokenizer files into it", adapter_dir, base_path)
+    return None
 
 
 def _untie_head(model: nn.Module) -> None:

@@ -152,9 +152,12 @@ def pack_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[in
     return pack_flat(prompts, responses) if flat else pack_rows(prompts, responses, pad_id)
 
 
-def batch_logits(model: nn.Module, batch: Batch) -> Tensor:
-    """(B, R, V) response logits of either layout."""
-    return flat_response_logits(model, batch) if isinstance(batch, FlatRows) else response_logits(model, batch)
+def batch_logits(model: nn.Module, batch: Batch, vocab_limit: int | None = None) -> Tensor:
+    """(B, R, V) response logits of either layout. vocab_limit: only the first that many ids (V = vocab_limit),
+    those the tokenizer has text for (`memagent.backends.hf.vocab_limit`): generation never samples the
+    others (`VocabMask`), so the trained distribution must not hold them either."""
+    logits = flat_response_logits(model, batch) if isinstance(batch, FlatRows) else response_logits(model, batch)
+    return logits[..., :vocab_limit] if vocab_limit is not None and logits.shape[-1] > vocab_limit else logits
 
 
 def micro_batches(n_rows: int, micro_batch_size: int, info: DistInfo) -> list[list[int]]:
@@ -207,9 +210,11 @@ def rows_logprobs(
     info: DistInfo,
     temperature: float = 1.0,
     micro_batch_tokens: int = 0,
+    vocab_limit: int | None = None,
 ) -> list[Tensor]:
     """Log-prob of every response token under `model`, one (R_n,) CPU tensor per row (the model's
-    float dtype, float32 at least). micro_batch_tokens > 0: padding-free micro-batches of that many tokens."""
+    float dtype, float32 at least). micro_batch_tokens > 0: padding-free micro-batches of that many tokens.
+    vocab_limit: the softmax over the first that many ids only (`batch_logits`)."""
     device = info.device
     out: list[Tensor] = []
     was_training = model.training
@@ -222,7 +227,7 @@ def rows_logprobs(
                 continue
             packed = pack_batch([prompts[i] for i in idx], [responses[i] for i in idx], pad_id,
                                 micro_batch_tokens > 0).to(device)
-            lp = token_logprobs(batch_logits(model, packed), packed.response_ids, temperature)  # (B, R)
+            lp = token_logprobs(batch_logits(model, packed, vocab_limit), packed.response_ids, temperature)  # (B, R)
             for row, i in enumerate(idx):
                 out.append(lp[row, : len(responses[i])].cpu())
     finally:

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.device) -> tuple[nn.Module, Any]:
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from memagent.backends.hf import config_vocab_size, pick_dtype
     from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
@@ -67,7 +67,8 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     try:
         if tokenizer is None:
             tokenizer = load_tokenizer(config.model)
-        if model is None:
+        if model is None:  # the embedding's size checked first: weights of another size would not even load
+            check_vocab(tokenizer, config_vocab_size(AutoConfig.from_pretrained(config.model)), str(config.model))
             model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
                                                          **load_kwargs(config.model_options, device))
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
@@ -136,6 +137,10 @@ class MultiConvDAPO:
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
             self.ref = wrap_model(ref, "fsdp", self.info)
         self.pad_id = recipe.tokenizer.pad_token_id
+        from memagent.backends.hf import vocab_limit
+
+        # the ids the rollout may sample (an embedding padded past the tokenizer: the rest are masked there)
+        self.vocab_limit = vocab_limit(recipe.model, recipe.tokenizer)
         self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
         warn_rank_seeded_resume(config.rollout.seeding, recipe.saved_world_size, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
@@ -166,7 +171,7 @@ class MultiConvDAPO:
                 log.warning("the rollout backend gave no log-probs: recomputing them with the policy")
             old = rows_logprobs(self.recipe.model, batch.prompt_ids, batch.response_ids, pad_id=self.pad_id,
                                 micro_batch_size=mu, info=self.info, temperature=self.dapo.temperature,
-                                micro_batch_tokens=cfg.update.packed_tokens)
+                                micro_batch_tokens=cfg.update.packed_tokens, vocab_limit=self.vocab_limit)
         ref = None
         if self.ref is not None or (cfg.loss.kl_coef > 0 and is_lora(self.recipe.model)):
             # with LoRA the reference is the policy with its adapters off (the base model)
@@ -174,7 +179,7 @@ class MultiConvDAPO:
                 ref = rows_logprobs(self.ref if self.ref is not None else self.recipe.model, batch.prompt_ids,
                                     batch.response_ids, pad_id=self.pad_id, micro_batch_size=mu, info=self.info,
                                     temperature=self.dapo.temperature,
-                                    micro_batch_tokens=cfg.update.packed_tokens)
+                                    micro_batch_tokens=cfg.update.packed_tokens, vocab_limit=self.vocab_limit)
         return old, ref
 
     def update(self, batch: RolloutBatch, parts: list[list[int]]) -> dict[str, float]:
@@ -190,7 +195,8 @@ class MultiConvDAPO:
                          *(x.term(self.cfg.seed, self.recipe.step, k, self.info) for x in self.extra)]
                 rec, *more = accumulate_gradients(self.recipe.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
                                                   pad_id=self.pad_id, info=self.info,
-                                                  micro_batch_tokens=self.cfg.update.packed_tokens)
+                                                  micro_batch_tokens=self.cfg.update.packed_tokens,
+                                                  vocab_limit=self.vocab_limit)
                 for x, m in zip(self.extra, more):
                     rec.update({f"{x.name}_{key}": value for key, value in m.items() if key != "tokens"})
                 rec.update(self.recipe.optimizer_step(self.cfg.optim.grad_clip))
