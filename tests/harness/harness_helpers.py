@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serve.serve_helpers import SMALL, words
+sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
+from serve_helpers import SMALL, words
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BUDGETS = ",".join(f"{k}={v}" for k, v in SMALL.items())

@@ -2,7 +2,11 @@
 --question; a prompt the rule cannot split is one error line and exit code 2."""
 from __future__ import annotations
 
-from serve.serve_helpers import SMALL, words
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
+from serve_helpers import SMALL, words
 
 FLAGS = ["--device", "cpu", "--dtype", "float32", "--no-progress",
          *[x for k, v in SMALL.items() for x in (f"--{k.replace('_', '-')}", str(v))]]

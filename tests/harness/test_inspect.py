@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("inspect_ai")
 pytest.importorskip("fastapi")
 
-from harness.harness_helpers import ask_answers, run, write_task  # noqa: E402
-from serve.serve_helpers import SMALL, free_port, start_subprocess, wait_up  # noqa: E402
+from harness_helpers import ask_answers, run, write_task  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
+from serve_helpers import SMALL, free_port, start_subprocess, wait_up  # noqa: E402
 
 TASK = '''
 import json

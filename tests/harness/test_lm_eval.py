@@ -3,6 +3,8 @@ registered `memagent` model in process (lm-eval's real CLI, a local task); answe
 loglikelihood equals a hand computation; loglikelihood_rolling is refused."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 import sys
 
@@ -11,8 +13,9 @@ import pytest
 pytest.importorskip("lm_eval")
 pytest.importorskip("fastapi")
 
-from harness.harness_helpers import BUDGETS, ask_answers, lm_eval_samples, prompt, rows, run, write_task  # noqa: E402
-from serve.serve_helpers import SMALL, free_port, start_subprocess, wait_up  # noqa: E402
+from harness_helpers import BUDGETS, ask_answers, lm_eval_samples, prompt, rows, run, write_task  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
+from serve_helpers import SMALL, free_port, start_subprocess, wait_up  # noqa: E402
 
 
 def _metric(results: dict) -> float:

@@ -3,6 +3,9 @@ them): split by the server's rule or the request's `prompt_split`; a prompt no r
 a keep-alive connection survives error replies."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import socket
 
 import httpx
@@ -10,7 +13,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from serve.serve_helpers import SMALL, ThreadServer, words  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
+from serve_helpers import SMALL, ThreadServer, words  # noqa: E402
 
 from memagent.agent.workflow import AgentInput, MemoryAgent  # noqa: E402
 from memagent.config import AgentConfig  # noqa: E402
