@@ -8,9 +8,11 @@ one's name, its metrics and checkpoints mixed with the new ones, and rewrite its
 
 May change on resume (RESUMABLE): how long the run goes and how often it saves (total_steps, save_every,
 keep_last), where things live (out_dir, device, data.path when the data are the same), what it reports
-(progress, tensorboard, log.*, val.*) and memory / placement knobs that do not change the gradient
+(progress, tensorboard, log.*, val.*) and memory / placement knobs (strategy: ddp or fsdp, sharded checkpoints reshard) that do not change the gradient
 beyond float rounding (model_options.*, vllm.*, checkpoint.async_save, agent.max_batch_docs,
-rollout.max_batch_size, update.micro_batch_size, update.micro_batch_tokens). Everything else is the run.
+rollout.max_batch_size, update.micro_batch_size, update.micro_batch_tokens), and rollout.seeding (how draws
+are keyed: switching it changes the tokens drawn from then on, as resuming a rank-seeded run under another
+world size does, and resuming warns of that). Everything else is the run.
 A checkpoint written before these fields existed (no config.json, no data_sha256) is resumed unchecked.
 """
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any, Iterable
 
 from memagent.rl.checkpoint_errors import CheckpointError
 
-RESUMABLE = ("total_steps", "save_every", "keep_last", "resume", "force", "out_dir", "device", "data.path",
+RESUMABLE = ("total_steps", "save_every", "keep_last", "resume", "force", "out_dir", "device", "strategy", "data.path",
              "progress", "tensorboard", "log.", "val.", "vllm.", "model_options.", "checkpoint.async_save",
              "agent.max_batch_docs", "rollout.max_batch_size", "update.micro_batch_size",
-             "update.micro_batch_tokens")
+             "update.micro_batch_tokens", "rollout.seeding")
 
 
 def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
