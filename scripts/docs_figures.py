@@ -411,7 +411,8 @@ def markers_problems(text: str, label: str) -> list[str]:
     for i, line in enumerate(text.splitlines(), 1):
         for close, name in OPEN.findall(line):
             if name not in REGIONS:
-                problems.append(f"{label}:{i}: unknown figures region {name!r}")
+                if not close:
+                    problems.append(f"{label}:{i}: unknown figures region {name!r}")
             elif not close and open_:
                 problems.append(f"{label}:{i}: region {name!r} opens inside {open_[0]!r} (line {open_[1]})")
             elif not close:
@@ -425,13 +426,27 @@ def markers_problems(text: str, label: str) -> list[str]:
     return problems
 
 
-def differences(found: str, expected: str, label: str) -> list[str]:
-    """page:line, expected vs found, for each line that differs (the two texts have the same markers)."""
-    a, b = found.splitlines(), expected.splitlines()
-    out = [f"{label}:{i}: expected {e!r}, found {f!r}" for i, (f, e) in enumerate(zip(a, b), 1) if f != e]
-    if len(a) != len(b):
-        n = min(len(a), len(b)) + 1
-        out.append(f"{label}:{n}: the page has {len(a)} lines, the rendered page {len(b)} (a region's length differs)")
+def line_at(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def differences(text: str, get: Get, label: str) -> list[str]:
+    """page:line, expected vs found: each line of a region that differs from its rendering, each inline figure."""
+    out = []
+    for m in REGION.finditer(text):
+        first = line_at(text, m.start(2))
+        found, expected = m.group(2).splitlines(), REGIONS[m.group(1)](get).splitlines()
+        out += [f"{label}:{first + i}: expected {e!r}, found {f!r}"
+                for i, (f, e) in enumerate(zip(found, expected)) if f != e]
+        if len(found) != len(expected):
+            i = min(len(found), len(expected))
+            out.append(f"{label}:{first + i}: region {m.group(1)!r} has {len(found)} lines, its rendering "
+                       f"{len(expected)}: expected {expected[i:i + 1]}, found {found[i:i + 1]}")
+    for m in INLINE.finditer(text):
+        new = inline_value(get, m)
+        if new != m.group(0):
+            line = text.splitlines()[line_at(text, m.start()) - 1]
+            out.append(f"{label}:{line_at(text, m.start())}: expected {line.replace(m.group(0), new)!r}, found {line!r}")
     return out
 
 
@@ -443,7 +458,7 @@ def check(paths: list[Path], get: Get, root: Path = ROOT) -> list[str]:
         label = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         text = path.read_text(encoding="utf-8")
         found = markers_problems(text, label)
-        problems += found or differences(text, render(text, get), label)
+        problems += found or differences(text, get, label)
     return problems
 
 
