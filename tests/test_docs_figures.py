@@ -199,3 +199,13 @@ def test_format_like():
     assert figures.format_like(1.9716, "2.00") == "1.97"
     assert figures.format_like(11856.0, "9,999") == "11,856"
     assert figures.format_like(440.6, "430") == "441"
+
+
+def test_summary_json_repeats_the_benchmarks_own_headlines():
+    """docs/benchmarks.md reads summary.json, bench/README.md each benchmark's JSON: the two must say the same."""
+    results = ROOT / "bench" / "results"
+    headlines = {}
+    for path in results.glob("*.json"):
+        headlines.update(json.loads(path.read_text(encoding="utf-8")).get("headline", {}))
+    summary = json.loads((results / "summary.json").read_text(encoding="utf-8"))
+    assert {k: v for k, v in summary.items() if headlines.get(k) != v} == {}
