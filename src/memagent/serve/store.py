@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS questions (
 CREATE TABLE IF NOT EXISTS steps (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
     PRIMARY KEY (job_id, idx, step));
+CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created);
 """
 UNFINISHED = ("queued", "running")
 SCHEMA_VERSION = 2  # PRAGMA user_version of the databases this code writes (0: written before it was set)
