@@ -125,10 +125,12 @@ CREATE TABLE steps (job_id TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT
     PRIMARY KEY (job_id, idx, step));
 INSERT INTO jobs (id, state, document_id, created) VALUES ('job_old', 'done', 'doc_x', 1.0);
 INSERT INTO questions (job_id, idx, question) VALUES ('job_old', 0, 'old?');
+INSERT INTO steps VALUES ('job_old', 0, 1, '{"step": 1, "memory": "b"}');
+INSERT INTO steps VALUES ('job_old', 0, 0, '{"step": 0, "memory": "a"}');
 """
 
 
-@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("version", [0, 1, 2])
 def test_a_version_1_database_opens_and_is_migrated(tmp_path, version):
     path = tmp_path / "serve.sqlite3"
     with sqlite3.connect(path) as db:
@@ -137,11 +139,34 @@ def test_a_version_1_database_opens_and_is_migrated(tmp_path, version):
     store = Store(path)
     assert store.job("job_old")["workflow"] is None  # not recorded then
     assert [j["id"] for j in store.recent(5)] == ["job_old"]
+    assert [r["memory"] for r in store.questions("job_old")[0]["steps"]] == ["a", "b"]  # kept, in chunk order
+    store.add_step("job_old", 0, {"step": 1, "memory": "c"})  # a chunk read again (version 3): a row of its own
+    assert [r["memory"] for r in store.questions("job_old")[0]["steps"]] == ["a", "b", "c"]
     store.add_job("job_new", "doc_x", ["x" * 500, "second"], workflow="skim")
     assert store.job("job_new")["workflow"] == "skim"
     new = store.recent(1)[0]
     assert (new["id"], new["questions"], new["question"]) == ("job_new", 2, "x" * 200)  # the first one's preview
     store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
-    Store(path).close()  # and opens again as version 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    Store(path).close()  # and opens again as version 3
+
+
+def test_every_call_of_a_question_is_kept_in_the_order_written(tmp_path):
+    """lookup reads chunk 2 again as a hit and makes query calls: before version 3, steps keyed by chunk number
+    kept only the last record of each number (the first pass of chunk 2 was replaced by the hit)."""
+    store = Store(tmp_path / "serve.sqlite3")
+    store.add_job("j", "d", ["q0", "q1"], workflow="lookup")
+    written = [{"step": 0, "kind": "memory", "memory": "m0"}, {"step": 1, "kind": "memory", "memory": "m1"},
+               {"step": 2, "kind": "memory", "memory": "m2", "chunk_text": "first pass"},
+               {"step": 3, "kind": "query", "memory": "m2"}, {"step": 2, "kind": "memory", "memory": "hit"}]
+    for r in written:
+        store.add_step("j", 0, r)
+    store.add_step("j", 1, {"step": 0, "kind": "memory", "memory": "other question"})
+    q0, q1 = store.questions("j")
+    assert q0["steps"] == written and [r["memory"] for r in q1["steps"]] == ["other question"]
+    assert store.chunk("j", 2)["chunk_text"] == "first pass"  # the first record of chunk 2 that holds its text
+    assert store.chunks_read("j") == [0, 1, 2, 3]
+    store.clear_steps("j", 0)  # a workflow that starts over after a restart
+    assert store.questions("j")[0]["steps"] == [] and len(store.questions("j")[1]["steps"]) == 1
+    store.close()

@@ -227,6 +227,11 @@ class JobManager:
         resume = workflow == DEFAULT_WORKFLOW  # another workflow's state is not only its memory: it starts over
         items = [_resume_input(q, path) if resume else AgentInput(q["question"], path, doc_id=str(q["index"]))
                  for q in questions if q["final"] is None]
+        if not resume:  # it starts over: the records of its first attempt go
+            for q in questions:
+                if q["final"] is None and q["steps"]:
+                    self.store.clear_steps(job_id, q["index"])
+                    q["steps"] = []
         done_steps = {q["index"]: list(q["steps"]) for q in questions}
 
         def on_usage(calls: int, prompt: int, completion: int) -> None:

@@ -7,9 +7,13 @@ Every write is its own transaction; one connection is shared by the threads unde
 not such a database (garbage, a database of another schema or version, a folder) is refused when the store
 opens, naming the file; a 0-byte file is a new, empty database (SQLite's own rule: it holds nothing to lose).
 
-Schema versions (`PRAGMA user_version`): 0 (written before it was set) and 1 lack `jobs.workflow`; opening
-one adds that column (NULL for the old jobs: not recorded) and sets version 2, in one transaction. A version
-above 2 (a newer memagent's) is refused, and left as it was.
+Schema versions (`PRAGMA user_version`): 0 (written before it was set) and 1 lack `jobs.workflow`; 0 to 2 key
+`steps` by chunk number, so a workflow that reads a chunk twice (`lookup`'s hits) or makes several calls of one
+step number (its queries) kept only the last record of each. Version 3 keys a step by its place in the
+question's stream (`seq`, 0, 1, ...: the order the records were written). Opening an older database adds
+`jobs.workflow` (NULL for the old jobs: not recorded) and rebuilds `steps` with `seq` = the chunk number (the
+order they had), then sets version 3, in one transaction. A version above 3 (a newer memagent's) is refused,
+and left as it was.
 """
 from __future__ import annotations
 
@@ -31,13 +35,13 @@ CREATE TABLE IF NOT EXISTS questions (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, question TEXT NOT NULL, chunks_total INTEGER,
     final TEXT, PRIMARY KEY (job_id, idx));
 CREATE TABLE IF NOT EXISTS steps (
-    job_id TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (job_id, idx, step));
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx, seq));
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created);
 """
 UNFINISHED = ("queued", "running")
-SCHEMA_VERSION = 2  # PRAGMA user_version of the databases this code writes (0: written before it was set)
-READS = (0, 1, SCHEMA_VERSION)  # the versions it opens (0 and 1 are migrated to 2: `jobs.workflow` added)
+SCHEMA_VERSION = 3  # PRAGMA user_version of the databases this code writes (0: written before it was set)
+READS = (0, 1, 2, SCHEMA_VERSION)  # the versions it opens (0 to 2 are migrated to 3)
 _COLUMNS = {"jobs": {"id", "state", "document_id", "error", "created", "calls", "prompt_tokens",
                      "completion_tokens", "chat"},
             "questions": {"job_id", "idx", "question", "chunks_total", "final"},
@@ -83,13 +87,21 @@ class Store:
             self._migrate()
 
     def _migrate(self) -> None:
-        """Version 0/1 -> 2: the column `jobs.workflow` (NULL for the jobs written before), then the version; one
-        transaction, so a crash leaves the old database as it was."""
+        """Version 0-2 -> 3: the column `jobs.workflow` (NULL for the jobs written before), `steps` rebuilt with
+        `seq` (the chunk number: the order the old key gave), then the version; one transaction, so a crash leaves
+        the old database as it was."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        steps = {row[1] for row in self._db.execute("PRAGMA table_info(steps)")}
         self._db.execute("BEGIN IMMEDIATE")
         try:
             if "workflow" not in have:
                 self._db.execute("ALTER TABLE jobs ADD COLUMN workflow TEXT")
+            if "seq" not in steps:
+                self._db.execute("ALTER TABLE steps RENAME TO steps_v2")
+                self._db.execute(_SCHEMA.split(";")[2])  # the version-3 steps table (execute: executescript would commit)
+                self._db.execute("INSERT INTO steps (job_id, idx, seq, step, record) "
+                                 "SELECT job_id, idx, step, step, record FROM steps_v2")
+                self._db.execute("DROP TABLE steps_v2")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
@@ -128,8 +140,15 @@ class Store:
                   (calls, prompt_tokens, completion_tokens, job_id))
 
     def add_step(self, job_id: str, idx: int, record: dict[str, Any]) -> None:
-        self._run("INSERT OR REPLACE INTO steps (job_id, idx, step, record) VALUES (?, ?, ?, ?)",
-                  (job_id, idx, record["step"], json.dumps(record, ensure_ascii=False)))
+        """One more record of question `idx`, after those it has (every call is kept: a chunk read twice, or
+        several calls of one step number, are several rows)."""
+        self._run("INSERT INTO steps (job_id, idx, seq, step, record) SELECT ?, ?, COALESCE(MAX(seq) + 1, 0), ?, ? "
+                  "FROM steps WHERE job_id = ? AND idx = ?",
+                  (job_id, idx, record["step"], json.dumps(record, ensure_ascii=False), job_id, idx))
+
+    def clear_steps(self, job_id: str, idx: int) -> None:
+        """Forget question `idx`'s records (a workflow that starts over after a restart writes them anew)."""
+        self._run("DELETE FROM steps WHERE job_id = ? AND idx = ?", (job_id, idx))
 
     def set_final(self, job_id: str, idx: int, record: dict[str, Any]) -> None:
         self._run("UPDATE questions SET final = ? WHERE job_id = ? AND idx = ?",
@@ -158,7 +177,7 @@ class Store:
 
     def chunk(self, job_id: str, chunk_no: int) -> dict[str, Any] | None:
         """The first memory record (of any question) of chunk number `chunk_no` that holds its text, or None."""
-        rows = self._run("SELECT idx, record FROM steps WHERE job_id = ? AND step = ? ORDER BY idx",
+        rows = self._run("SELECT idx, record FROM steps WHERE job_id = ? AND step = ? ORDER BY idx, seq",
                          (job_id, chunk_no))
         for idx, rec in rows:
             r = json.loads(rec)
@@ -174,7 +193,7 @@ class Store:
         """Each question: {index, question, chunks_total, final (record or None), steps [records, in order]}."""
         qs = self._run("SELECT idx, question, chunks_total, final FROM questions WHERE job_id = ? ORDER BY idx",
                        (job_id,))
-        steps = self._run("SELECT idx, record FROM steps WHERE job_id = ? ORDER BY idx, step", (job_id,))
+        steps = self._run("SELECT idx, record FROM steps WHERE job_id = ? ORDER BY idx, seq", (job_id,))
         by_q: dict[int, list[dict]] = {}
         for idx, rec in steps:
             by_q.setdefault(idx, []).append(json.loads(rec))
