@@ -27,6 +27,14 @@ the same rank (`rl` and `eval`) may not import each other.
 
 `PLACES` maps a module (or package prefix, longest wins) to its layer; a new module outside every prefix fails
 `test_every_module_has_a_layer` until it is placed here.
+
+Imports (issue 25): no module imports an underscore name of another (`from memagent.x import _y`, `from . import
+_y`): make it public or move it. An import inside a function is allowed only for a package of `LAZY_PACKAGES`
+(heavy to import or optional, each with its reason), marked on the statement: `import torch  # lazy: torch`. A
+third-party import must name its own package; a memagent module imported lazily must import that package when it
+is imported (itself, a package `__init__` above it, or a module they import at top level, transitively; checked
+with `ast`). At most `MAX_LAZY_MEMAGENT` function-level imports of memagent modules. scripts/import_scan.py is an
+independent scan of the same tree (JSON); `test_the_independent_scan_agrees_with_the_checker` compares the two.
 """
 from __future__ import annotations
 
@@ -550,3 +558,19 @@ def test_function_level_imports_only_for_heavy_or_optional_packages():
 def test_at_most_35_function_level_memagent_imports():
     found = lazy_memagent_imports(SRC)
     assert len(found) <= MAX_LAZY_MEMAGENT, f"{len(found)} function-level memagent imports:\n" + "\n".join(found)
+
+
+def test_the_independent_scan_agrees_with_the_checker(graph):
+    """scripts/import_scan.py walks the tree itself: its counts equal this checker's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_scan", SRC.parents[1] / "scripts" / "import_scan.py")
+    scan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scan)
+    out = scan.scan(SRC, Path(__file__))
+    assert out["modules"] == len(graph) and out["arrows"] == sum(len(v) for v in graph.values())
+    assert out["cycles"] == strongly_connected(graph)
+    assert len(out["upward"]) == len(layer_violations(graph, PLACES, RANKS))
+    assert len(out["underscore_imports"]) == len(underscore_imports(SRC))
+    assert out["lazy_memagent"]["count"] == len(lazy_memagent_imports(SRC))
+    assert sum(out["lazy_by_reason"].values()) == len(function_imports(SRC))
