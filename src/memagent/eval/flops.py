@@ -28,8 +28,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rich.console import Group
+from rich.table import Table
+
+from memagent.bounded import CONFIG_CHARS, loads_json
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
+from memagent.io import atomic_write, read_text
 
 __all__ = [
     "PRESETS",
@@ -97,10 +102,6 @@ def load_shape(name_or_path: str) -> ModelShape:
     if not path.is_file():
         raise FlopsError(f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}) "
                          "or a config.json / model directory")
-    from memagent.io import read_text
-
-    from memagent.bounded import CONFIG_CHARS, loads_json
-
     cfg = loads_json(read_text(path, "model config", FlopsError), str(path), FlopsError, CONFIG_CHARS,
                      syntax="{where} is not valid JSON ({reason}); give a Hugging Face config.json")
     if not isinstance(cfg, dict):
@@ -182,8 +183,6 @@ def _tokens(n: int) -> str:
 
 def render_table(table: dict[str, Any]) -> Any:
     """A rich Table of the comparison."""
-    from rich.table import Table
-
     t = Table(title=f"FLOPs, full attention vs MemAgent ({table['model']['name']})")
     for col in ("context", "chunks", "full attention", "MemAgent", "full / MemAgent"):
         t.add_column(col, justify="right")
@@ -195,10 +194,10 @@ def render_table(table: dict[str, Any]) -> Any:
 
 def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Log-log PNG of FLOPs against context length, one pair of lines per model."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for table in tables:
@@ -215,8 +214,6 @@ def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from memagent.io import atomic_write
-
     path = Path(path)
     with atomic_write(path, "wb") as fh:  # a temp file renamed over `path`: a failed write leaves no half PNG
         fig.savefig(fh, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
@@ -232,6 +229,4 @@ def flops_report(models: Sequence[str], lengths: Sequence[int] = DEFAULT_LENGTHS
         plot_cost(tables, plot)
     if as_json:
         return json.dumps(tables[0] if len(tables) == 1 else tables, indent=2)
-    from rich.console import Group
-
     return Group(*(render_table(t) for t in tables))
