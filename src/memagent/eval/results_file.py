@@ -31,8 +31,10 @@ class ResultsFile:
     when it was scored under other `scoring` options; `append` adds a record; `failed` holds this run's error
     records and `max_failures` (None: no cap) stops the run once it has that many.
 
-    Use as a context manager (`with ResultsFile(path, scoring) as results:`): the file is open for appending
-    inside, closed after; reading happens on construction (a torn last line is removed from the file then).
+    Use as a context manager (`with ResultsFile(path, scoring) as results:`): reading happens on construction (a
+    torn last line is removed from the file then); the file is opened for appending at the first record, so a run
+    stopped before any (its settings checked and refused) leaves no new file; a clean exit creates it empty when
+    no record was written.
     """
 
     def __init__(self, path: str | Path, scoring: ScoreOptions, max_failures: int | None = None,
@@ -44,20 +46,26 @@ class ResultsFile:
         rescore_stale(self.path, self.done, scoring)
         self.failed: list[dict] = []
         self._fh: IO[str] | None = None
+        self._open = False
 
     def __enter__(self) -> "ResultsFile":
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._open = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self._open = False
+        if self._fh is None and kind is None:
+            self._fh = open(self.path, "a", encoding="utf-8")  # a finished run leaves its (maybe empty) file
         if self._fh is not None:
             self._fh.close()
             self._fh = None
 
     def append(self, rec: dict) -> None:
         """`rec` on disk (fsynced), in `done`, passed to `on_record`, and counted in `failed` when an error."""
-        if self._fh is None:
+        if not self._open:
             raise RuntimeError("ResultsFile.append outside its `with` block")
+        if self._fh is None:
+            self._fh = open(self.path, "a", encoding="utf-8")
         append_record(self._fh, rec)
         self.done[rec["key"]] = rec
         if self.on_record is not None:
