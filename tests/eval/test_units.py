@@ -11,6 +11,7 @@ import pytest
 from memagent.backends.base import Generation
 from memagent.config import AgentConfig
 from memagent.eval.baselines import EvalError
+from memagent.eval.command import EvalOptions, sweep_config
 from memagent.eval.executor import Executor, LocalExecutor
 from memagent.eval.records import data_file
 from memagent.eval.results_file import ResultsFile
@@ -138,3 +139,18 @@ def test_a_unit_is_picklable_for_ray(two_files):
     unit = next(plan_units(_cfg(), two_files, {}))
     assert isinstance(unit, Unit) and isinstance(unit.works[0], Work)
     assert pickle.loads(pickle.dumps(unit)) == unit
+
+
+def test_the_profiles_workflow_options_reach_the_sweep(tmp_path):
+    """A profile's `workflow: {name, options}` becomes the sweep's options of that workflow (in its records'
+    fingerprint); without options the settings are those of a profile without the section."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("workflow:\n  name: lookup\n  options: {lookups: 2}\n", encoding="utf-8")
+    o = EvalOptions(model="scripted", data=[], out=tmp_path / "o", workflows=["memagent", "lookup"], profile=prof)
+    cfg = sweep_config(o)
+    assert cfg.methods == ["memagent", "lookup", "full-context", "rag-bm25"]
+    assert cfg.workflow_options == {"lookup": {"lookups": 2}}
+    plain = sweep_config(EvalOptions(model="scripted", data=[], out=tmp_path / "o", workflows=["memagent", "lookup"]))
+    assert plain.workflow_options == {}
+    assert records_fingerprint(cfg, "memagent") == records_fingerprint(plain, "memagent")  # memagent untouched
+    assert records_fingerprint(cfg, "lookup") != records_fingerprint(plain, "lookup")
