@@ -9,6 +9,7 @@ import typer
 from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
 from memagent.eval.command import EvalOptions
+from memagent.scale.executor import ray_executor
 
 profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
 app.add_typer(profile_app, name="profile")
@@ -84,4 +85,7 @@ def eval_(o: EvalOptions) -> None:
     from memagent.eval.command import run_eval
 
     _check_eval_out(Path(o.out), o.data)
-    typer.echo(run_eval(o))
+    if o.ray.address is None:
+        typer.echo(run_eval(o))
+    else:  # the same sweep, its units on Ray actors (memagent[ray]): the command chooses the executor
+        typer.echo(run_eval(o, ray_executor(o.model, o.backend, o.ray)))
