@@ -131,28 +131,6 @@ def is_adapter_dir(path: Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
-def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
-    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
-    from safetensors.torch import load_file
-
-    from memagent.rl.checkpoint_errors import CheckpointError
-
-    if not is_lora(model):
-        raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
-                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
-    try:
-        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}") from None
-    result = _peft().set_peft_model_state_dict(unwrap(model), state)
-    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
-    if result.unexpected_keys or len(state) != len(loaded_shapes):
-        raise CheckpointError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
-                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
-                              f"{list(result.unexpected_keys)[:5]}")
-
-
 def base_of(adapter_dir: Path, base: str | None = None) -> str:
     """The base model of an adapter directory: `base`, else the one its adapter_config.json names, else
     the `model` of the run's config.json beside the checkpoint.
