@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 from memagent.config import ConfigError
 from memagent.rl.checkpoint.full import safetensors_problem
-from memagent.rl.metrics_log import kept_records
+from memagent.rl.recipe import kept_records
 
 
 def test_kept_records_drops_later_steps_and_a_torn_last_line(tmp_path):
