@@ -1,4 +1,4 @@
-"""Training checkpoints without pickle, written atomically.
+"""The default checkpoint format: a directory of safetensors + JSON, without pickle, written atomically.
 
 Layout of `<out_dir>/checkpoints/step_000010/`:
     model/                    save_pretrained (safetensors) + tokenizer: loadable by transformers and vLLM
