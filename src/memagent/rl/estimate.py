@@ -8,7 +8,7 @@ TrainConfig. Per GPU, for P parameters of b bytes (bf16: 2; `dtype=auto` assumes
     gradients    P b / N             (same dtype as the parameters)
     optimizer    2 P b / N           AdamW's two moments, in the parameters' dtype (torch.optim.AdamW)
     reference    P b / N             the frozen KL reference (loss.kl_coef > 0), sharded like the policy
-    rollout copy P b                 rollout.engine=policy under FSDP2: an unsharded copy generates (rl/engines.py)
+    rollout copy P b                 rollout.engine=policy under FSDP2: an unsharded copy generates (rl/rollout.py)
     gathered     (3 layers + root) b FSDP2's all-gathered parameters of the running and prefetched layer, one
                                      layer's unsharded gradients, the embeddings and head when the root runs
     activations  T x per-token bytes saved for the backward pass at T = tokens of one micro-batch:
