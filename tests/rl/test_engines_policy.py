@@ -12,7 +12,7 @@ from memagent.backends.base import BackendError
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo
 from memagent.rl.engines import PolicyRollout
-from memagent.rl.scale_config import LoraConfig
+from memagent.rl.config import LoraConfig
 
 from rl_helpers import tiny_model
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from memagent.config import ConfigError
 from memagent.rl.config import TrainConfig
-from memagent.rl.scale_config import LoraConfig
+from memagent.rl.config import LoraConfig
 
 GB = 1e9
 TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)
