@@ -7,16 +7,12 @@ The values a config is checked against live here too, so that this module import
 """
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from memagent.errors import MemAgentError
+from memagent.sections import ConfigError, check_fields, rule
 
-
-class ConfigError(MemAgentError, ValueError):
-    """A configuration value is invalid; the message says which and what to do."""
-
+__all__ = ["AgentConfig", "ConfigError", "check_template", "ANSWER_PROTOCOLS", "THINK_MODES"]
 
 ANSWER_PROTOCOLS = ("boxed", "phrase")
 THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is
@@ -83,35 +79,36 @@ class AgentConfig:
     about 8K tokens, constant whatever the document's length.
     """
 
-    chunk_tokens: int = 5000  # C: tokens of document per memory call (paper: 5000)
-    memory_tokens: int = 1024  # M: hard cap on the memory, in tokens of the model's tokenizer
-    answer_tokens: int = 1024  # max new tokens of the final answer call
-    query_tokens: int = 1024  # budget of the question; a longer question is an error
-    memory_template: str = PAPER_MEMORY_TEMPLATE
-    final_template: str = PAPER_FINAL_TEMPLATE
-    empty_memory: str = "No previous memory"  # the memory before the first chunk (reference code)
-    temperature: float = 0.0  # 0 = greedy (evaluation); the paper's rollouts use 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    max_batch_docs: int = 16  # documents in flight at once; their prompts share one backend batch
-    answer_protocol: str = "boxed"  # final answer: "boxed" (last \\boxed{}) or "phrase" (after the last "the answer is")
-    think: str = "strip"  # "strip": cut each reply up to its last </think> before the memory cap and the answer; "keep"
-    document_tokens: int | None = None  # cut longer documents in the middle to this many tokens (reference eval: 120000)
+    chunk_tokens: int = field(default=5000, metadata=rule(min=1, section="budgets", cli=(
+        "C: document tokens per memory call; ask and serve take a model's memagent.json before the profile")))
+    #   paper: 5000
+    memory_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli="M: hard cap on the memory"))
+    #   in tokens of the model's tokenizer
+    answer_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli=(
+        "Max new tokens of MemAgent's final answer; in eval the baselines' too, unless the profile sets "
+        "budgets.baseline_answer_tokens")))
+    query_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli="Budget of the question"))
+    #   a longer question is an error
+    memory_template: str = field(default=PAPER_MEMORY_TEMPLATE, metadata=rule(section="prompts"))
+    final_template: str = field(default=PAPER_FINAL_TEMPLATE, metadata=rule(section="prompts"))
+    empty_memory: str = field(default="No previous memory", metadata=rule(section="prompts"))  # the memory before
+    #   the first chunk (reference code)
+    temperature: float = field(default=0.0, metadata=rule(min=0, section="sampling", cli="0 = greedy"))  # 0 = greedy
+    #   (evaluation); the paper's rollouts use 1.0; the reference evaluation samples at 0.7
+    top_p: float = field(default=1.0, metadata=rule(above=0, max=1, section="sampling", cli="Nucleus sampling"))
+    #   the reference evaluation: 0.95
+    seed: int | None = field(default=None, metadata=rule(section="sampling", cli="Sampling seed"))  # base seed;
+    #   repeat r of a sample uses its own seed derived from it
+    max_batch_docs: int = field(default=16, metadata=rule(min=1))  # documents in flight at once; their prompts
+    #   share one backend batch
+    answer_protocol: str = field(default="boxed", metadata=rule(choices=ANSWER_PROTOCOLS, section="prompts"))
+    #   final answer: "boxed" (last \\boxed{}) or "phrase" (after the last "the answer is")
+    think: str = field(default="strip", metadata=rule(choices=THINK_MODES, section="prompts"))  # "strip": cut each
+    #   reply up to its last </think> before the memory cap and the answer; "keep": use replies as they are
+    document_tokens: int | None = field(default=None, metadata=rule(min=1, section="budgets"))  # MemAgent: cut
+    #   longer documents in the middle to this many tokens (reference eval: 120000)
 
     def __post_init__(self) -> None:
-        for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "max_batch_docs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.document_tokens is not None and (not isinstance(self.document_tokens, int) or self.document_tokens <= 0):
-            raise ConfigError(f"document_tokens must be a positive integer or None, got {self.document_tokens!r}")
-        if self.answer_protocol not in ANSWER_PROTOCOLS:
-            raise ConfigError(f"answer_protocol must be one of {', '.join(ANSWER_PROTOCOLS)}; got {self.answer_protocol!r}")
-        if self.think not in THINK_MODES:
-            raise ConfigError(f"think must be one of {', '.join(THINK_MODES)}; got {self.think!r}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        check_fields(self)
         check_template(self.memory_template, MEMORY_FIELDS, "memory")
         check_template(self.final_template, FINAL_FIELDS, "final")

@@ -23,14 +23,18 @@ Two short spellings are declared on the fields they serve, not in a table:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
 from typing import Any
 
 from memagent.bounded import load_yaml
-from memagent.config import ConfigError
 from memagent.errors import MemAgentError
+
+
+class ConfigError(MemAgentError, ValueError):
+    """A configuration value is invalid; the message says which and what to do (also memagent.config.ConfigError)."""
 
 
 def rule(help: str = "", *, min: float | None = None, above: float | None = None, max: float | None = None,
@@ -48,27 +52,43 @@ def _key(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
+@functools.lru_cache(maxsize=None)
+def hints_of(cls: type) -> dict[str, Any]:
+    """The resolved field types of dataclass `cls` (cached: configs are built often)."""
+    return typing.get_type_hints(cls, include_extras=False)
+
+
 def check_fields(obj: Any, where: str = "") -> None:
     """ConfigError for the first field of `obj` whose value breaks its declared rule (None is unset)."""
+    hints = hints_of(type(obj))
     for f in dataclasses.fields(obj):
-        limits = f.metadata.get("rule") or {}
+        limits = f.metadata.get("rule")
         value = getattr(obj, f.name)
-        if not limits or value is None:
-            continue
-        key = _key(where, f.name)
-        if "choices" in limits:
-            if value not in limits["choices"]:
-                raise ConfigError(f"{key} {value!r} is unknown; choose one of: {', '.join(limits['choices'])}")
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
-        if limits.get("min") == 1 and isinstance(f.default, int) and value < 1:
-            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-        low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
-        high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
-        if (low and (value < low[1] or (low[0] == "above" and value == low[1]))) or \
-                (high and (value > high[1] or (high[0] == "below" and value == high[1]))):
-            raise ConfigError(f"{key} must be {_range(low, high)}, got {value!r}")
+        if limits and value is not None:
+            check_value(_key(where, f.name), value, limits, _inner(hints[f.name]) is int)
+
+
+def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool) -> None:
+    """ConfigError unless `value` (named `key`: a field or a flag) keeps `limits` (see `rule`)."""
+    if "choices" in limits:
+        if value not in limits["choices"]:
+            raise ConfigError(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
+        return
+    low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
+    high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
+    if integer:
+        kind = "a positive integer" if low == ("min", 1) and not high else "an integer"
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+        if kind == "a positive integer" and value < 1:
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    broken = not math.isfinite(value) or (low and (value < low[1] or (low[0] == "above" and value == low[1]))) \
+        or (high and (value > high[1] or (high[0] == "below" and value == high[1])))
+    if broken:
+        finite = "" if integer or (low and high) else "a finite number "  # an interval is finite already
+        raise ConfigError(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
 
 
 def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str:
@@ -81,6 +101,22 @@ def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str
 
 def field_help(f: dataclasses.Field) -> str:
     return f.metadata.get("help", "")
+
+
+def section_class(name: str, source: type, section: str, extra: list[tuple[str, Any, Any]], doc: str,
+                  module: str) -> type:
+    """A frozen dataclass `name` whose fields are `source`'s fields marked `rule(..., section=SECTION)` (the same
+    types, defaults and rules: declared once, in `source`), then `extra` (make_dataclass's (name, type, field));
+    it checks its rules as section `section`."""
+    hints = hints_of(source)
+    own = [(f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+           for f in dataclasses.fields(source) if f.metadata.get("section") == section]
+
+    def __post_init__(self: Any) -> None:
+        check_fields(self, section)
+
+    return dataclasses.make_dataclass(name, own + extra, frozen=True, namespace={
+        "__post_init__": __post_init__, "__doc__": doc, "__module__": module})
 
 
 def _fields(cls: type) -> dict[str, dataclasses.Field]:
@@ -103,7 +139,7 @@ def spell_out(cls: type, data: Any) -> Any:
     """`data` with the short spellings declared on `cls`'s fields written in full (see the module docstring)."""
     if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
         return data
-    hints, fields = typing.get_type_hints(cls), _fields(cls)
+    hints, fields = hints_of(cls), _fields(cls)
     out = dict(data)
     for name, value in data.items():
         f = fields.get(name) if isinstance(name, str) else None
@@ -148,7 +184,7 @@ def build(cls: type, data: Any, base: Any = None, where: str = "") -> Any:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(_key(where, k) for k in unknown)}; valid keys"
                           f"{' of ' + where if where else ''}: {', '.join(fields)}")
-    hints = typing.get_type_hints(cls)
+    hints = hints_of(cls)
     values = {name: coerce(hints[name], value, _key(where, name), getattr(base, name, None))
               for name, value in data.items()}
     try:

@@ -39,14 +39,14 @@ def test_parse_overrides_nested():
     (["rollout.group_size=1"], "group_size must be >= 2"),
     (["update.mini_batch_size=5"], "must divide rollout.batch_size .128.; e.g. set update.mini_batch_size=4"),
     (["loss.clip_high=0.1"], "clip_high .0.1. must be >= loss.clip_low"),
-    (["loss.agg=mean"], "choose one of: token-mean, seq-mean-token-mean"),
-    (["loss.kl_kind=k9"], "choose one of: k1, k2, k3"),
+    (["loss.agg=mean"], "loss.agg must be one of token-mean, seq-mean-token-mean"),
+    (["loss.kl_kind=k9"], "loss.kl_kind must be one of k1, k2, k3"),
     (["agent.temperature=0"], "temperature must be > 0 for rollouts"),
     (["rollout.batchsize=3"], r"unknown key\(s\) rollout.batchsize; valid keys of rollout: batch_size"),
     (["lr=3"], r"unknown key\(s\) lr; valid keys: model"),
     (["total_steps=many"], "total_steps must be an integer"),
-    (["optim.lr=-1"], "optim.lr must be > 0"),
-    (["strategy=zero3"], "strategy 'zero3' is unknown; choose one of: ddp, fsdp"),
+    (["optim.lr=-1"], "optim.lr must be a finite number > 0"),
+    (["strategy=zero3"], "strategy must be one of ddp, fsdp; got 'zero3'"),
 ])
 def test_validation_messages(overrides, message):
     with pytest.raises(ConfigError, match=message):
