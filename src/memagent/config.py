@@ -1,5 +1,10 @@
 """Configuration of the read-write loop. Defaults follow the paper (docs/paper.md, "The workflow").
 
+Every configuration dataclass of the project declares a field's rule beside the field: `rule(min=1)`,
+`rule(choices=...)` as `dataclasses.field` metadata, checked in one place, `check_fields` (called by each
+class's `__post_init__`; `check_value` checks one value, e.g. a command-line flag, against the same rule).
+The loader of YAML and `key=value` overrides is `memagent.sections`.
+
 The values a config is checked against live here too, so that this module imports nothing above
 `memagent.errors`: the paper's prompt templates and their placeholders (filled by
 `memagent.agent.prompts.render`), the answer protocols and think modes (applied by
@@ -7,12 +12,92 @@ The values a config is checked against live here too, so that this module import
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 import re
+import types
+import typing
 from dataclasses import dataclass, field
+from typing import Any
 
-from memagent.sections import ConfigError, check_fields, rule
+from memagent.errors import MemAgentError
 
-__all__ = ["AgentConfig", "ConfigError", "check_template", "ANSWER_PROTOCOLS", "THINK_MODES"]
+
+class ConfigError(MemAgentError, ValueError):
+    """A configuration value is invalid; the message says which and what to do (also memagent.config.ConfigError)."""
+
+
+def rule(help: str = "", *, min: float | None = None, above: float | None = None, max: float | None = None,
+         below: float | None = None, choices: tuple[str, ...] | None = None, scalar: bool = False,
+         options: str | None = None, **more: Any) -> dict[str, Any]:
+    """Field metadata: help text and the value's rule (min/max inclusive, above/below exclusive, choices);
+    `scalar` and `options` declare the short spellings of the module docstring; `more` adds other metadata
+    (e.g. memagent.flags.flag's)."""
+    limits = {k: v for k, v in dict(min=min, above=above, max=max, below=below, choices=choices).items()
+              if v is not None}
+    return {"help": help, "rule": limits, "scalar": scalar, "options": options, **more}
+
+
+def key_of(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+@functools.lru_cache(maxsize=None)
+def hints_of(cls: type) -> dict[str, Any]:
+    """The resolved field types of dataclass `cls` (cached: configs are built often)."""
+    return typing.get_type_hints(cls, include_extras=False)
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """ConfigError for the first field of `obj` whose value breaks its declared rule (None is unset)."""
+    hints = hints_of(type(obj))
+    for f in dataclasses.fields(obj):
+        limits = f.metadata.get("rule")
+        value = getattr(obj, f.name)
+        if limits and value is not None:
+            check_value(key_of(where, f.name), value, limits, optional_inner(hints[f.name]) is int)
+
+
+def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool) -> None:
+    """ConfigError unless `value` (named `key`: a field or a flag) keeps `limits` (see `rule`)."""
+    if "choices" in limits:
+        if value not in limits["choices"]:
+            raise ConfigError(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
+        return
+    low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
+    high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
+    if integer:
+        kind = "a positive integer" if low == ("min", 1) and not high else "an integer"
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+        if kind == "a positive integer" and value < 1:
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    broken = not math.isfinite(value) or (low and (value < low[1] or (low[0] == "above" and value == low[1]))) \
+        or (high and (value > high[1] or (high[0] == "below" and value == high[1])))
+    if broken:
+        finite = "" if integer or (low and high) else "a finite number "  # an interval is finite already
+        raise ConfigError(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
+
+
+def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str:
+    """'>= 0', '> 1', 'in [0, 1)', ... of a field's limits."""
+    if low and high:
+        return f"in {'[' if low[0] == 'min' else '('}{low[1]:g}, {high[1]:g}{']' if high[0] == 'max' else ')'}"
+    kind, bound = low or high  # type: ignore[misc]
+    return f"{dict(min='>=', above='>', max='<=', below='<')[kind]} {bound:g}"
+
+
+def optional_inner(tp: Any) -> Any:
+    """X of Optional[X] (X | None); `tp` itself otherwise."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return inner[0] if len(inner) == 1 else tp
+    return tp
+
+
 
 ANSWER_PROTOCOLS = ("boxed", "phrase")
 THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is

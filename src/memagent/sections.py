@@ -1,7 +1,7 @@
 """One loader for nested configuration dataclasses: YAML text, plain mappings and `key=value` overrides.
 
 A configuration is a dataclass whose fields are values or further dataclasses (its sections). Each field
-declares its own rule beside itself, as `dataclasses.field` metadata made by `rule(...)`:
+declares its own rule beside itself, as `dataclasses.field` metadata made by `memagent.config.rule(...)`:
 
     chunk_tokens: int = field(default=5000, metadata=rule("C: document tokens per memory call", min=1))
     agg: str = field(default="token-mean", metadata=rule("loss aggregation", choices=AGG_MODES))
@@ -9,7 +9,7 @@ declares its own rule beside itself, as `dataclasses.field` metadata made by `ru
 `build(cls, data)` makes `cls` from a nested mapping: unknown keys are refused with the list of valid ones,
 every value must have its field's type (an int is a float; "1e-6", which YAML 1.1 reads as text, is a
 float too; numbers are finite), a section given as a mapping updates its `base` (the defaults), and the
-class's own `__post_init__` checks the rest, calling `check_fields(self, where)` for the declared rules:
+class's own `__post_init__` checks the rest, calling `memagent.config.check_fields(self, where)` for the declared rules:
 the one place they are checked. `parse_overrides(["loss.kl_coef=0"], cls)` turns overrides into the same
 nested mapping (values read as YAML), the later override winning.
 
@@ -23,80 +23,16 @@ Two short spellings are declared on the fields they serve, not in a table:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import types
 import typing
 from typing import Any
 
 from memagent.bounded import load_yaml
+from memagent.config import ConfigError, check_fields, hints_of, key_of, optional_inner, rule
 from memagent.errors import MemAgentError
 
-
-class ConfigError(MemAgentError, ValueError):
-    """A configuration value is invalid; the message says which and what to do (also memagent.config.ConfigError)."""
-
-
-def rule(help: str = "", *, min: float | None = None, above: float | None = None, max: float | None = None,
-         below: float | None = None, choices: tuple[str, ...] | None = None, scalar: bool = False,
-         options: str | None = None, **more: Any) -> dict[str, Any]:
-    """Field metadata: help text and the value's rule (min/max inclusive, above/below exclusive, choices);
-    `scalar` and `options` declare the short spellings of the module docstring; `more` adds other metadata
-    (e.g. memagent.flags.flag's)."""
-    limits = {k: v for k, v in dict(min=min, above=above, max=max, below=below, choices=choices).items()
-              if v is not None}
-    return {"help": help, "rule": limits, "scalar": scalar, "options": options, **more}
-
-
-def _key(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-@functools.lru_cache(maxsize=None)
-def hints_of(cls: type) -> dict[str, Any]:
-    """The resolved field types of dataclass `cls` (cached: configs are built often)."""
-    return typing.get_type_hints(cls, include_extras=False)
-
-
-def check_fields(obj: Any, where: str = "") -> None:
-    """ConfigError for the first field of `obj` whose value breaks its declared rule (None is unset)."""
-    hints = hints_of(type(obj))
-    for f in dataclasses.fields(obj):
-        limits = f.metadata.get("rule")
-        value = getattr(obj, f.name)
-        if limits and value is not None:
-            check_value(_key(where, f.name), value, limits, _inner(hints[f.name]) is int)
-
-
-def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool) -> None:
-    """ConfigError unless `value` (named `key`: a field or a flag) keeps `limits` (see `rule`)."""
-    if "choices" in limits:
-        if value not in limits["choices"]:
-            raise ConfigError(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
-        return
-    low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
-    high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
-    if integer:
-        kind = "a positive integer" if low == ("min", 1) and not high else "an integer"
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{key} must be {kind}, got {value!r}")
-        if kind == "a positive integer" and value < 1:
-            raise ConfigError(f"{key} must be {kind}, got {value!r}")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key} must be a number, got {value!r}")
-    broken = not math.isfinite(value) or (low and (value < low[1] or (low[0] == "above" and value == low[1]))) \
-        or (high and (value > high[1] or (high[0] == "below" and value == high[1])))
-    if broken:
-        finite = "" if integer or (low and high) else "a finite number "  # an interval is finite already
-        raise ConfigError(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
-
-
-def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str:
-    """'>= 0', '> 1', 'in [0, 1)', ... of a field's limits."""
-    if low and high:
-        return f"in {'[' if low[0] == 'min' else '('}{low[1]:g}, {high[1]:g}{']' if high[0] == 'max' else ')'}"
-    kind, bound = low or high  # type: ignore[misc]
-    return f"{dict(min='>=', above='>', max='<=', below='<')[kind]} {bound:g}"
+__all__ = ["ConfigError", "build", "check_fields", "coerce", "deep_merge", "load_mapping", "parse_override",
+           "parse_overrides", "rule", "section_class", "spell_out", "to_dict"]
 
 
 def field_help(f: dataclasses.Field) -> str:
@@ -146,7 +82,7 @@ def spell_out(cls: type, data: Any) -> Any:
         if f is None:
             continue
         section = f.metadata.get("options")
-        kind = _inner(hints[name])
+        kind = optional_inner(hints[name])
         if section and isinstance(value, dict):
             rest = {k: v for k, v in value.items() if k != "path"}
             if "path" in value:
@@ -163,14 +99,6 @@ def spell_out(cls: type, data: Any) -> Any:
     return out
 
 
-def _inner(tp: Any) -> Any:
-    """X of Optional[X] (X | None); `tp` itself otherwise."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return inner[0] if len(inner) == 1 else tp
-    return tp
-
-
 def build(cls: type, data: Any, base: Any = None, where: str = "") -> Any:
     """An instance of dataclass `cls`: `base` (default: `cls()`) with the settings of mapping `data` applied."""
     base = cls() if base is None else base
@@ -182,10 +110,10 @@ def build(cls: type, data: Any, base: Any = None, where: str = "") -> Any:
                           f"got {type(data).__name__}")
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(_key(where, k) for k in unknown)}; valid keys"
+        raise ConfigError(f"unknown key(s) {', '.join(key_of(where, k) for k in unknown)}; valid keys"
                           f"{' of ' + where if where else ''}: {', '.join(fields)}")
     hints = hints_of(cls)
-    values = {name: coerce(hints[name], value, _key(where, name), getattr(base, name, None))
+    values = {name: coerce(hints[name], value, key_of(where, name), getattr(base, name, None))
               for name, value in data.items()}
     try:
         return dataclasses.replace(base, **values)
@@ -197,7 +125,7 @@ def build(cls: type, data: Any, base: Any = None, where: str = "") -> Any:
 
 def coerce(tp: Any, value: Any, key: str, base: Any = None) -> Any:
     """`value` as type `tp` (the field `key`), or ConfigError saying what the field takes."""
-    inner = _inner(tp)
+    inner = optional_inner(tp)
     if value is None:
         if inner is not tp or tp is Any:
             return None
