@@ -74,6 +74,10 @@ Budgets = section_class("Budgets", AgentConfig, "budgets", [
 ], "The token budgets: AgentConfig's, and the baselines' answer and window budgets and YaRN.", __name__)
 
 
+# AgentConfig fields a profile sets for training rollouts: its prompts and budgets (not its sampling)
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in ("prompts", "budgets"))
+
+
 @dataclass(frozen=True)
 class WorkflowChoice:
     """The reading workflow a score was made with (memagent.agent.registry), and its own options."""
@@ -113,6 +117,13 @@ class Profile:
             query_tokens=b.query_tokens, memory_template=p.memory_template, final_template=p.final_template,
             empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens, **extra)
+
+    def training_agent(self, agent: AgentConfig, keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
+        """`agent` (a training config's rollout workflow) with this profile's prompts and budgets, except the
+        fields in `keep` (set by explicit `agent.*=...` overrides). Sampling stays the training config's:
+        rollouts sample at their own temperature (1.0 in the paper)."""
+        wanted = self.agent_config()
+        return dataclasses.replace(agent, **{k: getattr(wanted, k) for k in TRAIN_FIELDS if k not in keep})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -236,37 +247,29 @@ def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Ba
                                yarn_factor=profile.budgets.yarn_factor).load(model)
 
 
-# AgentConfig fields a profile sets for training rollouts (sampling stays the training config's:
-# rollouts sample at their own temperature, 1.0 in the paper)
-_TRAIN_FIELDS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
-                 "final_template", "empty_memory", "answer_protocol", "think", "document_tokens")
-
-
 def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:
     """(training config with the profile's prompts and budgets in `cfg.agent`, the profile it runs with).
 
     cfg: a `memagent.rl.config.TrainConfig`; keep: AgentConfig fields set by explicit `agent.*=...`
-    overrides, which win over the profile. The returned profile describes what the run uses
-    (its sampling section is the rollouts').
+    overrides, which win over the profile (`memagent.rl.config.build_train_config` does this for the CLI).
     """
-    agent = cfg.agent
     if profile is not None:
-        wanted = profile.agent_config()
-        agent = dataclasses.replace(agent, **{k: getattr(wanted, k) for k in _TRAIN_FIELDS if k not in keep})
-        cfg = dataclasses.replace(cfg, agent=agent)
+        cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, keep))
         if profile.chat_template_kwargs and not cfg.chat_template_kwargs:  # the config's own, if set, win
             cfg = dataclasses.replace(cfg, chat_template_kwargs=dict(profile.chat_template_kwargs))
-    base = profile or Profile()
-    resolved = dataclasses.replace(
-        base, chat_template_kwargs=dict(cfg.chat_template_kwargs),
-        prompts=dataclasses.replace(base.prompts, memory_template=agent.memory_template,
-                                    final_template=agent.final_template, empty_memory=agent.empty_memory,
-                                    answer_protocol=agent.answer_protocol, think=agent.think),
-        sampling=dataclasses.replace(base.sampling, temperature=agent.temperature, top_p=agent.top_p, seed=agent.seed),
-        budgets=dataclasses.replace(base.budgets, chunk_tokens=agent.chunk_tokens, memory_tokens=agent.memory_tokens,
-                                    answer_tokens=agent.answer_tokens, query_tokens=agent.query_tokens,
-                                    document_tokens=agent.document_tokens))
-    return cfg, resolved
+    return cfg, training_profile(cfg, profile)
+
+
+def training_profile(cfg: Any, profile: Profile | None) -> Profile:
+    """The profile a training run uses (written to its out_dir/profile.yaml): `profile` (default: the built-in)
+    with the rollouts' prompts, budgets, sampling and chat template arguments of `cfg` (a TrainConfig)."""
+    agent, base = cfg.agent, profile or Profile()
+    settings: dict[str, dict[str, Any]] = {}  # section -> {AgentConfig field: the rollouts' value}
+    for f in dataclasses.fields(AgentConfig):
+        if f.metadata.get("section"):
+            settings.setdefault(f.metadata["section"], {})[f.name] = getattr(agent, f.name)
+    sections = {name: dataclasses.replace(getattr(base, name), **values) for name, values in settings.items()}
+    return dataclasses.replace(base, chat_template_kwargs=dict(cfg.chat_template_kwargs), **sections)
 
 
 class _Dumper(yaml.SafeDumper):

@@ -12,6 +12,7 @@ flags and a protocol profile; `run_train` is what `memagent train` calls.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -381,6 +382,20 @@ def config_data(path: str | Path | None = None, overrides: list[str] | None = No
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides."""
     return build(TrainConfig, config_data(path, overrides))
+
+
+def build_train_config(path: str | Path | None, overrides: list[str] | None = None, *, resume: bool = False,
+                       force: bool = False, profile: Any = None) -> TrainConfig:
+    """The TrainConfig of `memagent train`: the YAML file, the `key=value` overrides, --resume and --force, then a
+    protocol profile's prompts and budgets in `agent` (a `memagent.profile.Profile`; explicit `agent.*=...`
+    overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
+    flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
+    cfg = load_config(path, flags)
+    if profile is None:
+        return cfg
+    explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
+    kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
+    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
