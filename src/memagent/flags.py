@@ -86,7 +86,7 @@ def check_device(device: str, flag: str = "--device") -> None:
     kind, _, index = device.partition(":")
     if kind not in ("cuda", "mps") or (index and not index.isdigit()) or (kind == "mps" and index):
         raise InputError(f"{flag} {device!r} is unknown; choose one of: {', '.join(DEVICES)}")
-    import torch
+    import torch  # lazy: torch
 
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -107,23 +107,42 @@ def split_list(text: str, flag: str) -> list[str]:
     return items
 
 
-def flag(help: str, *decls: str, parse: Any = None) -> dict[str, Any]:
-    """`dataclasses.field` metadata that makes a field a command-line option.
+def flag(help: str, *decls: str, parse: Any = None, argument: bool = False) -> dict[str, Any]:
+    """`dataclasses.field` metadata that makes a field a command-line option (or, with `argument`, a positional
+    argument named FIELD_NAME).
 
     decls: its declarations (default `--field-name`; e.g. "--progress/--no-progress", or "--backend" for a
     field named otherwise); parse: a function of (text, flag) giving the field's value from a text option.
     """
-    return {"flag": dict(help=help, decls=decls, parse=parse)}
+    return {"flag": dict(help=help, decls=decls, parse=parse, argument=argument)}
 
 
 def flag_decls(f: dataclasses.Field) -> tuple[str, ...]:
-    """The option declarations of a flag field (default: `--field-name`)."""
+    """The option declarations of a flag field (default: `--field-name`; an argument: its FIELD_NAME)."""
+    if f.metadata["flag"].get("argument"):
+        return (f.name.upper(),)
     return f.metadata["flag"]["decls"] or ("--" + f.name.replace("_", "-"),)
 
 
 def flag_key(f: dataclasses.Field) -> str:
     """The parameter name of a flag field: its first declaration without dashes ("--top-p" -> "top_p")."""
-    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_")
+    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_").lower()
+
+
+def check_options(options: Any) -> None:
+    """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
+    rule declared beside it (`memagent.config.rule` metadata), named by its flag."""
+    hints = hints_of(type(options))
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if "flag" in f.metadata and f.metadata.get("rule") and value is not None:
+            try:
+                check_value(flag_decls(f)[0].split("/")[0], value, f.metadata["rule"],
+                            optional_inner(hints[f.name]) is int)
+            except ConfigError as e:
+                raise InputError(str(e)) from None
+        elif dataclasses.is_dataclass(value):
+            check_options(value)
 
 
 def flag_values(options: Any) -> dict[str, Any]:

@@ -7,6 +7,13 @@ from typing import Optional
 import typer
 
 from memagent.cli.app import app, int_list
+from memagent.errors import InputError
+from memagent.flags import check_flags
+from memagent.io import check_output_file
+from memagent.tasks.ruler import write_ruler
+from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
+from memagent.tasks.schema import import_released, write_samples
+from memagent.tasks.toy import ToySpec, iter_samples
 
 data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL), or import released files.")
 app.add_typer(data_app, name="data")
@@ -19,10 +26,6 @@ TOY_MAX_CHUNKS = 10_000_000  # --samples x the sum of --chunks: about 300 MB of 
 def _check_data_flags(values: dict, inputs: dict) -> None:
     """A data command's counts (lists too, each within its bound) and its --out: writable and none of its
     input files."""
-    from memagent.errors import InputError
-    from memagent.flags import check_flags
-    from memagent.io import check_output_file
-
     scalars = {k: v for k, v in values.items() if k not in inputs and k != "out" and k not in _LIST_FLAGS}
     lists = {k: int_list(values[k], flag) for k, flag in _LIST_FLAGS.items() if k in values}
     check_flags({**scalars, **lists})
@@ -55,8 +58,6 @@ def data_ruler_hqa(
     filter_rule: Optional[list[str]] = typer.Option(None, "--filter-rule", help="sub_em (default) | substring | boxed; repeatable, any match drops (official: substring and boxed)."),
 ) -> None:
     """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
-    from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
-
     _check_data_flags(locals(), {"--source": source})
     filt = FilterOptions(models=tuple(filter_model or ()), backend=filter_backend,
                          base_urls=tuple(filter_base_url or ()),
@@ -81,8 +82,6 @@ def data_ruler(
     source: Optional[str] = typer.Option(None, "--source", help="qa_squad: SQuAD-format JSON."),
 ) -> None:
     """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
-    from memagent.tasks.ruler import write_ruler
-
     _check_data_flags(locals(), {"--source": source, "--haystack-file": haystack_file})
 
     n = write_ruler(task, out, tokens=int_list(tokens, "--tokens"), samples=samples, seed=seed, tokenizer=tokenizer,
@@ -97,8 +96,6 @@ def data_import(
     source: Optional[str] = typer.Option(None, "--source", help="The HotpotQA dev JSON that index contexts point into (eval_{N}.json, N >= 12800)."),
 ) -> None:
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
-    from memagent.tasks.schema import import_released
-
     _check_data_flags(dict(out=out), {"--source": source})  # --out = SRC is refused by import_released itself
     n, kind = import_released(src, out, source)
     typer.echo(f"read {src} as {kind}; wrote {n} samples to {out}", err=True)
@@ -118,9 +115,6 @@ def data_toy(
                                  "value fact 'fact B V' in two random chunks; each sample records its order."),
 ) -> None:
     """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
-    from memagent.tasks.schema import write_samples
-    from memagent.tasks.toy import ToySpec, iter_samples
-
     _check_data_flags(locals(), {})
     try:
         spec = ToySpec(n_keys=keys, n_values=values, facts=facts, slots=slots)

@@ -1,6 +1,7 @@
 """`memagent train`, `memagent demo` and `memagent tiny-model`."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -8,13 +9,14 @@ import typer
 
 from memagent.backends.tiny import build_tiny_model
 from memagent.cli.app import app, int_list
-from memagent.config import ConfigError
+from memagent.cli.params import options_command
+from memagent.config import ConfigError, rule
 from memagent.demo.config import check_demo_out
 from memagent.demo.numerics import pin_mkl_branch
 from memagent.demo.pipeline import DemoConfig, run_demo
 from memagent.demo.seeds import markdown, run_seeds
 from memagent.demo.two_hop import TwoHopConfig, run_two_hop
-from memagent.flags import check_flags
+from memagent.flags import check_flags, flag
 from memagent.io import check_output_dir, refuse_files, refuse_occupied
 from memagent.lock import run_lock
 from memagent.profile import dump_profile, load_profile, training_profile
@@ -63,38 +65,53 @@ def train_cmd(
         typer.echo(line)
 
 
+DEMO_TASKS = ("single-hop", "two-hop")
+
+
+def _seed_list(text: Optional[str], flag: str) -> Optional[list[int]]:
+    return None if text is None else int_list(text, flag, minimum=0)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """The options of `memagent demo`, one flag per field."""
+
+    quick: bool = field(default=False, metadata=flag("The reduced version (CI): fewer lengths, documents and steps."))
+    seed: int = field(default=0, metadata=flag("Seed of data, initialisation and sampling."))
+    out: str = field(default="runs/demo", metadata=flag("Directory for results.json, accuracy.png and model/."))
+    seeds: Optional[list[int]] = field(default=None, metadata=flag(
+        "Run every seed of this list (e.g. 200,201,202,203,204, the evaluation seeds, "
+        "memagent.demo.seeds.EVALUATION_SEEDS) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min).",
+        parse=_seed_list))
+    jobs: int = field(default=1, metadata={**rule(min=1), **flag(
+        "With --seeds: seeds run at once (the cores are shared out).")})
+    pure_dapo: bool = field(default=False, metadata=flag(
+        "The ablation: Multi-Conv DAPO alone, without the demo's value-copy loss (rl_copy_coef 0)."))
+    task: str = field(default="single-hop", metadata={**rule(choices=DEMO_TASKS), **flag(
+        "single-hop: the paper's demo; two-hop: memagent and lookup trained side by side, with skim and "
+        "full-context, split by order (docs/demo.md).")})
+
+
 @app.command()
-def demo(
-    quick: bool = typer.Option(False, "--quick", help="The reduced version (CI): fewer lengths, documents and steps."),
-    seed: int = typer.Option(0, "--seed", help="Seed of data, initialisation and sampling."),
-    out: str = typer.Option("runs/demo", "--out", help="Directory for results.json, accuracy.png and model/."),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every seed of this list (e.g. 200,201,202,203,204, "
-                                        "the evaluation seeds, memagent.demo.seeds.EVALUATION_SEEDS) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min)."),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="With --seeds: seeds run at once (the cores are shared out)."),
-    pure_dapo: bool = typer.Option(False, "--pure-dapo", help="The ablation: Multi-Conv DAPO alone, without the "
-                                   "demo's value-copy loss (rl_copy_coef 0)."),
-    task: str = typer.Option("single-hop", "--task", help="single-hop: the paper's demo; two-hop: memagent and "
-                             "lookup trained side by side, with skim and full-context, split by order (docs/demo.md)."),
-) -> None:
+@options_command(DemoOptions)
+def demo(o: DemoOptions) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
-    if task not in ("single-hop", "two-hop"):
-        raise ConfigError(f"--task must be single-hop or two-hop, got {task!r}; pass one of them")
-    if task == "two-hop" and seeds is not None:
+    if o.task == "two-hop" and o.seeds is not None:
         raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")
-    out = check_demo_out(out)
+    out = check_demo_out(o.out)
     pin_mkl_branch()  # before any tensor work: the same table on every machine of a kind (demo/numerics.py)
-    if seeds is not None:
-        summary = run_seeds(int_list(seeds, "--seeds", minimum=0), out, quick=quick, jobs=jobs,
-                            log=lambda m: typer.echo(m, err=True), pure_dapo=pure_dapo)
+    if o.seeds is not None:
+        summary = run_seeds(o.seeds, out, quick=o.quick, jobs=o.jobs, log=lambda m: typer.echo(m, err=True),
+                            pure_dapo=o.pure_dapo)
         typer.echo(markdown(summary))
         return
-    check_flags(dict(seed=seed))
+    check_flags(dict(seed=o.seed))
     with run_lock(out, "demo"):  # one demo per --out
-        if task == "two-hop":
-            run_two_hop(TwoHopConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
+        if o.task == "two-hop":
+            run_two_hop(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
             return
-        run_demo(DemoConfig.for_run(quick, seed, str(out), pure_dapo=pure_dapo))
+        run_demo(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
 
 
 @app.command("merge-lora")
