@@ -25,15 +25,16 @@ from memagent.errors import MemAgentError
 
 
 class ConfigError(MemAgentError, ValueError):
-    """A configuration value is invalid; the message says which and what to do (also memagent.config.ConfigError)."""
+    """A configuration value is invalid; the message says which and what to do."""
 
 
 def rule(help: str = "", *, min: float | None = None, above: float | None = None, max: float | None = None,
          below: float | None = None, choices: tuple[str, ...] | None = None, scalar: bool = False,
          options: str | None = None, **more: Any) -> dict[str, Any]:
-    """Field metadata: help text and the value's rule (min/max inclusive, above/below exclusive, choices);
-    `scalar` and `options` declare the short spellings of the module docstring; `more` adds other metadata
-    (e.g. memagent.flags.flag's)."""
+    """Field metadata: help text and the value's rule (min/max inclusive, above/below exclusive, choices),
+    checked by `check_fields`. `scalar` and `options` declare short spellings (memagent.sections); `more` adds
+    other metadata: `section=` (the protocol profile section an AgentConfig field belongs to), `cli=` (its
+    command-line help: ask/eval/serve get a flag), `flag_name=` (a profile setting's flag), memagent.flags.flag's."""
     limits = {k: v for k, v in dict(min=min, above=above, max=max, below=below, choices=choices).items()
               if v is not None}
     return {"help": help, "rule": limits, "scalar": scalar, "options": options, **more}

@@ -3,8 +3,8 @@
 A profile has a name, four sections and one mapping (see `configs/profiles/memagent.yaml`, the project's
 own profile, equal to `Profile()`):
 
-    prompts:   memory_template, final_template, empty_memory, baseline_template,
-               answer_protocol (boxed | phrase), think (strip | keep)
+    prompts:   memory_template, final_template, empty_memory, answer_protocol (boxed | phrase),
+               think (strip | keep), baseline_template
     sampling:  temperature, top_p, seed, repeats
     budgets:   chunk_tokens, memory_tokens, answer_tokens, query_tokens, document_tokens,
                baseline_answer_tokens, baseline_window, yarn_factor
@@ -12,10 +12,13 @@ own profile, equal to `Profile()`):
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
     workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
 
-A file may give any subset; the rest keeps the base profile's values (the built-in defaults).
-Unknown keys are refused with the list of valid ones; numbers must be finite and of the right
-type. Command-line flags override a profile (`apply_flags`), and the resolved profile is written
-next to every result (`write_profile`).
+The prompts, sampling and budgets sections are AgentConfig's own fields (those it marks `section=...`, with
+their types, defaults and rules, declared once in memagent.config), plus the settings only a protocol has
+(the baselines' template and budgets, YaRN, repeats). A file may give any subset; the rest keeps the base
+profile's values (the built-in defaults). It is read by the one loader, memagent.sections: unknown keys are
+refused with the list of valid ones; numbers must be finite and of the right type. Command-line flags
+override a profile (`apply_flags`; which flag sets which key is read off the fields: `FLAG_KEYS`), and the
+resolved profile is written next to every result (`write_profile`).
 """
 from __future__ import annotations
 

@@ -3,14 +3,14 @@
 A configuration is a dataclass whose fields are values or further dataclasses (its sections). Each field
 declares its own rule beside itself, as `dataclasses.field` metadata made by `memagent.config.rule(...)`:
 
-    chunk_tokens: int = field(default=5000, metadata=rule("C: document tokens per memory call", min=1))
-    agg: str = field(default="token-mean", metadata=rule("loss aggregation", choices=AGG_MODES))
+    chunk_tokens: int = field(default=5000, metadata=rule(min=1, section="budgets"))
+    agg: str = field(default="token-mean", metadata=rule(choices=AGG_MODES))
 
 `build(cls, data)` makes `cls` from a nested mapping: unknown keys are refused with the list of valid ones,
 every value must have its field's type (an int is a float; "1e-6", which YAML 1.1 reads as text, is a
 float too; numbers are finite), a section given as a mapping updates its `base` (the defaults), and the
-class's own `__post_init__` checks the rest, calling `memagent.config.check_fields(self, where)` for the declared rules:
-the one place they are checked. `parse_overrides(["loss.kl_coef=0"], cls)` turns overrides into the same
+class's own `__post_init__` checks the rest, calling `memagent.config.check_fields(self, where)` for the
+declared rules: the one place they are checked. `parse_overrides(["loss.kl_coef=0"], cls)` turns overrides into the same
 nested mapping (values read as YAML), the later override winning.
 
 Two short spellings are declared on the fields they serve, not in a table:
@@ -33,10 +33,6 @@ from memagent.errors import MemAgentError
 
 __all__ = ["ConfigError", "build", "check_fields", "coerce", "deep_merge", "load_mapping", "parse_override",
            "parse_overrides", "rule", "section_class", "spell_out", "to_dict"]
-
-
-def field_help(f: dataclasses.Field) -> str:
-    return f.metadata.get("help", "")
 
 
 def section_class(name: str, source: type, section: str, extra: list[tuple[str, Any, Any]], doc: str,

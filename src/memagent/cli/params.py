@@ -57,7 +57,8 @@ def _parameter(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     cli_type = str if meta["parse"] else kind  # a parsed field is given as text
     if _is_path(kind):  # as text, checked by given_path in _build
         cli_type = str if kind is Path else Optional[str]
-    param = typer.Argument(help=meta["help"]) if meta.get("argument") else typer.Option(*flag_decls(f), help=meta["help"])
+    param = (typer.Argument(help=meta["help"], metavar=flag_decls(f)[0]) if meta.get("argument")
+             else typer.Option(*flag_decls(f), help=meta["help"]))
     return inspect.Parameter(flag_key(f), inspect.Parameter.KEYWORD_ONLY, default=_default(f),
                              annotation=Annotated[cli_type, param])
 

@@ -43,24 +43,36 @@ def tiny_model(
     typer.echo(f"wrote a tiny model to {path}")
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    """The options of `memagent train`."""
+
+    config: Path = field(metadata=flag("YAML file of TrainConfig fields (see memagent.rl.config).", argument=True))
+    overrides: Optional[list[str]] = field(default=None, metadata=flag(
+        "key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8", argument=True))
+    resume: bool = field(default=False, metadata=flag("Continue from the latest checkpoint in out_dir."))
+    profile: Optional[Path] = field(default=None, metadata=flag(
+        "Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to "
+        "out_dir/profile.yaml."))
+    force: bool = field(default=False, metadata=flag("Write into an out_dir that holds a model or another run."))
+    dry_run: bool = field(default=False, metadata=flag(
+        "Print the per-GPU memory estimate and steps per epoch; train nothing (no GPU, no weights)."))
+    gpus: int = field(default=1, metadata={**rule(min=1), **flag(
+        "With --dry-run: the GPU count (torchrun --nproc-per-node) to shard over.")})
+    samples: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
+        "With --dry-run: training samples (default: the data file's lines).")})
+
+
 @app.command("train", context_settings={"help_option_names": ["-h", "--help"]})
-def train_cmd(
-    config: Path = typer.Argument(..., help="YAML file of TrainConfig fields (see memagent.rl.config)."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, dotted for nested fields: loss.kl_coef=0 rollout.group_size=8"),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in out_dir."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Protocol profile (YAML): its prompts and budgets set agent.*; agent.* overrides win. Written to out_dir/profile.yaml."),
-    force: bool = typer.Option(False, "--force", help="Write into an out_dir that holds a model or another run."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-GPU memory estimate and steps per epoch; train nothing (no GPU, no weights)."),
-    gpus: int = typer.Option(1, "--gpus", min=1, help="With --dry-run: the GPU count (torchrun --nproc-per-node) to shard over."),
-    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="With --dry-run: training samples (default: the data file's lines)."),
-) -> None:
+@options_command(TrainOptions)
+def train_cmd(o: TrainOptions) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.rl.config import build_train_config  # lazy: torch
     from memagent.rl.launch import run_train  # lazy: torch
 
-    chosen = load_profile(profile) if profile else None
-    cfg = build_train_config(config, overrides, resume=resume, force=force, profile=chosen)
-    line = run_train(cfg, dump_profile(training_profile(cfg, chosen)), (gpus, samples) if dry_run else None)
+    chosen = load_profile(o.profile) if o.profile else None
+    cfg = build_train_config(o.config, o.overrides, resume=o.resume, force=o.force, profile=chosen)
+    line = run_train(cfg, dump_profile(training_profile(cfg, chosen)), (o.gpus, o.samples) if o.dry_run else None)
     if line:
         typer.echo(line)
 
