@@ -44,8 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from memagent.config import ConfigError
-from memagent.rl.config import TrainConfig
-from memagent.rl.config import LoraConfig
+from memagent.rl.config import LoraConfig, TrainConfig
 
 GB = 1e9
 TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)
