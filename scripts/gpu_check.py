@@ -136,7 +136,7 @@ def vllm_lora_push(engine: Any, model: torch.nn.Module) -> str:
     except ImportError:
         raise Skip("peft is not installed (pip install 'memagent[lora]')") from None
     from memagent.rl.lora import apply_lora
-    from memagent.rl.scale_config import LoraConfig
+    from memagent.rl.config import LoraConfig
     from memagent.rl.vllm.engine import trained_weights
 
     base = state_sum(trained_weights(model))

@@ -152,14 +152,14 @@ CASES = [
     ("train-yaml-int-key", ["train", "{w}/intkey.yaml"], "unknown key(s) 1"),
     ("train-yaml-folder", ["train", "{w}/folder"], "is a folder"),
     ("train-yaml-missing", ["train", "{w}/nope.yaml"], "does not exist"),
-    ("train-seed-list", [*TRAIN, "seed=[1,2]"], "seed must be int"),
-    ("train-seed-dict", [*TRAIN, "seed={a: 1}"], "seed must be int"),
+    ("train-seed-list", [*TRAIN, "seed=[1,2]"], "seed must be an integer"),
+    ("train-seed-dict", [*TRAIN, "seed={a: 1}"], "seed must be an integer"),
     ("train-lr-nan", [*TRAIN, "optim.lr=nan"], "optim.lr must be a finite number"),
     ("train-lr-inf", [*TRAIN, "optim.lr=.inf"], "optim.lr must be a finite number"),
     ("train-temp-nan", [*TRAIN, "agent.temperature=.nan"], "agent.temperature must be a finite number"),
     ("train-seed-huge", [*TRAIN, "seed=99999999999999999999"], "seed must be in [0, 2**32)"),
     ("train-steps-neg", [*TRAIN, "total_steps=-1"], "total_steps must be a positive"),
-    ("train-batch-text", [*TRAIN, "rollout.batch_size=abc"], "rollout.batch_size must be int"),
+    ("train-batch-text", [*TRAIN, "rollout.batch_size=abc"], "rollout.batch_size must be an integer"),
     ("train-bad-yaml-value", [*TRAIN, "seed=[1,"], "not valid YAML"),
     ("train-empty-key-part", [*TRAIN, "loss..kl_coef=0"], "empty part"),
     ("train-unknown-key", [*TRAIN, "nope=1"], "unknown key(s) nope"),
@@ -236,12 +236,12 @@ def test_at_least_sixty_cases_over_every_command():
 def test_an_os_error_the_user_can_fix_is_one_line(monkeypatch, capsys):
     import errno
 
-    import memagent.run
+    import memagent.cli.ask
 
     def disk_full(_options):
         raise OSError(errno.ENOSPC, "No space left on device", "/data/out.jsonl")
 
-    monkeypatch.setattr(memagent.run, "run_ask", disk_full)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", disk_full)
     code = run(["ask", "--model", "m", "--document", "d", "--question", "q"])
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == ("error: /data/out.jsonl: no space left on the device; free some space "
@@ -249,12 +249,12 @@ def test_an_os_error_the_user_can_fix_is_one_line(monkeypatch, capsys):
 
 
 def test_a_bug_shows_its_traceback_and_asks_to_report_it(monkeypatch, capsys):
-    import memagent.run
+    import memagent.cli.ask
 
     def broken(_options):
         raise KeyError("internal")
 
-    monkeypatch.setattr(memagent.run, "run_ask", broken)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", broken)
     code = run(["ask", "--model", "m", "--document", "d", "--question", "q"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" in err and "KeyError: 'internal'" in err

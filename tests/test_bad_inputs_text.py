@@ -118,7 +118,7 @@ CASES = [
     # class 2: YAML configs, overrides and profiles
     ("train-yaml-tag-float", ["train", "{t}/train_tag_float.yaml", "progress=false"], "the YAML tag tag:yaml.org,2002:float is not accepted"),
     ("train-yaml-binary", ["train", "{t}/train_binary.yaml", "progress=false"], "the YAML tag tag:yaml.org,2002:binary is not accepted"),
-    ("train-yaml-date", ["train", "{t}/train_date.yaml", "progress=false"], "seed must be int, got '2024-01-01'"),
+    ("train-yaml-date", ["train", "{t}/train_date.yaml", "progress=false"], "seed must be an integer, got '2024-01-01'"),
     ("train-yaml-deep", ["train", "{t}/train_deep.yaml", "progress=false"], "train_deep.yaml: nested more than 64 levels"),
     ("train-yaml-bigint", ["train", "{t}/train_bigint.yaml", "progress=false"], "a number of 10,000 digits"),
     ("train-yaml-bomb", ["train", "{t}/train_bomb.yaml", "progress=false"], "expands to more than 100,000 values"),

@@ -35,10 +35,10 @@ def test_shared_flags_are_one_declaration_in_every_command():
 
 
 def test_ask_flags_become_its_nested_options(run_cli, monkeypatch, tmp_path):
-    import memagent.run
+    import memagent.cli.ask
 
     seen = []
-    monkeypatch.setattr(memagent.run, "run_ask", seen.append)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", seen.append)  # the command's own name
     code, _, err = run_cli("ask", "--model", "m", "--question", "q", "--document", "d.txt", "--chunk-tokens", 7,
                            "--top-p", 0.5, "--backend", "openai", "--max-retries", 1, "--no-progress")
     assert code == 0, err
@@ -49,10 +49,10 @@ def test_ask_flags_become_its_nested_options(run_cli, monkeypatch, tmp_path):
 
 
 def test_eval_lists_are_parsed_and_its_summary_keys_stay_flat(run_cli, monkeypatch, tmp_path):
-    import memagent.eval.command
+    import memagent.cli.evaluate
 
     seen = []
-    monkeypatch.setattr(memagent.eval.command, "run_eval", lambda o: seen.append(o) or "table")
+    monkeypatch.setattr(memagent.cli.evaluate, "run_eval", lambda o: seen.append(o) or "table")
     data = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for d in data:
         d.write_text("")

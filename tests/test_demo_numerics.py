@@ -34,12 +34,12 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
 def test_the_demo_command_pins_before_it_runs(monkeypatch, tmp_path, capsys):
     import os
 
-    import memagent.demo.pipeline as pipeline
+    import memagent.cli.train as train_cli
     from memagent.cli import run
 
     seen = {}
     monkeypatch.delenv("MKL_CBWR", raising=False)
-    monkeypatch.setattr(pipeline, "run_demo", lambda cfg: seen.setdefault("cbwr", os.environ.get("MKL_CBWR")))
+    monkeypatch.setattr(train_cli, "run_demo", lambda cfg: seen.setdefault("cbwr", os.environ.get("MKL_CBWR")))
     assert run(["demo", "--quick", "--out", str(tmp_path / "d")]) == 0
     assert seen["cbwr"] == mkl_branch(cpu_flags())
 

@@ -78,7 +78,7 @@ def test_two_hop_quick_trains_both_workflows_with_multi_conv_dapo(two_hop):
 
 
 @pytest.mark.parametrize("argv, part", [
-    (["--task", "three-hop"], "--task must be single-hop or two-hop"),
+    (["--task", "three-hop"], "--task must be one of single-hop, two-hop"),
     (["--task", "two-hop", "--seeds", "100,101"], "--seeds runs the single-hop demo only"),
 ])
 def test_demo_task_refusals(tmp_path, capsys, argv, part):

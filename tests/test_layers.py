@@ -51,7 +51,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "memagent"
 RANKS = {"base": 0, "backends": 1, "agent": 2, "tasks": 3, "rl": 4, "eval": 4, "demo": 5, "app": 6}
 PLACES = {
     "memagent": "base",  # the package __init__ (only __version__); longer prefixes below win
-    **{f"memagent.{m}": "base" for m in ("errors", "config", "io", "jsonl", "lock", "progress", "flags", "timeline")},
+    **{f"memagent.{m}": "base" for m in ("errors", "config", "io", "jsonl", "lock", "progress", "flags", "timeline",
+                                        "sections")},
     "memagent.backends": "backends",
     "memagent.agent": "agent",
     "memagent.tasks": "tasks",

@@ -84,7 +84,7 @@ def test_resume_with_fewer_total_steps_than_done_is_refused(tmp_path):
 
 
 def test_a_failed_data_run_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch, capsys):
-    import memagent.tasks.toy as toy
+    import memagent.cli.data as data_cli
     from memagent.tasks.schema import DataError
 
     out = tmp_path / "toy.jsonl"
@@ -94,7 +94,7 @@ def test_a_failed_data_run_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, 
         yield {"id": "0"}
         raise DataError("cannot make sample 1")
 
-    monkeypatch.setattr(toy, "iter_samples", failing)
+    monkeypatch.setattr(data_cli, "iter_samples", failing)  # the command's own name
     assert run(["data", "toy", "--chunks", "2", "--out", str(out)]) == 2
     assert "cannot make sample 1" in capsys.readouterr().err
     assert out.read_text() == "the old file\n"

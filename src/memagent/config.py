@@ -1,5 +1,10 @@
 """Configuration of the read-write loop. Defaults follow the paper (docs/paper.md, "The workflow").
 
+Every configuration dataclass of the project declares a field's rule beside the field: `rule(min=1)`,
+`rule(choices=...)` as `dataclasses.field` metadata, checked in one place, `check_fields` (called by each
+class's `__post_init__`; `check_value` checks one value, e.g. a command-line flag, against the same rule).
+The loader of YAML and `key=value` overrides is `memagent.sections`.
+
 The values a config is checked against live here too, so that this module imports nothing above
 `memagent.errors`: the paper's prompt templates and their placeholders (filled by
 `memagent.agent.prompts.render`), the answer protocols and think modes (applied by
@@ -7,15 +12,92 @@ The values a config is checked against live here too, so that this module import
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
-from dataclasses import dataclass
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
 
 from memagent.errors import MemAgentError
 
 
 class ConfigError(MemAgentError, ValueError):
     """A configuration value is invalid; the message says which and what to do."""
+
+
+def rule(help: str = "", *, min: float | None = None, above: float | None = None, max: float | None = None,
+         below: float | None = None, choices: tuple[str, ...] | None = None, scalar: bool = False,
+         options: str | None = None, **more: Any) -> dict[str, Any]:
+    """Field metadata: help text and the value's rule (min/max inclusive, above/below exclusive, choices),
+    checked by `check_fields`. `scalar` and `options` declare short spellings (memagent.sections); `more` adds
+    other metadata: `section=` (the protocol profile section an AgentConfig field belongs to), `cli=` (its
+    command-line help: ask/eval/serve get a flag), `flag_name=` (a profile setting's flag), memagent.flags.flag's."""
+    limits = {k: v for k, v in dict(min=min, above=above, max=max, below=below, choices=choices).items()
+              if v is not None}
+    return {"help": help, "rule": limits, "scalar": scalar, "options": options, **more}
+
+
+def key_of(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+@functools.lru_cache(maxsize=None)
+def hints_of(cls: type) -> dict[str, Any]:
+    """The resolved field types of dataclass `cls` (cached: configs are built often)."""
+    return typing.get_type_hints(cls, include_extras=False)
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """ConfigError for the first field of `obj` whose value breaks its declared rule (None is unset)."""
+    hints = hints_of(type(obj))
+    for f in dataclasses.fields(obj):
+        limits = f.metadata.get("rule")
+        value = getattr(obj, f.name)
+        if limits and value is not None:
+            check_value(key_of(where, f.name), value, limits, optional_inner(hints[f.name]) is int)
+
+
+def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool) -> None:
+    """ConfigError unless `value` (named `key`: a field or a flag) keeps `limits` (see `rule`)."""
+    if "choices" in limits:
+        if value not in limits["choices"]:
+            raise ConfigError(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
+        return
+    low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
+    high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
+    if integer:
+        kind = "a positive integer" if low == ("min", 1) and not high else "an integer"
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+        if kind == "a positive integer" and value < 1:
+            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    broken = not math.isfinite(value) or (low and (value < low[1] or (low[0] == "above" and value == low[1]))) \
+        or (high and (value > high[1] or (high[0] == "below" and value == high[1])))
+    if broken:
+        finite = "" if integer or (low and high) else "a finite number "  # an interval is finite already
+        raise ConfigError(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
+
+
+def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str:
+    """'>= 0', '> 1', 'in [0, 1)', ... of a field's limits."""
+    if low and high:
+        return f"in {'[' if low[0] == 'min' else '('}{low[1]:g}, {high[1]:g}{']' if high[0] == 'max' else ')'}"
+    kind, bound = low or high  # type: ignore[misc]
+    return f"{dict(min='>=', above='>', max='<=', below='<')[kind]} {bound:g}"
+
+
+def optional_inner(tp: Any) -> Any:
+    """X of Optional[X] (X | None); `tp` itself otherwise."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return inner[0] if len(inner) == 1 else tp
+    return tp
+
 
 
 ANSWER_PROTOCOLS = ("boxed", "phrase")
@@ -83,35 +165,36 @@ class AgentConfig:
     about 8K tokens, constant whatever the document's length.
     """
 
-    chunk_tokens: int = 5000  # C: tokens of document per memory call (paper: 5000)
-    memory_tokens: int = 1024  # M: hard cap on the memory, in tokens of the model's tokenizer
-    answer_tokens: int = 1024  # max new tokens of the final answer call
-    query_tokens: int = 1024  # budget of the question; a longer question is an error
-    memory_template: str = PAPER_MEMORY_TEMPLATE
-    final_template: str = PAPER_FINAL_TEMPLATE
-    empty_memory: str = "No previous memory"  # the memory before the first chunk (reference code)
-    temperature: float = 0.0  # 0 = greedy (evaluation); the paper's rollouts use 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    max_batch_docs: int = 16  # documents in flight at once; their prompts share one backend batch
-    answer_protocol: str = "boxed"  # final answer: "boxed" (last \\boxed{}) or "phrase" (after the last "the answer is")
-    think: str = "strip"  # "strip": cut each reply up to its last </think> before the memory cap and the answer; "keep"
-    document_tokens: int | None = None  # cut longer documents in the middle to this many tokens (reference eval: 120000)
+    chunk_tokens: int = field(default=5000, metadata=rule(min=1, section="budgets", cli=(
+        "C: document tokens per memory call; ask and serve take a model's memagent.json before the profile")))
+    #   paper: 5000
+    memory_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli="M: hard cap on the memory"))
+    #   in tokens of the model's tokenizer
+    answer_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli=(
+        "Max new tokens of MemAgent's final answer; in eval the baselines' too, unless the profile sets "
+        "budgets.baseline_answer_tokens")))
+    query_tokens: int = field(default=1024, metadata=rule(min=1, section="budgets", cli="Budget of the question"))
+    #   a longer question is an error
+    memory_template: str = field(default=PAPER_MEMORY_TEMPLATE, metadata=rule(section="prompts"))
+    final_template: str = field(default=PAPER_FINAL_TEMPLATE, metadata=rule(section="prompts"))
+    empty_memory: str = field(default="No previous memory", metadata=rule(section="prompts"))  # the memory before
+    #   the first chunk (reference code)
+    temperature: float = field(default=0.0, metadata=rule(min=0, section="sampling", cli="0 = greedy"))  # 0 = greedy
+    #   (evaluation); the paper's rollouts use 1.0; the reference evaluation samples at 0.7
+    top_p: float = field(default=1.0, metadata=rule(above=0, max=1, section="sampling", cli="Nucleus sampling"))
+    #   the reference evaluation: 0.95
+    seed: int | None = field(default=None, metadata=rule(section="sampling", cli="Sampling seed"))  # base seed;
+    #   repeat r of a sample uses its own seed derived from it
+    max_batch_docs: int = field(default=16, metadata=rule(min=1))  # documents in flight at once; their prompts
+    #   share one backend batch
+    answer_protocol: str = field(default="boxed", metadata=rule(choices=ANSWER_PROTOCOLS, section="prompts"))
+    #   final answer: "boxed" (last \\boxed{}) or "phrase" (after the last "the answer is")
+    think: str = field(default="strip", metadata=rule(choices=THINK_MODES, section="prompts"))  # "strip": cut each
+    #   reply up to its last </think> before the memory cap and the answer; "keep": use replies as they are
+    document_tokens: int | None = field(default=None, metadata=rule(min=1, section="budgets"))  # MemAgent: cut
+    #   longer documents in the middle to this many tokens (reference eval: 120000)
 
     def __post_init__(self) -> None:
-        for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "max_batch_docs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.document_tokens is not None and (not isinstance(self.document_tokens, int) or self.document_tokens <= 0):
-            raise ConfigError(f"document_tokens must be a positive integer or None, got {self.document_tokens!r}")
-        if self.answer_protocol not in ANSWER_PROTOCOLS:
-            raise ConfigError(f"answer_protocol must be one of {', '.join(ANSWER_PROTOCOLS)}; got {self.answer_protocol!r}")
-        if self.think not in THINK_MODES:
-            raise ConfigError(f"think must be one of {', '.join(THINK_MODES)}; got {self.think!r}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        check_fields(self)
         check_template(self.memory_template, MEMORY_FIELDS, "memory")
         check_template(self.final_template, FINAL_FIELDS, "final")

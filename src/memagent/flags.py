@@ -5,24 +5,23 @@ nonsense with an `InputError` naming the flag: a negative or zero count, a NaN o
 temperature or timeout, an unknown dtype, a device this machine does not have. The rules are keyed
 by parameter name, so every command that has a `--samples` checks it the same way.
 
-The options `ask`, `eval` and `serve` share are declared here once, one type per concern (`BudgetOptions`,
-`SamplingOptions`; the backend's are `memagent.backends.options.BackendOptions`): each field that is a
-command-line option carries its help in `flag(...)` metadata, and the CLI turns those fields into options.
+The options `ask`, `eval` and `serve` share are one type per concern: `BudgetOptions` and `SamplingOptions` are
+made from AgentConfig's own fields (their type, rule and help declared once, in memagent.config); the backend's
+are `memagent.backends.options.BackendOptions`. Each field that is a command-line option carries its help in
+`flag(...)` metadata, and the CLI turns those fields into options.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Optional
 
-from memagent.config import AgentConfig
+from memagent.config import AgentConfig, ConfigError, check_value, hints_of, optional_inner
 from memagent.errors import InputError
 
-POSITIVE_INTS = ("samples", "repeats", "limit", "window", "chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens",
-                 "batch_docs", "max_concurrency", "passage_tokens", "tensor_parallel", "keys", "values", "slots")
+POSITIVE_INTS = ("samples", "repeats", "limit", "window", "batch_docs", "max_concurrency", "passage_tokens", "tensor_parallel", "keys", "values", "slots")
 NON_NEGATIVE_INTS = ("seed", "max_retries", "facts")
-NON_NEGATIVE_FLOATS = ("temperature",)  # 0 = greedy
 POSITIVE_FLOATS = ("request_timeout",)
 CHOICES = {
     "backend": ("transformers", "openai", "vllm"),
@@ -66,8 +65,11 @@ def check_flags(values: Mapping[str, Any]) -> None:
             raise InputError(f"{flag} must be >= 0, got {value}")
         if name == "seed" and value >= 2**32:
             raise InputError(f"{flag} must be below 2**32 (NumPy's limit), got {value}")
-        if name in NON_NEGATIVE_FLOATS and not (math.isfinite(value) and value >= 0):
-            raise InputError(f"{flag} must be a finite number >= 0 (0 = greedy), got {value}")
+        if name in FIELD_RULES:  # a flag made from a config field: the field's own rule
+            try:
+                check_value(flag, value, *FIELD_RULES[name])
+            except ConfigError as e:
+                raise InputError(str(e)) from None
         if name in POSITIVE_FLOATS and not (math.isfinite(value) and value > 0):
             raise InputError(f"{flag} must be a finite number of seconds > 0, got {value}")
         if name in CHOICES and value not in CHOICES[name]:
@@ -84,7 +86,7 @@ def check_device(device: str, flag: str = "--device") -> None:
     kind, _, index = device.partition(":")
     if kind not in ("cuda", "mps") or (index and not index.isdigit()) or (kind == "mps" and index):
         raise InputError(f"{flag} {device!r} is unknown; choose one of: {', '.join(DEVICES)}")
-    import torch
+    import torch  # lazy: torch
 
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -105,23 +107,42 @@ def split_list(text: str, flag: str) -> list[str]:
     return items
 
 
-def flag(help: str, *decls: str, parse: Any = None) -> dict[str, Any]:
-    """`dataclasses.field` metadata that makes a field a command-line option.
+def flag(help: str, *decls: str, parse: Any = None, argument: bool = False) -> dict[str, Any]:
+    """`dataclasses.field` metadata that makes a field a command-line option (or, with `argument`, a positional
+    argument named FIELD_NAME).
 
     decls: its declarations (default `--field-name`; e.g. "--progress/--no-progress", or "--backend" for a
     field named otherwise); parse: a function of (text, flag) giving the field's value from a text option.
     """
-    return {"flag": dict(help=help, decls=decls, parse=parse)}
+    return {"flag": dict(help=help, decls=decls, parse=parse, argument=argument)}
 
 
 def flag_decls(f: dataclasses.Field) -> tuple[str, ...]:
-    """The option declarations of a flag field (default: `--field-name`)."""
+    """The option declarations of a flag field (default: `--field-name`; an argument: its FIELD_NAME)."""
+    if f.metadata["flag"].get("argument"):
+        return (f.name.upper(),)
     return f.metadata["flag"]["decls"] or ("--" + f.name.replace("_", "-"),)
 
 
 def flag_key(f: dataclasses.Field) -> str:
     """The parameter name of a flag field: its first declaration without dashes ("--top-p" -> "top_p")."""
-    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_")
+    return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_").lower()
+
+
+def check_options(options: Any) -> None:
+    """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
+    rule declared beside it (`memagent.config.rule` metadata), named by its flag."""
+    hints = hints_of(type(options))
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if "flag" in f.metadata and f.metadata.get("rule") and value is not None:
+            try:
+                check_value(flag_decls(f)[0].split("/")[0], value, f.metadata["rule"],
+                            optional_inner(hints[f.name]) is int)
+            except ConfigError as e:
+                raise InputError(str(e)) from None
+        elif dataclasses.is_dataclass(value):
+            check_options(value)
 
 
 def flag_values(options: Any) -> dict[str, Any]:
@@ -137,31 +158,24 @@ def flag_values(options: Any) -> dict[str, Any]:
 
 
 MODEL_HELP = "Hugging Face id, local directory, or served model name."
-_PAPER = AgentConfig()  # the paper's budgets and the greedy default
 
 
-@dataclass(frozen=True)
-class BudgetOptions:
-    """The token budgets of the read-write loop; None: the profile's value."""
-
-    chunk_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"C: document tokens per memory call (default: the profile's, {_PAPER.chunk_tokens}; ask and serve take a "
-        "model's memagent.json before the profile)."))
-    memory_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"M: hard cap on the memory (default: the profile's, {_PAPER.memory_tokens})."))
-    answer_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"Max new tokens of MemAgent's final answer; in eval the baselines' too, unless the profile sets "
-        f"budgets.baseline_answer_tokens (default: the profile's, {_PAPER.answer_tokens})."))
-    query_tokens: Optional[int] = field(default=None, metadata=flag(
-        f"Budget of the question (default: the profile's, {_PAPER.query_tokens})."))
+def _shown(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-@dataclass(frozen=True)
-class SamplingOptions:
-    """How replies are sampled; None: the profile's value."""
+def _agent_flags(name: str, sections: tuple[str, ...], doc: str) -> type:
+    """Option type `name`: one optional flag per AgentConfig field of `sections` that has a `cli` help, with
+    that field's type, rule and help (declared once, in memagent.config); None: the profile's value."""
+    hints = hints_of(AgentConfig)
+    own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={**f.metadata, **flag(
+        f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
+        for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in sections and f.metadata.get("cli")]
+    return dataclasses.make_dataclass(name, own, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
 
-    temperature: Optional[float] = field(default=None, metadata=flag(
-        f"0 = greedy (default: the profile's, {_PAPER.temperature:g})."))
-    top_p: Optional[float] = field(default=None, metadata=flag(
-        f"Nucleus sampling (default: the profile's, {_PAPER.top_p})."))
-    seed: Optional[int] = field(default=None, metadata=flag("Sampling seed (default: the profile's, none)."))
+
+BudgetOptions = _agent_flags("BudgetOptions", ("budgets",), "The token budgets of the read-write loop.")
+SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.")
+# flag name -> (its rule, whether an integer): the rules of the flags made from AgentConfig's fields
+FIELD_RULES = {f.name: (f.metadata["rule"], optional_inner(hints_of(cls)[f.name]) is int)
+               for cls in (BudgetOptions, SamplingOptions) for f in dataclasses.fields(cls) if f.metadata.get("rule")}

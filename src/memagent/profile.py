@@ -3,8 +3,8 @@
 A profile has a name, four sections and one mapping (see `configs/profiles/memagent.yaml`, the project's
 own profile, equal to `Profile()`):
 
-    prompts:   memory_template, final_template, empty_memory, baseline_template,
-               answer_protocol (boxed | phrase), think (strip | keep)
+    prompts:   memory_template, final_template, empty_memory, answer_protocol (boxed | phrase),
+               think (strip | keep), baseline_template
     sampling:  temperature, top_p, seed, repeats
     budgets:   chunk_tokens, memory_tokens, answer_tokens, query_tokens, document_tokens,
                baseline_answer_tokens, baseline_window, yarn_factor
@@ -12,10 +12,13 @@ own profile, equal to `Profile()`):
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
     workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
 
-A file may give any subset; the rest keeps the base profile's values (the built-in defaults).
-Unknown keys are refused with the list of valid ones; numbers must be finite and of the right
-type. Command-line flags override a profile (`apply_flags`), and the resolved profile is written
-next to every result (`write_profile`).
+The prompts, sampling and budgets sections are AgentConfig's own fields (those it marks `section=...`, with
+their types, defaults and rules, declared once in memagent.config), plus the settings only a protocol has
+(the baselines' template and budgets, YaRN, repeats). A file may give any subset; the rest keeps the base
+profile's values (the built-in defaults). It is read by the one loader, memagent.sections: unknown keys are
+refused with the list of valid ones; numbers must be finite and of the right type. Command-line flags
+override a profile (`apply_flags`; which flag sets which key is read off the fields: `FLAG_KEYS`), and the
+resolved profile is written next to every result (`write_profile`).
 """
 from __future__ import annotations
 
@@ -23,13 +26,17 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
+from memagent.agent.registry import UnknownWorkflow, get_workflow
+from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
-from memagent.eval.scoring import ScoreOptions, ScoringError
+from memagent.eval.scoring import ScoreOptions
+from memagent.io import atomic_write_text
+from memagent.sections import build, rule, section_class
 
 if TYPE_CHECKING:
     from memagent.backends.base import Backend
@@ -51,40 +58,33 @@ TEMPLATE_KWARGS_MAX_ITEMS = 1000  # values (scalars, list items, mapping entries
 TEMPLATE_KWARGS_MAX_CHARS = 65536  # characters of all strings together
 
 
-@dataclass(frozen=True)
-class Prompts:
-    memory_template: str = AgentConfig.memory_template
-    final_template: str = AgentConfig.final_template
-    empty_memory: str = AgentConfig.empty_memory  # the memory before the first chunk
-    baseline_template: str = BASELINE_TEMPLATE  # full-context and rag-bm25: {question} and {context}
-    answer_protocol: str = "boxed"  # "boxed": last \\boxed{}; "phrase": text after the last "the answer is"
-    think: str = "strip"  # "strip": drop each reply up to its last </think>; "keep": use replies as they are
+Prompts = section_class("Prompts", AgentConfig, "prompts", [
+    ("baseline_template", str, field(default=BASELINE_TEMPLATE)),  # full-context and rag-bm25: {question}, {context}
+], "The prompts: AgentConfig's templates, answer protocol and think mode, and the baselines' template.", __name__)
+
+Sampling = section_class("Sampling", AgentConfig, "sampling", [
+    ("repeats", int, field(default=1, metadata=rule(min=1, flag_name="repeats"))),  # runs of every sample
+    #   (eval --repeats); tables show mean ± standard error
+], "How replies are sampled: AgentConfig's temperature, top_p and seed, and the repeats of every sample.", __name__)
+
+Budgets = section_class("Budgets", AgentConfig, "budgets", [
+    # baselines' max new tokens; None: answer_tokens (reference: 10000)
+    ("baseline_answer_tokens", Optional[int], field(default=None, metadata=rule(min=1))),
+    # baselines' window; None: the model's (reference: 120000; 990000 with YaRN); flag --window
+    ("baseline_window", Optional[int], field(default=None, metadata=rule(min=1, flag_name="window"))),
+    # YaRN rope scaling of the model (transformers, vllm backends); it multiplies the trained window
+    ("yarn_factor", Optional[float], field(default=None, metadata=rule(above=1))),
+], "The token budgets: AgentConfig's, and the baselines' answer and window budgets and YaRN.", __name__)
 
 
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = AgentConfig.temperature  # 0 = greedy (ours); the reference evaluation samples at 0.7
-    top_p: float = AgentConfig.top_p  # the reference evaluation: 0.95
-    seed: int | None = None  # base seed; repeat r of a sample uses its own seed derived from it
-    repeats: int = 1  # runs of every sample (eval --repeats); tables show mean ± standard error
-
-
-@dataclass(frozen=True)
-class Budgets:
-    chunk_tokens: int = AgentConfig.chunk_tokens  # C: document tokens per memory call (the paper's defaults)
-    memory_tokens: int = AgentConfig.memory_tokens  # M: cap on the memory (and max new tokens of a memory call)
-    answer_tokens: int = AgentConfig.answer_tokens  # max new tokens of MemAgent's final answer
-    query_tokens: int = AgentConfig.query_tokens  # budget of the question
-    document_tokens: int | None = None  # MemAgent: cut longer documents in the middle (reference eval: 120000)
-    baseline_answer_tokens: int | None = None  # baselines' max new tokens; None: answer_tokens (reference: 10000)
-    baseline_window: int | None = None  # baselines' window; None: the model's (reference: 120000; 990000 with YaRN)
-    yarn_factor: float | None = None  # YaRN rope scaling of the model (transformers, vllm backends)
+# AgentConfig fields a profile sets for training rollouts: its prompts and budgets (not its sampling)
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in ("prompts", "budgets"))
 
 
 @dataclass(frozen=True)
 class WorkflowChoice:
     """The reading workflow a score was made with (memagent.agent.registry), and its own options."""
-    name: str = "memagent"  # the paper's overwrite loop
+    name: str = field(default="memagent", metadata=rule(flag_name="workflow"))  # the paper's overwrite loop
     options: dict[str, Any] = field(default_factory=dict)  # keyword options of its factory (e.g. lookup's)
 
 
@@ -94,7 +94,8 @@ class Profile:
     prompts: Prompts = field(default_factory=Prompts)
     sampling: Sampling = field(default_factory=Sampling)
     budgets: Budgets = field(default_factory=Budgets)
-    scoring: ScoreOptions = field(default_factory=ScoreOptions)
+    scoring: ScoreOptions = field(default_factory=ScoreOptions, metadata={  # eval's own section: its flags
+        "flags": {"golds": "golds", "empty": "empty_prediction", "failed": "failed"}})
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     workflow: WorkflowChoice = field(default_factory=WorkflowChoice)
 
@@ -104,20 +105,12 @@ class Profile:
             check_baseline_template(self.prompts.baseline_template)
         except ValueError as e:
             raise ConfigError(f"prompts.baseline_template: {e}") from None
-        s, b = self.sampling, self.budgets
-        if s.repeats < 1:
-            raise ConfigError(f"sampling.repeats must be at least 1, got {s.repeats}")
-        for key in ("baseline_answer_tokens", "baseline_window"):
-            if getattr(b, key) is not None and getattr(b, key) <= 0:
-                raise ConfigError(f"budgets.{key} must be a positive integer or null, got {getattr(b, key)}")
-        if b.yarn_factor is not None and not b.yarn_factor > 1:
-            raise ConfigError(f"budgets.yarn_factor must be > 1 (it multiplies the trained window) or null, "
-                              f"got {b.yarn_factor}")
-        if s.seed is not None and not 0 <= s.seed < SEED_LIMIT:  # the same rule as the --seed flag
+        seed = self.sampling.seed
+        if seed is not None and not 0 <= seed < SEED_LIMIT:  # the same rule as the --seed flag
             raise ConfigError(f"sampling.seed must be in [0, 2**32) (NumPy's limit) or null, got "
-                              f"{s.seed if abs(s.seed) < 10**30 else f'an integer of {s.seed.bit_length()} bits'}")
+                              f"{seed if abs(seed) < 10**30 else f'an integer of {seed.bit_length()} bits'}")
         check_template_kwargs(self.chat_template_kwargs)
-        _check_workflow(self.workflow)
+        check_workflow(self.workflow)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
         """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold."""
@@ -128,40 +121,39 @@ class Profile:
             empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens, **extra)
 
+    def training_agent(self, agent: AgentConfig, keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
+        """`agent` (a training config's rollout workflow) with this profile's prompts and budgets, except the
+        fields in `keep` (set by explicit `agent.*=...` overrides). Sampling stays the training config's:
+        rollouts sample at their own temperature (1.0 in the paper)."""
+        wanted = self.agent_config()
+        return dataclasses.replace(agent, **{k: getattr(wanted, k) for k in TRAIN_FIELDS if k not in keep})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-_SECTIONS = {"prompts": Prompts, "sampling": Sampling, "budgets": Budgets, "scoring": ScoreOptions}
-_TOP = ("name", *_SECTIONS, "chat_template_kwargs", "workflow")
-
-
-def _check_workflow(choice: WorkflowChoice) -> None:
+def check_workflow(choice: WorkflowChoice) -> None:
     """A workflow name the registry knows (built in, registered or installed), options a mapping of names."""
-    from memagent.agent.registry import UnknownWorkflow, get_workflow
-
-    if not isinstance(choice.name, str):
-        raise ConfigError(f"workflow.name must be a string, got {choice.name!r}")
     try:
         get_workflow(choice.name)
     except UnknownWorkflow as e:
         raise ConfigError(f"workflow.name: {e}") from None
-    opts = choice.options
-    if not isinstance(opts, dict) or not all(isinstance(k, str) for k in opts):
-        raise ConfigError(f"workflow.options must be a mapping of option names to values, got {opts!r}")
 
 
-def _workflow_section(data: Any, base: WorkflowChoice) -> WorkflowChoice:
-    """`base` with the keys of a profile's `workflow` mapping set (`name`, `options`; null options: none)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"workflow must be a mapping with keys name, options; got {type(data).__name__}")
-    unknown = sorted(set(data) - {"name", "options"})
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(f'workflow.{k}' for k in unknown)}; "
-                          "valid keys of workflow: name, options")
-    name = _check_value("workflow.name", data["name"], "", False) if "name" in data else base.name
-    options = data.get("options", base.options)
-    return WorkflowChoice(name=name, options={} if options is None else options)
+def profile_flags() -> dict[str, tuple[str, str]]:
+    """{flag name: (section, key)}: the command-line options that override a profile setting, read off the
+    sections' fields (AgentConfig's fields with a `cli` help, `rule(flag_name=...)`, a section's `flags`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for sec in dataclasses.fields(Profile):
+        out.update({flag: (sec.name, key) for key, flag in sec.metadata.get("flags", {}).items()})
+        section = getattr(Profile(), sec.name)
+        if not dataclasses.is_dataclass(section):
+            continue
+        for f in dataclasses.fields(section):
+            flag = f.metadata.get("flag_name") or (f.name if f.metadata.get("cli") else None)
+            if flag:
+                out[flag] = (sec.name, f.name)
+    return out
 
 
 def check_template_kwargs(kwargs: dict[str, Any]) -> None:
@@ -210,74 +202,10 @@ def check_template_kwargs(kwargs: dict[str, Any]) -> None:
                               f"{type(value).__name__} (a YAML tag?)")
 
 
-def _check_value(key: str, value: Any, default: Any, optional: bool) -> Any:
-    """`value` if it has the type of `default` (int for float allowed; None when optional), finite."""
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{key} must not be null")
-    kind = type(default) if default is not None else None
-    if key.endswith("yarn_factor") or kind is float:
-        ok, want = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-        value = float(value) if ok else value
-    elif kind is str:
-        ok, want = isinstance(value, str), "a string"
-    else:  # int (or an optional int)
-        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    if not ok:
-        raise ConfigError(f"{key} must be {want}{' or null' if optional else ''}, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key} must be a finite number, got {value!r}")
-    return value
-
-
-def _section(name: str, cls: type, data: Any, base: Any) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{name} must be a mapping of settings, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
-                          f"valid keys of {name}: {', '.join(fields)}")
-    values = {}
-    for key, value in data.items():
-        default = getattr(cls(), key)
-        optional = "None" in str(fields[key].type)
-        values[key] = _check_value(f"{name}.{key}", value, default, optional)
-    try:
-        return dataclasses.replace(base, **values)
-    except ScoringError as e:
-        raise ConfigError(str(e)) from None
-
-
 def profile_from_dict(data: Any, base: Profile | None = None, source: str = "profile") -> Profile:
     """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied."""
-    base = base or Profile()
-    if data is None:
-        return base
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source} must be a mapping with sections {', '.join(_TOP)}; got {type(data).__name__}")
-    unknown = sorted(set(data) - set(_TOP))
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(_TOP)}")
-    values: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
-        if name in data:
-            values[name] = _section(name, cls, data[name], getattr(base, name))
-    if "name" in data:
-        values["name"] = _check_value("name", data["name"], "", False)
-    if "chat_template_kwargs" in data:
-        kwargs = data["chat_template_kwargs"]
-        if kwargs is None:
-            kwargs = {}
-        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-            raise ConfigError(f"chat_template_kwargs must be a mapping of names to values, got "
-                              f"{type(kwargs).__name__}")
-        values["chat_template_kwargs"] = dict(kwargs)
-    if "workflow" in data:
-        values["workflow"] = _workflow_section(data["workflow"], base.workflow)
     try:
-        return dataclasses.replace(base, **values)
+        return build(Profile, data, base or Profile())
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
 
@@ -287,24 +215,14 @@ def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"profile file {p} does not exist; pass a YAML profile (e.g. configs/profiles/memagent.yaml)")
-    from memagent.bounded import load_yaml  # depth, size, aliases bounded; no tags (memagent.bounded)
-
     try:
-        data = load_yaml(p.read_text(encoding="utf-8"), str(p), ConfigError)
+        data = load_yaml(p.read_text(encoding="utf-8"), str(p), ConfigError)  # bounded: memagent.bounded
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p} is not valid YAML: {e}") from None
     return profile_from_dict(data, base, source=str(p))
 
 
-# flag name -> (section, key): the command-line options that override a profile setting
-FLAG_KEYS = {
-    "chunk_tokens": ("budgets", "chunk_tokens"), "memory_tokens": ("budgets", "memory_tokens"),
-    "answer_tokens": ("budgets", "answer_tokens"), "query_tokens": ("budgets", "query_tokens"),
-    "window": ("budgets", "baseline_window"), "temperature": ("sampling", "temperature"),
-    "top_p": ("sampling", "top_p"), "seed": ("sampling", "seed"), "repeats": ("sampling", "repeats"),
-    "golds": ("scoring", "golds"), "empty_prediction": ("scoring", "empty"), "failed": ("scoring", "failed"),
-    "workflow": ("workflow", "name"),
-}
+FLAG_KEYS = profile_flags()  # flag name -> (section, key), derived from the sections' fields
 
 
 def apply_flags(profile: Profile, **flags: Any) -> Profile:
@@ -332,37 +250,29 @@ def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Ba
                                yarn_factor=profile.budgets.yarn_factor).load(model)
 
 
-# AgentConfig fields a profile sets for training rollouts (sampling stays the training config's:
-# rollouts sample at their own temperature, 1.0 in the paper)
-_TRAIN_FIELDS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
-                 "final_template", "empty_memory", "answer_protocol", "think", "document_tokens")
-
-
 def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:
     """(training config with the profile's prompts and budgets in `cfg.agent`, the profile it runs with).
 
     cfg: a `memagent.rl.config.TrainConfig`; keep: AgentConfig fields set by explicit `agent.*=...`
-    overrides, which win over the profile. The returned profile describes what the run uses
-    (its sampling section is the rollouts').
+    overrides, which win over the profile (`memagent.rl.config.build_train_config` does this for the CLI).
     """
-    agent = cfg.agent
     if profile is not None:
-        wanted = profile.agent_config()
-        agent = dataclasses.replace(agent, **{k: getattr(wanted, k) for k in _TRAIN_FIELDS if k not in keep})
-        cfg = dataclasses.replace(cfg, agent=agent)
+        cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, keep))
         if profile.chat_template_kwargs and not cfg.chat_template_kwargs:  # the config's own, if set, win
             cfg = dataclasses.replace(cfg, chat_template_kwargs=dict(profile.chat_template_kwargs))
-    base = profile or Profile()
-    resolved = dataclasses.replace(
-        base, chat_template_kwargs=dict(cfg.chat_template_kwargs),
-        prompts=dataclasses.replace(base.prompts, memory_template=agent.memory_template,
-                                    final_template=agent.final_template, empty_memory=agent.empty_memory,
-                                    answer_protocol=agent.answer_protocol, think=agent.think),
-        sampling=dataclasses.replace(base.sampling, temperature=agent.temperature, top_p=agent.top_p, seed=agent.seed),
-        budgets=dataclasses.replace(base.budgets, chunk_tokens=agent.chunk_tokens, memory_tokens=agent.memory_tokens,
-                                    answer_tokens=agent.answer_tokens, query_tokens=agent.query_tokens,
-                                    document_tokens=agent.document_tokens))
-    return cfg, resolved
+    return cfg, training_profile(cfg, profile)
+
+
+def training_profile(cfg: Any, profile: Profile | None) -> Profile:
+    """The profile a training run uses (written to its out_dir/profile.yaml): `profile` (default: the built-in)
+    with the rollouts' prompts, budgets, sampling and chat template arguments of `cfg` (a TrainConfig)."""
+    agent, base = cfg.agent, profile or Profile()
+    settings: dict[str, dict[str, Any]] = {}  # section -> {AgentConfig field: the rollouts' value}
+    for f in dataclasses.fields(AgentConfig):
+        if f.metadata.get("section"):
+            settings.setdefault(f.metadata["section"], {})[f.name] = getattr(agent, f.name)
+    sections = {name: dataclasses.replace(getattr(base, name), **values) for name, values in settings.items()}
+    return dataclasses.replace(base, chat_template_kwargs=dict(cfg.chat_template_kwargs), **sections)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -386,7 +296,5 @@ def write_profile(profile: Profile, path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         p = p / PROFILE_FILE
-    from memagent.io import atomic_write_text
-
     atomic_write_text(p, dump_profile(profile))
     return p

@@ -35,7 +35,7 @@ def run(out: str, strategy: str, total_steps: int, resume: bool, lora_r: int = 0
     model = tiny_model()
     if lora_r:
         from memagent.rl.lora import apply_lora
-        from memagent.rl.scale_config import LoraConfig
+        from memagent.rl.config import LoraConfig
 
         model = apply_lora(model, LoraConfig(r=lora_r, target_modules=["q_proj", "v_proj"]))
     spec = RunSpec(out_dir=Path(out), seed=0, total_steps=total_steps, optimizer_steps=total_steps, data_size=16,

@@ -11,8 +11,8 @@ import torch.distributed as dist
 from memagent.backends.base import BackendError
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo
+from memagent.rl.config import LoraConfig
 from memagent.rl.rollout import PolicyRollout
-from memagent.rl.scale_config import LoraConfig
 
 from rl_helpers import tiny_model
 

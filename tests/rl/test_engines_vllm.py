@@ -165,7 +165,7 @@ def test_a_lora_policy_pushes_its_merged_weights_under_the_base_names(fake_vllm)
 
     pytest.importorskip("peft")
     from memagent.rl.lora import apply_lora
-    from memagent.rl.scale_config import LoraConfig
+    from memagent.rl.config import LoraConfig
 
     model = apply_lora(tiny(seed=0), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]), engine="vllm")
     with torch.no_grad():  # trained adapters: B away from its zero start

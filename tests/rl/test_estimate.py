@@ -128,7 +128,7 @@ def test_adapter_count_matches_peft_and_unknown_targets_are_refused(tiny_model_d
 
     from memagent.rl.estimate import adapter_shape
     from memagent.rl.lora import apply_lora
-    from memagent.rl.scale_config import LoraConfig
+    from memagent.rl.config import LoraConfig
 
     shape = model_shape(str(tiny_model_dir))
     for targets in (["q_proj", "v_proj"], ["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]):

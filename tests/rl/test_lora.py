@@ -15,7 +15,7 @@ from test_rl_trainer import TIMING_KEYS, fresh_model, samples, small_config, sym
 from memagent.config import ConfigError
 from memagent.rl.config import load_config
 from memagent.rl.lora import adapters_disabled, apply_lora, is_lora, merge_lora
-from memagent.rl.scale_config import LoraConfig
+from memagent.rl.config import LoraConfig
 from memagent.rl.trainer import train
 
 pytest.importorskip("peft")

@@ -39,14 +39,14 @@ def test_parse_overrides_nested():
     (["rollout.group_size=1"], "group_size must be >= 2"),
     (["update.mini_batch_size=5"], "must divide rollout.batch_size .128.; e.g. set update.mini_batch_size=4"),
     (["loss.clip_high=0.1"], "clip_high .0.1. must be >= loss.clip_low"),
-    (["loss.agg=mean"], "choose one of: token-mean, seq-mean-token-mean"),
-    (["loss.kl_kind=k9"], "choose one of: k1, k2, k3"),
+    (["loss.agg=mean"], "loss.agg must be one of token-mean, seq-mean-token-mean"),
+    (["loss.kl_kind=k9"], "loss.kl_kind must be one of k1, k2, k3"),
     (["agent.temperature=0"], "temperature must be > 0 for rollouts"),
-    (["rollout.batchsize=3"], r"unknown key\(s\) rollout.batchsize; valid keys under rollout: batch_size"),
+    (["rollout.batchsize=3"], r"unknown key\(s\) rollout.batchsize; valid keys of rollout: batch_size"),
     (["lr=3"], r"unknown key\(s\) lr; valid keys: model"),
-    (["total_steps=many"], "total_steps must be int"),
-    (["optim.lr=-1"], "optim.lr must be positive"),
-    (["strategy=zero3"], "'ddp' or 'fsdp'"),
+    (["total_steps=many"], "total_steps must be an integer"),
+    (["optim.lr=-1"], "optim.lr must be a finite number > 0"),
+    (["strategy=zero3"], "strategy must be one of ddp, fsdp; got 'zero3'"),
 ])
 def test_validation_messages(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -95,15 +95,14 @@ def test_cosine_schedule_drives_the_optimiser_and_bad_settings_fail():
         OptimConfig(schedule="cosine", min_lr_ratio=1.5)
 
 
-def test_key_aliases_table():
-    from memagent.rl.config_aliases import canonical_key
+def test_short_spellings_are_declared_on_their_fields():
+    from memagent.sections import spell_out
 
-    assert canonical_key(["data"], "f.jsonl") == ["data", "path"]
-    assert canonical_key(["data"], {"path": "f.jsonl"}) == ["data"]  # a mapping is the section itself
-    assert canonical_key(["model", "path"], "m") == ["model"]
-    assert canonical_key(["model", "cpu_offload"], True) == ["model_options", "cpu_offload"]
-    assert canonical_key(["model", "a", "b"], 1) == ["model_options", "a", "b"]
-    assert canonical_key(["model"], "m") == ["model"] and canonical_key(["val", "data"], "v") == ["val", "data"]
+    assert spell_out(TrainConfig, {"data": "f.jsonl"}) == {"data": {"path": "f.jsonl"}}
+    assert spell_out(TrainConfig, {"data": {"path": "f.jsonl"}}) == {"data": {"path": "f.jsonl"}}
+    assert spell_out(TrainConfig, {"model": {"path": "m"}}) == {"model": "m", "model_options": {}}
+    assert spell_out(TrainConfig, {"model": {"cpu_offload": True}}) == {"model_options": {"cpu_offload": True}}
+    assert spell_out(TrainConfig, {"model": "m", "val": {"data": "v"}}) == {"model": "m", "val": {"data": "v"}}
 
 
 def test_aliases_equal_the_spelled_out_keys_in_yaml_and_overrides(tmp_path):

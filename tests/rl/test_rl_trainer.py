@@ -233,7 +233,7 @@ def test_auxiliary_sft_loss_is_mixed_into_each_optimiser_step(tok, tmp_path):
     with pytest.raises(ConfigError, match="loss.sft_coef is 0"):
         train(small_config(tmp_path / "d", *extra), samples(), symbol_reward, model=fresh_model(tok), tokenizer=tok,
               sft_data=rows)
-    with pytest.raises(ConfigError, match="sft_coef must be >= 0"):
+    with pytest.raises(ConfigError, match="sft_coef must be a finite number >= 0"):
         small_config(tmp_path / "e", "loss.sft_coef=-1")
 
 

@@ -238,7 +238,7 @@ def test_config_and_resume_warning(caplog):
     from memagent.rl.rollout import warn_rank_seeded_resume
 
     assert load_config(None, []).rollout.seeding == "rank"
-    with pytest.raises(ConfigError, match="rollout.seeding must be 'rank' or 'sample'"):
+    with pytest.raises(ConfigError, match="rollout.seeding must be one of rank, sample; got 'batch'"):
         load_config(None, ["rollout.seeding=batch"])
     with pytest.raises(ConfigError, match="engine 'policy' only"):
         load_config(None, ["rollout.seeding=sample", "rollout.engine=vllm", "model=m"])

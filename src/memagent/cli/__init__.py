@@ -16,6 +16,11 @@ import typer
 
 from memagent.cli import ask, data, evaluate, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
+from memagent.backends.openai_http import redact
+from memagent.errors import MemAgentError
+from memagent.io import os_error_message
+from memagent.scale.options import bare_ray_flag
+from memagent.text import check_argv
 
 __all__ = ["app", "main", "run"]
 
@@ -24,7 +29,7 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     try:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # lazy: transformers
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -38,8 +43,6 @@ def _one_line(text: str) -> str:
 
 def _fail(message: str) -> int:
     if os.environ.get("OPENAI_API_KEY"):  # the openai backend's key: redacted where made; again here, to be sure
-        from memagent.backends.openai_http import redact
-
         message = redact(str(message), os.environ["OPENAI_API_KEY"])
     typer.echo(f"error: {_one_line(message)}", err=True)
     return 2
@@ -53,13 +56,6 @@ def run(args: Optional[list[str]] = None) -> int:
     path under a file, ...) and text that is not UTF-8. Anything else is a bug: its traceback, then a
     line asking to report it, and code 1.
     """
-    from memagent.errors import MemAgentError
-    from memagent.io import os_error_message
-
-    from memagent.scale.options import bare_ray_flag
-
-    from memagent.text import check_argv
-
     usage_errors, aborts = _click_exceptions()
     args = sys.argv[1:] if args is None else args
     bad_arg = check_argv(args)  # one rule for text: arguments must be valid UTF-8 (memagent.text)

@@ -1,35 +1,47 @@
 """`memagent eval`, `memagent flops` and `memagent profile ...`."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
-from memagent.eval.command import EvalOptions
+from memagent.eval.command import EvalOptions, run_eval
+from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
+from memagent.flags import flag
+from memagent.io import check_not_input, check_output_dir, check_output_file
+from memagent.profile import write_profile
+from memagent.reference import check_reference_out, profile_from_reference
 from memagent.scale.executor import ray_executor
 
 profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
 app.add_typer(profile_app, name="profile")
 
 
-@profile_app.command("from-reference")
-def profile_from_reference_cmd(
-    path: Path = typer.Argument(..., help="Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent."),
-    out: str = typer.Option(..., "--out", help="YAML profile to write (outside the checkout)."),
-    protocol: str = typer.Option("phrase", "--protocol", help="Final-answer protocol of the run: phrase (Table 1) | boxed."),
-    baseline_input_tokens: Optional[int] = typer.Option(None, "--baseline-input-tokens", help="Baselines' prompt limit (default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models)."),
-    yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
-) -> None:
-    """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
-    from memagent.profile import write_profile
-    from memagent.reference import check_reference_out, profile_from_reference
+@dataclass(frozen=True)
+class FromReferenceOptions:
+    """The options of `memagent profile from-reference`."""
 
-    out = check_reference_out(path, out)
-    written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
-    typer.echo(f"wrote the official {protocol} profile to {written}")
+    path: Path = field(metadata=flag("Root of your checkout of github.com/BytedTsinghua-SIA/MemAgent.", argument=True))
+    out: str = field(metadata=flag("YAML profile to write (outside the checkout)."))
+    protocol: str = field(default="phrase", metadata=flag("Final-answer protocol of the run: phrase (Table 1) | boxed."))
+    baseline_input_tokens: Optional[int] = field(default=None, metadata=flag(
+        "Baselines' prompt limit (default: the checkout's MAX_INPUT_LEN, 120000; 990000 for the 1M models)."))
+    yarn_factor: Optional[float] = field(default=None, metadata=flag(
+        "YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."))
+
+
+@profile_app.command("from-reference")
+@options_command(FromReferenceOptions)
+def profile_from_reference_cmd(o: FromReferenceOptions) -> None:
+    """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
+    out = check_reference_out(o.path, o.out)
+    profile = profile_from_reference(o.path, o.protocol, o.baseline_input_tokens, o.yarn_factor)
+    typer.echo(f"wrote the official {o.protocol} profile to {write_profile(profile, out)}")
 
 
 @app.command()
@@ -40,11 +52,6 @@ def flops(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of FLOPs against length."),
 ) -> None:
     """The paper's FLOP comparison of full attention and MemAgent."""
-    from rich.console import Console
-
-    from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
-    from memagent.io import check_output_file
-
     if plot is not None:
         check_output_file(plot, "--plot", {f"--model {m}": _model_config(m) for m in model})
         if plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
@@ -58,8 +65,6 @@ def flops(
 
 def _check_eval_out(out: Path, data: list[str]) -> None:
     """--out is a writable folder, and no --data file is one of the files eval writes there."""
-    from memagent.io import check_not_input, check_output_dir
-
     for d in data:
         if not Path(d).is_file():
             raise typer.BadParameter(f"{d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
@@ -82,8 +87,6 @@ def _model_config(model: str) -> Optional[Path]:
 @options_command(EvalOptions)
 def eval_(o: EvalOptions) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
-    from memagent.eval.command import run_eval
-
     _check_eval_out(Path(o.out), o.data)
     if o.ray.address is None:
         typer.echo(run_eval(o))

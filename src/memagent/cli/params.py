@@ -1,7 +1,8 @@
 """Typer commands made from an options type: each field with `memagent.flags.flag` metadata becomes one
 command-line option (its name, type, default and help come from the field), nested option groups included
 (`BackendOptions`, `BudgetOptions`, `SamplingOptions`), so a flag shared by `ask`, `eval` and `serve` is
-declared once.
+declared once, and so is its rule (`memagent.config.rule` metadata beside the field, checked by
+`memagent.flags.check_options` when the command runs).
 
 A path option (a field typed `Path` or `Optional[Path]`) is taken as text and made a Path by
 `memagent.io.given_path`, so an empty one (`--state-dir ""`) is refused instead of meaning the working folder
@@ -17,7 +18,8 @@ from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
-from memagent.flags import flag_decls, flag_key
+from memagent.flags import check_options, flag_decls, flag_key
+from memagent.io import given_path
 
 _PATH_TYPES = (Path, Optional[Path])
 
@@ -55,8 +57,10 @@ def _parameter(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     cli_type = str if meta["parse"] else kind  # a parsed field is given as text
     if _is_path(kind):  # as text, checked by given_path in _build
         cli_type = str if kind is Path else Optional[str]
+    param = (typer.Argument(help=meta["help"], metavar=flag_decls(f)[0]) if meta.get("argument")
+             else typer.Option(*flag_decls(f), help=meta["help"]))
     return inspect.Parameter(flag_key(f), inspect.Parameter.KEYWORD_ONLY, default=_default(f),
-                             annotation=Annotated[cli_type, typer.Option(*flag_decls(f), help=meta["help"])])
+                             annotation=Annotated[cli_type, param])
 
 
 def _build(cls: type, values: dict[str, Any]) -> Any:
@@ -67,8 +71,6 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
         if "flag" in f.metadata:
             value, parse = values[flag_key(f)], f.metadata["flag"]["parse"]
             if _is_path(hints[f.name]) and not parse:
-                from memagent.io import given_path
-
                 value = given_path(value, flag_decls(f)[0].split("/")[0])
             kwargs[f.name] = parse(value, flag_decls(f)[0]) if parse else value
         elif dataclasses.is_dataclass(hints[f.name]):
@@ -87,7 +89,9 @@ def options_command(cls: type) -> Callable[[Callable[[Any], Any]], Callable[...,
 
         @functools.wraps(fn)
         def command(**values: Any) -> Any:
-            return fn(_build(cls, values))
+            options = _build(cls, values)
+            check_options(options)  # each flag's rule, declared beside its field
+            return fn(options)
 
         del command.__wrapped__  # typer reads the signature below, not fn's
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

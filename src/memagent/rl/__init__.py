@@ -23,10 +23,10 @@ over pluggable per-row objectives.
                     `checkpoint.format: dcp`), state.py (their errors, optimiser and RNG state)
     resume_guard.py what may change on resume: the checkpoint's config and data digest against the run's
     estimate.py     per-GPU memory and steps per epoch of a config, no GPU (`memagent train --dry-run`)
-    config.py       TrainConfig (YAML + key=value overrides, validated): every loss setting, once
-    config_aliases.py short keys of TrainConfig (data=FILE, model.KEY), one table for YAML and overrides
-    run_options.py  TrainConfig sections data (max_chunks), val, log (W&B), vllm
-    scale_config.py TrainConfig sections lora and checkpoint (format, async_save)
+    config.py       TrainConfig and every section (data, rollout, loss, optim, val, log, vllm, lora, checkpoint; the
+                    short spellings `data: FILE`, `model: {path: ID, KEY: ...}` declared on their fields), loaded by
+                    `memagent.sections`; `build_train_config` (a YAML file + key=value overrides + a profile)
+    launch.py       `memagent train` as one library call: `run_train` (dry run, resume guard, lock, profile.yaml)
     model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
 
 Public entry points, imported lazily (so `import memagent.rl` stays cheap):

@@ -1,52 +1,63 @@
-"""Configuration of Multi-Conv DAPO training: one `TrainConfig` with nested sections.
+"""All configuration of training: one `TrainConfig` with nested sections, and its loader.
 
-Defaults follow the paper (docs/paper.md, "Multi-Conv DAPO"); each field is documented once, where it
-is defined. `load_config(path, overrides)` reads YAML and applies `key=value` overrides (dotted
-keys for nested fields, e.g. `loss.clip_high=0.2`); unknown keys are errors.
+Defaults follow the paper (docs/paper.md, "Multi-Conv DAPO"); each field is documented once, where it is
+defined, and its rule (min, choices) sits beside it (`memagent.sections.rule`, checked by `check_fields`).
+`load_config(path, overrides)` reads YAML and applies `key=value` overrides (dotted keys for nested fields,
+e.g. `loss.clip_high=0.2`) through the one loader, `memagent.sections`; unknown keys are errors.
+
+Two short spellings are declared on their fields: `data: FILE` is `data: {path: FILE}` (DataConfig.path is
+`scalar`), and `model: {path: ID, KEY: ...}` is `model: ID` with `model_options.KEY` (the model's loading
+options share its name: `model.gradient_checkpointing=true`). `build_train_config` adds the command line's
+flags and a protocol profile; `run_train` is what `memagent train` calls.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import typing
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from memagent.bounded import load_yaml
+from memagent.agent.registry import get_workflow
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
+from memagent.flags import check_device
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
-from memagent.rl.config_aliases import canonical_key, canonical_mapping, deep_merge
-from memagent.rl.run_options import ATTN_IMPLEMENTATIONS, DataConfig, LogConfig, ModelOptions, ValConfig, VLLMConfig
-from memagent.rl.scale_config import CheckpointConfig, LoraConfig
+from memagent.sections import build, check_fields, deep_merge, load_mapping, parse_overrides, rule, spell_out, to_dict
+
+LR_SCHEDULES = ("constant", "cosine")
+ENGINES = ("policy", "vllm", "vllm-server")
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "varlen")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHECKPOINT_FORMATS = ("safetensors", "dcp")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass
 class RolloutConfig:
     """How a rollout batch is sampled (the workflow itself is configured by `TrainConfig.agent`)."""
 
-    batch_size: int = 128  # B questions per rollout batch (paper: 128 for 7B, 256 for 14B)
-    group_size: int = 16  # G rollouts per question (paper: 16); advantages need G >= 2
+    batch_size: int = field(default=128, metadata=rule(min=1))  # B questions per rollout batch (paper: 128 for
+    #   7B, 256 for 14B)
+    group_size: int = field(default=16, metadata=rule(min=2))  # G rollouts per question (paper: 16); advantages
+    #   compare the rollouts of one question, so G >= 2
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more
-    max_sampling_rounds: int = 3  # with dynamic sampling: rounds of B questions before training on fewer
-    engine: str = "policy"  # "policy": generate with the trained model itself; "vllm": a vLLM engine;
-    #   "vllm-server": an external vLLM server (see VLLMConfig)
+    max_sampling_rounds: int = field(default=3, metadata=rule(min=1))  # with dynamic sampling: rounds of B
+    #   questions before training on fewer
+    engine: str = field(default="policy", metadata=rule(choices=ENGINES))  # "policy": generate with the trained
+    #   model itself; "vllm": a vLLM engine; "vllm-server": an external vLLM server (see VLLMConfig)
     reward: str = "boxed"  # reward function by name (memagent.tasks.metrics.REWARDS)
-    max_batch_size: int = 64  # prompts per generate() call of the policy backend (memory bound)
-    seeding: str = "rank"  # "rank" (seeds per rank and batch) or "sample": rank-invariant rollouts (docs/training.md)
+    max_batch_size: int = field(default=64, metadata=rule(min=1))  # prompts per generate() call of the policy
+    #   backend (memory bound)
+    seeding: str = field(default="rank", metadata=rule(choices=("rank", "sample")))  # "rank" (seeds per rank
+    #   and batch) or "sample": rank-invariant rollouts (docs/training.md); "sample" needs engine "policy"
 
     def __post_init__(self) -> None:
-        _positive(self, "batch_size", "max_sampling_rounds", "max_batch_size")
-        if self.group_size < 2:
-            raise ConfigError(f"rollout.group_size must be >= 2 (advantages compare rollouts of one question), "
-                              f"got {self.group_size}; the paper uses 16")
-        if self.engine not in ("policy", "vllm", "vllm-server"):
-            raise ConfigError(f"rollout.engine must be 'policy', 'vllm' or 'vllm-server', got {self.engine!r}")
-        if self.seeding not in ("rank", "sample") or (self.seeding == "sample" and self.engine != "policy"):
+        check_fields(self, "rollout")
+        if self.seeding == "sample" and self.engine != "policy":
             raise ConfigError(f"rollout.seeding must be 'rank' or 'sample' (per-row seeded sampling, rollout.engine "
                               f"'policy' only), got {self.seeding!r} with engine {self.engine!r}")
 
@@ -55,68 +66,49 @@ class RolloutConfig:
 class LossConfig:
     """The Multi-Conv DAPO objective (memagent.rl.algos.policy_loss and kl_penalty)."""
 
-    clip_low: float = 0.2  # eps_low of the clipped ratio (DAPO)
-    clip_high: float = 0.28  # eps_high, DAPO's clip-higher (the paper's reference run used 0.2)
-    clip_c: float = 3.0  # dual-clip bound for negative advantages
-    agg: str = "token-mean"  # aggregation mode (paper: token mean over the whole mini-batch)
-    horizon: int | None = None  # constant of seq-mean-token-sum-norm; default: max(memory, answer) tokens
-    kl_coef: float = 1e-3  # beta of the KL-to-reference term; 0 skips it and loads no reference
-    kl_kind: str = "k3"  # KL estimator (paper: k3, low variance)
+    clip_low: float = field(default=0.2, metadata=rule(min=0, below=1))  # eps_low of the clipped ratio (DAPO)
+    clip_high: float = 0.28  # eps_high, DAPO's clip-higher (the paper's reference run used 0.2); >= clip_low
+    clip_c: float = field(default=3.0, metadata=rule(above=1))  # dual-clip bound for negative advantages
+    agg: str = field(default="token-mean", metadata=rule(choices=AGG_MODES))  # aggregation mode (paper: token
+    #   mean over the whole mini-batch)
+    horizon: int | None = field(default=None, metadata=rule(min=1))  # constant of seq-mean-token-sum-norm;
+    #   default: max(memory, answer) tokens
+    kl_coef: float = field(default=1e-3, metadata=rule(min=0))  # beta of the KL-to-reference term; 0 skips it
+    #   and loads no reference
+    kl_kind: str = field(default="k3", metadata=rule(choices=KL_ESTIMATORS))  # KL estimator (paper: k3, low
+    #   variance)
     norm_by_std: bool = False  # divide advantages by the group std (GRPO); paper: no (Dr. GRPO)
     # NOT in the paper: an auxiliary supervised loss (InstructGPT's "PPO-ptx" mix) on rows passed as
     # train(..., sft_data=rows), added to each optimiser step's gradient; 0 = pure Multi-Conv DAPO
-    sft_coef: float = 0.0
-    sft_batch_size: int = 64  # rows of sft_data per optimiser step
+    sft_coef: float = field(default=0.0, metadata=rule(min=0))
+    sft_batch_size: int = field(default=64, metadata=rule(min=1))  # rows of sft_data per optimiser step
 
     def __post_init__(self) -> None:
-        if self.sft_coef < 0 or self.sft_batch_size < 1:
-            raise ConfigError(f"loss.sft_coef must be >= 0 and loss.sft_batch_size >= 1; got {self.sft_coef}, "
-                              f"{self.sft_batch_size}")
-        if not 0 <= self.clip_low < 1:
-            raise ConfigError(f"loss.clip_low must be in [0, 1), got {self.clip_low}")
+        check_fields(self, "loss")
         if self.clip_high < self.clip_low:
             raise ConfigError(f"loss.clip_high ({self.clip_high}) must be >= loss.clip_low ({self.clip_low}); "
                               "clip-higher widens the upper bound (paper: 0.2 / 0.28)")
-        if self.clip_c <= 1:
-            raise ConfigError(f"loss.clip_c must be > 1 (dual clip bounds ratios above 1), got {self.clip_c}")
-        if self.agg not in AGG_MODES:
-            raise ConfigError(f"loss.agg {self.agg!r} is unknown; choose one of: {', '.join(AGG_MODES)}")
-        if self.kl_kind not in KL_ESTIMATORS:
-            raise ConfigError(f"loss.kl_kind {self.kl_kind!r} is unknown; choose one of: {', '.join(KL_ESTIMATORS)}")
-        if self.kl_coef < 0:
-            raise ConfigError(f"loss.kl_coef must be >= 0 (0 disables the KL term), got {self.kl_coef}")
-        if self.horizon is not None and self.horizon <= 0:
-            raise ConfigError(f"loss.horizon must be positive, got {self.horizon}")
-
-
-LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
 class OptimConfig:
     """AdamW with linear warm-up, then a constant learning rate (paper's setting) or a cosine decay."""
 
-    lr: float = 1e-6  # peak (constant) learning rate
-    warmup_steps: int = 20  # optimiser steps of linear warm-up from lr / warmup_steps to lr
-    schedule: str = "constant"  # after the warm-up: "constant" or "cosine" (to min_lr_ratio * lr at the end)
-    min_lr_ratio: float = 0.0  # cosine only: the final learning rate as a fraction of lr
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    beta1: float = 0.9
-    beta2: float = 0.999
+    lr: float = field(default=1e-6, metadata=rule(above=0))  # peak (constant) learning rate
+    warmup_steps: int = field(default=20, metadata=rule(min=0))  # optimiser steps of linear warm-up from
+    #   lr / warmup_steps to lr
+    schedule: str = field(default="constant", metadata=rule(choices=LR_SCHEDULES))  # after the warm-up:
+    #   "constant" or "cosine" (to min_lr_ratio * lr at the end)
+    min_lr_ratio: float = field(default=0.0, metadata=rule(min=0, max=1))  # cosine only: the final learning
+    #   rate as a fraction of lr
+    weight_decay: float = field(default=0.01, metadata=rule(min=0))
+    grad_clip: float = field(default=1.0, metadata=rule(min=0))  # max global gradient norm; 0 disables clipping
+    beta1: float = field(default=0.9, metadata=rule(min=0, below=1))
+    beta2: float = field(default=0.999, metadata=rule(min=0, below=1))
     eps: float = 1e-8  # > 0: AdamW divides by sqrt(v) + eps, and v is 0 for a weight whose gradient is 0
 
     def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr must be positive, got {self.lr}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError("optim.warmup_steps, optim.weight_decay and optim.grad_clip must be >= 0")
-        if self.schedule not in LR_SCHEDULES:
-            raise ConfigError(f"optim.schedule {self.schedule!r} is unknown; choose one of: {', '.join(LR_SCHEDULES)}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
-            raise ConfigError(f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
+        check_fields(self, "optim")
         if not self.eps > 0:  # eps 0 gives 0/0 = NaN weights at the first step where a gradient entry is 0
             raise ConfigError(f"optim.eps must be > 0 (AdamW divides by sqrt(v) + eps), got {self.eps}; "
                               "use the default 1e-8")
@@ -126,15 +118,18 @@ class OptimConfig:
 class UpdateConfig:
     """How one rollout batch becomes optimiser steps."""
 
-    mini_batch_size: int = 8  # questions (x G rollouts, all their conversations) per optimiser step;
-    #   paper: 16 mini-batches per rollout batch of 128
-    epochs: int = 1  # mu: passes over the rollout batch
-    micro_batch_size: int = 8  # conversation rows per forward/backward (memory bound, not the math)
-    old_logprobs: str = "recompute"  # "recompute" with the policy before the update, or "rollout"
-    #   (the sampling-time log-probs; exact only when rollout and training numerics agree)
+    mini_batch_size: int = field(default=8, metadata=rule(min=1))  # questions (x G rollouts, all their
+    #   conversations) per optimiser step; paper: 16 mini-batches per rollout batch of 128
+    epochs: int = field(default=1, metadata=rule(min=1))  # mu: passes over the rollout batch
+    micro_batch_size: int = field(default=8, metadata=rule(min=1))  # conversation rows per forward/backward
+    #   (memory bound, not the math)
+    old_logprobs: str = field(default="recompute", metadata=rule(choices=("recompute", "rollout")))  # "recompute"
+    #   with the policy before the update, or "rollout" (the sampling-time log-probs; exact only when rollout
+    #   and training numerics agree)
     packing: bool = False  # padding-free micro-batches of micro_batch_tokens tokens (rows back to back,
     #   memagent.rl.packing) instead of micro_batch_size padded rows; the same gradient
-    micro_batch_tokens: int = 16384  # with packing: tokens per forward/backward (a longer row goes alone)
+    micro_batch_tokens: int = field(default=16384, metadata=rule(min=1))  # with packing: tokens per
+    #   forward/backward (a longer row goes alone)
 
     @property
     def packed_tokens(self) -> int:
@@ -142,27 +137,157 @@ class UpdateConfig:
         return self.micro_batch_tokens if self.packing else 0
 
     def __post_init__(self) -> None:
-        _positive(self, "mini_batch_size", "epochs", "micro_batch_size", "micro_batch_tokens")
-        if self.old_logprobs not in ("recompute", "rollout"):
-            raise ConfigError(f"update.old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
+        check_fields(self, "update")
 
 
+@dataclass
+class DataConfig(os.PathLike):
+    """The training data file and how its contexts are cut. YAML `data: FILE` is short for
+    `data: {path: FILE}`; the section is path-like (`open(cfg.data)`, `Path(cfg.data)`, `if cfg.data`)."""
+
+    path: str = field(default="", metadata=rule(scalar=True))  # JSONL of samples {id, question, answers,
+    #   context} (for the CLI)
+    max_chunks: int = field(default=0, metadata=rule(min=0))  # cut each training context to at most N chunks of
+    #   agent.chunk_tokens by removing its middle (the official training caps contexts at 8 chunks); 0 = no cap
+
+    def __post_init__(self) -> None:
+        check_fields(self, "data")
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __bool__(self) -> bool:
+        return bool(self.path)
+
+
+@dataclass
+class ValConfig:
+    """Periodic validation on a held-out file: greedy and sampled accuracy into metrics.jsonl
+    (`val/greedy_acc`, `val/sampled_acc`), after every `every`-th step's update."""
+
+    data: str = ""  # held-out JSONL (the sample format of `data`)
+    every: int = field(default=0, metadata=rule(min=0))  # validate after steps every, 2 * every, ...; 0 = never
+    samples: int = field(default=0, metadata=rule(min=0))  # the first N samples of the file; 0 = all of them
+
+    def __post_init__(self) -> None:
+        check_fields(self, "val")
+        if self.every and not self.data:
+            raise ConfigError(f"val.every is {self.every} but val.data is empty; give a held-out JSONL file "
+                              "(val.data=FILE) or set val.every=0")
+
+
+@dataclass
+class LogConfig:
+    """Experiment loggers beside metrics.jsonl (TensorBoard is TrainConfig.tensorboard)."""
+
+    wandb: bool = False  # also log every step's metrics to Weights & Biases (pip install wandb)
+    project: str = "memagent"  # W&B project
+    name: str = ""  # W&B run name; "" = the out_dir's folder name
+    entity: str = ""  # W&B team or user; "" = the logged-in default
+
+
+@dataclass
+class VLLMConfig:
+    """The vLLM rollout engines: `rollout.engine=vllm` (in-process, colocated with training) and
+    `rollout.engine=vllm-server` (an external server, weights broadcast over NCCL)."""
+
+    gpu_memory_utilization: float = field(default=0.3, metadata=rule(above=0, max=1))  # in-process engine: its
+    #   share of the GPU (training holds the rest)
+    sleep: bool = False  # in-process engine: sleep (level 1) during the update, freeing its GPU memory
+    sync_chunk_mb: int = field(default=512, metadata=rule(min=1))  # weights pushed per call (collective_rpc /
+    #   broadcast bucket), in MiB
+    server_url: str = ""  # vllm-server: the server's base URL, e.g. http://gpu7:8000 (its /v1 generates)
+    nccl_host: str = ""  # vllm-server: this trainer's address as the server's workers reach it
+    nccl_port: int = field(default=51216, metadata=rule(min=1, max=65535))  # vllm-server: the port of the
+    #   weight-broadcast rendezvous (on nccl_host)
+    timeout: float = field(default=600.0, metadata=rule(above=0))  # vllm-server: seconds for one HTTP request
+    #   (generation or weight update)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "vllm")
+
+
+@dataclass
+class ModelOptions:
+    """Memory settings of the trained model, written `model.<field>` (`model` itself stays the path or id);
+    applied by memagent.rl.model_options."""
+
+    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
+    cpu_offload: bool = False  # strategy fsdp: parameters, gradients, optimiser state on the CPU (CPUOffloadPolicy)
+    attn_implementation: str = field(default="auto", metadata=rule(choices=ATTN_IMPLEMENTATIONS))  # auto:
+    #   flash_attention_2 on CUDA when flash-attn is installed, else transformers' default, switched to varlen
+    #   under update.packing; or eager, sdpa, flash_attention_2, varlen (per-row sdpa for packed micro-batches,
+    #   memagent.rl.varlen)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "model")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA through peft (`pip install 'memagent[lora]'`); r = 0 trains the full model.
+
+    With r > 0 only the adapters train; the KL reference is the base model with the adapters
+    disabled (no second copy); checkpoints hold the adapters (`memagent merge-lora` merges them).
+    """
+
+    r: int = field(default=0, metadata=rule(min=0))  # adapter rank; 0 disables LoRA
+    alpha: float = field(default=16.0, metadata=rule(above=0))  # scaling: the update is (alpha / r) * B @ A
+    dropout: float = field(default=0.0, metadata=rule(min=0, below=1))  # dropout on the adapters' input
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))  # linear layers' names (a list
+    #   or a comma-separated string: q_proj,v_proj)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.r, int) or isinstance(self.r, bool):
+            raise ConfigError(f"lora.r must be an integer >= 0 (0 disables LoRA), got {self.r!r}")
+        check_fields(self, "lora")
+        self.target_modules = module_names(self.target_modules)
+
+
+def module_names(value: Any) -> list[str]:
+    """A list of module names from a list or a comma-separated string ('q_proj,v_proj')."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) and x.strip() for x in items) or not items:
+        raise ConfigError(f"lora.target_modules must be a non-empty list of module names (e.g. [q_proj, v_proj]), "
+                          f"got {value!r}")
+    return [x.strip() for x in items]
+
+
+@dataclass
+class CheckpointConfig:
+    """How training state is written: "safetensors" (default; rank 0 writes the full state) or "dcp"
+    (torch.distributed.checkpoint: each rank writes its shards, in safetensors files; resumable under
+    another number of processes). Both also write `model/` (save_pretrained) for inference."""
+
+    format: str = field(default="safetensors", metadata=rule(choices=CHECKPOINT_FORMATS))
+    async_save: bool = False  # dcp only: shards written in the background while training goes on
+
+    def __post_init__(self) -> None:
+        check_fields(self, "checkpoint")
+        if self.async_save and self.format != "dcp":
+            raise ConfigError("checkpoint.async_save needs checkpoint.format=dcp")
 @dataclass
 class TrainConfig:
     """Everything a training run needs; `model` and `data` may be given through the Python API instead."""
 
-    model: str = ""  # policy: a local save_pretrained directory or a Hugging Face id
+    model: str = field(default="", metadata=rule(options="model_options"))  # policy: a local save_pretrained
+    #   directory or a Hugging Face id; YAML `model: {path: ID, KEY: ...}` also sets model_options.KEY
     data: DataConfig = field(default_factory=DataConfig)  # the data file (YAML `data: FILE`) and data.max_chunks
     out_dir: str = "runs/train"  # checkpoints, metrics.jsonl, config.json
-    seed: int = 0  # one seed for data order, rollouts and dropout
-    total_steps: int = 100  # rollout batches to train on
-    save_every: int = 50  # checkpoint every N steps (and always at the end); 0 = only at the end
-    keep_last: int = 2  # checkpoints kept on disk (oldest deleted first); 0 = keep all
+    seed: int = 0  # one seed for data order, rollouts and dropout; in [0, 2**32) (NumPy's limit)
+    total_steps: int = field(default=100, metadata=rule(min=1))  # rollout batches to train on
+    save_every: int = field(default=50, metadata=rule(min=0))  # checkpoint every N steps (and always at the
+    #   end); 0 = only at the end
+    keep_last: int = field(default=2, metadata=rule(min=0))  # checkpoints kept on disk (oldest deleted first);
+    #   0 = keep all
     resume: bool = False  # continue from the latest checkpoint in out_dir
     force: bool = False  # write into an out_dir that holds a model or an earlier run (overwriting it)
-    dtype: str = "auto"  # parameters: auto (bf16 on a GPU that has it, else fp32), float32, bfloat16
+    dtype: str = field(default="auto", metadata=rule(choices=DTYPES))  # parameters: auto (bf16 on a GPU that has it, else fp32), float32, bfloat16
     device: str = "auto"  # auto, cpu, cuda (with torchrun, each rank uses cuda:LOCAL_RANK)
-    strategy: str = "ddp"  # with torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2 fully_shard)
+    strategy: str = field(default="ddp", metadata=rule(choices=STRATEGIES))  # with torchrun: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2 fully_shard)
     tensorboard: bool = False  # also write TensorBoard scalars under out_dir/tb (needs tensorboard)
     progress: bool = True  # rich progress bar on stderr
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=1.0))  # rollout workflow
@@ -178,33 +303,25 @@ class TrainConfig:
     val: ValConfig = field(default_factory=ValConfig)  # periodic validation (val.every, val.samples, val.data)
     log: LogConfig = field(default_factory=LogConfig)  # log.wandb: Weights & Biases beside TensorBoard
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm / vllm-server rollout engines
-    model_options: ModelOptions = field(default_factory=ModelOptions)  # also written model.<field> (load_config)
+    model_options: ModelOptions = field(default_factory=ModelOptions)  # also written model.<field>
     lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters (peft); r = 0 trains the full model
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # safetensors (rank 0) or dcp (sharded)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # TrainConfig(data="file.jsonl") from Python
             self.data = DataConfig(self.data)
-        _positive(self, "total_steps")
-        if not 0 <= self.seed < 2**32:
+        if isinstance(self.seed, int) and not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be in [0, 2**32) (NumPy's limit), got {self.seed}")
-        if self.save_every < 0 or self.keep_last < 0:
-            raise ConfigError("save_every and keep_last must be >= 0")
+        check_fields(self)
         if self.rollout.batch_size % self.update.mini_batch_size:
             raise ConfigError(
                 f"update.mini_batch_size ({self.update.mini_batch_size}) must divide rollout.batch_size "
                 f"({self.rollout.batch_size}); e.g. set update.mini_batch_size="
-                f"{_largest_divisor(self.rollout.batch_size, self.update.mini_batch_size)}")
+                f"{largest_divisor(self.rollout.batch_size, self.update.mini_batch_size)}")
         if self.agent.temperature <= 0:
             raise ConfigError("agent.temperature must be > 0 for rollouts (0 is greedy: every rollout of a "
                               "group would be the same); the paper samples at 1.0")
-        if self.strategy not in ("ddp", "fsdp"):
-            raise ConfigError(f"strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
-        _check_workflow(self.workflow, self.workflow_options)
-        from memagent.flags import check_device
-
+        check_workflow(self.workflow, self.workflow_options)
         try:
             check_device(self.device, "device")
         except MemAgentError as e:
@@ -220,10 +337,8 @@ class TrainConfig:
         return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
 
 
-def _check_workflow(name: str, options: Any) -> None:
+def check_workflow(name: str, options: Any) -> None:
     """ConfigError for a workflow that is not known (listing the valid ones) or options that are not a mapping."""
-    from memagent.agent.registry import get_workflow
-
     if not isinstance(options, dict):
         raise ConfigError(f"workflow_options must be a mapping of option: value, got {options!r}")
     try:
@@ -232,14 +347,7 @@ def _check_workflow(name: str, options: Any) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _positive(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
-
-
-def _largest_divisor(n: int, at_most: int) -> int:
+def largest_divisor(n: int, at_most: int) -> int:
     return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
 
 
@@ -248,116 +356,46 @@ def _largest_divisor(n: int, at_most: int) -> int:
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """A plain, JSON-able dict of a (nested) config dataclass."""
-    return dataclasses.asdict(cfg)
+    return to_dict(cfg)
 
 
 def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a nested dict; unknown keys and wrong types are ConfigError."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(str(k) for k in set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(prefix + k for k in unknown)}; valid keys"
-                          f"{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(fields)}")
-    kwargs = {}
-    for name, value in data.items():
-        f = fields[name]
-        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and f.default_factory is not dataclasses.MISSING:
-            value = deep_merge(config_to_dict(f.default_factory()), value)  # keep the section's own defaults
-        kwargs[name] = _coerce(hints[name], value, prefix + name)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise ConfigError(f"{prefix or 'config'}: {e}") from None
+    """Build dataclass `cls` from a nested dict (short spellings allowed); unknown keys and wrong types are
+    ConfigError."""
+    return build(cls, spell_out(cls, data), where=prefix.rstrip("."))
 
 
-class _NotFinite(Exception):
-    """A float config value that is NaN or infinite."""
-
-
-def _coerce(tp: Any, value: Any, key: str) -> Any:
-    if dataclasses.is_dataclass(tp):
-        if dataclasses.is_dataclass(value):
-            return value
-        if isinstance(value, str) and hasattr(tp, "from_str"):  # `data: FILE` for `data: {path: FILE}`
-            return tp.from_str(value)
-        return config_from_dict(tp, value, key + ".")
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, key) if len(inner) == 1 else value
-    try:
-        if tp is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-                return value.lower() in ("true", "yes", "1")
-            raise ValueError
-        if tp is int:
-            if not isinstance(value, (int, float, str)) or isinstance(value, bool) or (
-                    isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if tp is float:
-            if not isinstance(value, (int, float, str)) or isinstance(value, bool):
-                raise ValueError
-            number = float(value)  # also "1e-6", which YAML 1.1 reads as a string
-            if not math.isfinite(number):
-                raise _NotFinite
-            return number
-        if tp is str:
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise ValueError
-            return str(value)
-    except _NotFinite:
-        raise ConfigError(f"{key} must be a finite number, got {value!r}") from None
-    except (ValueError, OverflowError):
-        raise ConfigError(f"{key} must be {tp.__name__}, got {value!r}") from None
-    return value
-
-
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """['loss.clip_high=0.2', 'seed=3'] -> {'loss': {'clip_high': 0.2}, 'seed': 3} (YAML-typed values;
-    short keys such as data=FILE spelled out by memagent.rl.config_aliases)."""
-    out: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r} is not key=value (dotted keys for nested fields, e.g. loss.kl_coef=0)")
-        shown = item if len(item) <= 80 else item[:60] + "..."
-        value = load_yaml(raw, f"override {shown!r}: the value", ConfigError) if raw.strip() else ""
-        if any(not p.strip() for p in key.split(".")):
-            raise ConfigError(f"override {item!r}: the key has an empty part; e.g. loss.kl_coef=0")
-        node = out
-        parts = canonical_key(key.strip().split("."), value)
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} conflicts with an earlier override of {p}")
-        node[parts[-1]] = value
-    return out
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides."""
+def config_data(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The nested mapping of a YAML file of TrainConfig fields (none: {}) with `key=value` overrides applied,
+    short spellings written in full."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
                               "file of TrainConfig fields")
-        data = load_yaml(read_text(p, "config file", ConfigError), str(p), ConfigError)
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p} must be a YAML mapping of TrainConfig fields (key: value lines), "
-                              f"got a {type(data).__name__}")
-    data = deep_merge(canonical_mapping(data), parse_overrides(overrides or []))
-    return config_from_dict(TrainConfig, data)
+        data = spell_out(TrainConfig, load_mapping(read_text(p, "config file", ConfigError), str(p),
+                                                   "TrainConfig fields"))
+    return deep_merge(data, parse_overrides(overrides or [], TrainConfig))
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides."""
+    return build(TrainConfig, config_data(path, overrides))
+
+
+def build_train_config(path: str | Path | None, overrides: list[str] | None = None, *, resume: bool = False,
+                       force: bool = False, profile: Any = None) -> TrainConfig:
+    """The TrainConfig of `memagent train`: the YAML file, the `key=value` overrides, --resume and --force, then a
+    protocol profile's prompts and budgets in `agent` (a `memagent.profile.Profile`; explicit `agent.*=...`
+    overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
+    flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
+    cfg = load_config(path, flags)
+    if profile is None:
+        return cfg
+    explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
+    kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
+    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:

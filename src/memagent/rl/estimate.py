@@ -45,8 +45,7 @@ from pathlib import Path
 from memagent.config import ConfigError
 from memagent.model_shapes import KNOWN_SHAPES, ModelShape, ShapeError, known_shape, read_model_config
 from memagent.model_shapes import shape_from_config as base_shape_from_config
-from memagent.rl.config import TrainConfig
-from memagent.rl.scale_config import LoraConfig
+from memagent.rl.config import LoraConfig, TrainConfig
 
 GB = 1e9
 TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
 from memagent.config import ConfigError
 from memagent.rl.distributed import unwrap
-from memagent.rl.scale_config import LoraConfig
+from memagent.rl.config import LoraConfig
 
 log = logging.getLogger(__name__)
 
