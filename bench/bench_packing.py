@@ -78,7 +78,7 @@ def update_step(model, opt, mb, micro_batch_tokens: int) -> float:
 
 def speed() -> dict:
     """Padded against packed with a budget of 2 longest rows (the headline), as the trainer runs it: packing
-    switches "auto" attention to per-row varlen attention (memagent.rl.varlen). Also packed with transformers'
+    switches "auto" attention to per-row varlen attention (memagent.rl.packing). Also packed with transformers'
     sdpa and its dense block-diagonal mask (attention over the whole pack: what packing gave before varlen),
     and varlen with a budget as large as the padded micro-batch's real tokens."""
     import torch

@@ -5,7 +5,7 @@ Meant for scripts/gpu_check.sh (one GPU, well under a minute); on a machine with
 runs on the CPU, flash-attention and offload are skipped.
 
     packed-sdpa        packed vs padded log-probs and gradients, float32, transformers' sdpa attention
-    packed-varlen      packed with memagent's per-row varlen attention (rl/varlen.py) vs padded sdpa: log-probs
+    packed-varlen      packed with memagent's per-row varlen attention (rl/packing.py) vs padded sdpa: log-probs
                        and gradients, float32
     packed-flash-varlen packed vs padded log-probs with attn_implementation=flash_attention_2 (bf16), and a
                        packed row equal to the same row alone (the varlen kernels keep rows apart)
@@ -84,7 +84,7 @@ def check_packed_sdpa() -> str:
 
 
 def check_packed_varlen() -> str:
-    from memagent.rl.varlen import use_varlen
+    from memagent.rl.packing import use_varlen
 
     padded, packed, mb = model(), use_varlen(model()), rows()
     kw = dict(pad_id=0, micro_batch_size=4, info=INFO)

@@ -57,7 +57,7 @@ def _grads(model, mb, objective, micro, tokens=0):
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_packed_gradients_equal_padded(agg, attention):
     """Packed with transformers' block-diagonal sdpa mask, and with per-row varlen attention."""
-    from memagent.rl.varlen import use_varlen
+    from memagent.rl.packing import use_varlen
 
     model = tiny_model()
     packed = use_varlen(tiny_model()) if attention == "varlen" else model

@@ -68,7 +68,7 @@ def test_train_sft_packed_follows_the_padded_run(tmp_path, layouts):
     for name, p in packed.model.named_parameters():
         assert (p - ref[name]).abs().max().item() <= 1e-6, name
     assert any((p - q).abs().max().item() > 1e-3 for p, q in zip(tiny_model().parameters(), packed.model.parameters()))
-    from memagent.rl.varlen import is_varlen
+    from memagent.rl.packing import is_varlen
 
     assert is_varlen(packed.model) and not is_varlen(padded.model)  # packing switched sdpa to per-row attention
 

@@ -1,4 +1,4 @@
-"""Varlen attention (memagent.rl.varlen): per-row sdpa for packed micro-batches, sdpa itself otherwise."""
+"""Varlen attention (memagent.rl.packing): per-row sdpa for packed micro-batches, sdpa itself otherwise."""
 import pytest
 import torch
 
@@ -7,7 +7,7 @@ from memagent.rl.config import ModelOptions
 from memagent.rl.distributed import DistInfo
 from memagent.rl.model_options import load_kwargs, prepare_model
 from memagent.rl.packing import flat_response_logits, pack_flat, pack_rows, response_logits, rows_logprobs
-from memagent.rl.varlen import NAME, is_varlen, row_bounds, use_varlen
+from memagent.rl.packing import NAME, is_varlen, row_bounds, use_varlen
 
 from rl_helpers import synthetic_minibatch, tiny_model
 

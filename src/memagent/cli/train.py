@@ -68,7 +68,7 @@ class TrainOptions:
 def train_cmd(o: TrainOptions) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.rl.config import build_train_config  # lazy: torch
-    from memagent.rl.launch import run_train  # lazy: torch
+    from memagent.rl.trainer import run_train  # lazy: torch
 
     chosen = load_profile(o.profile) if o.profile else None
     cfg = build_train_config(o.config, o.overrides, resume=o.resume, force=o.force, profile=chosen)

@@ -4,7 +4,8 @@ over pluggable per-row objectives.
     recipe.py       the loop both run: setup / step / save / cleanup; `TrainResult`; the data order, rollout seeds and
                     optimiser schedule (`DataStream`, `step_seed`, `make_optimizer`); metrics.jsonl, TensorBoard,
                     W&B and the progress bar (`MetricsLog`, `Progress`)
-    trainer.py      Multi-Conv DAPO as a recipe algorithm (rollout, then optimiser steps); `train()`, `load_policy`
+    trainer.py      Multi-Conv DAPO as a recipe algorithm (rollout, then optimiser steps); `train()`, `load_policy`;
+                    `run_train`: `memagent train` as one library call (dry run, resume guard, lock, profile.yaml)
     sft.py          supervised fine-tuning as a recipe algorithm; `train_sft()`
     objectives.py   per-row losses registered by name: `dapo`, `sft`; `MiniBatch`; `accumulate_gradients`: one
                     optimiser step's gradient over [Term(objective, weight, rows)], split- and rank-invariant
@@ -15,8 +16,8 @@ over pluggable per-row objectives.
                     and the worker extension that receives the weights inside vLLM (worker.py)
     validation.py   periodic held-out validation: val/greedy_acc, val/sampled_acc
     samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`; `cap_chunks`
-    packing.py      packing rows into micro-batches (padded, or padding-free by a token budget), log-probs
-    varlen.py       per-row ("varlen") attention for padding-free packing without flash-attention
+    packing.py      packing rows into micro-batches (padded, or padding-free by a token budget), log-probs; the
+                    per-row ("varlen") attention for padding-free packing without flash-attention
     lora.py         LoRA adapters through peft: apply, the KL reference without them, merged weights, `merge_lora`
     distributed.py  torchrun: DDP / FSDP2 helpers
     checkpoint/     checkpoints without pickle: full.py (safetensors + JSON, atomic, resumable), sharded.py (DCP,
@@ -26,7 +27,6 @@ over pluggable per-row objectives.
     config.py       TrainConfig and every section (data, rollout, loss, optim, val, log, vllm, lora, checkpoint; the
                     short spellings `data: FILE`, `model: {path: ID, KEY: ...}` declared on their fields), loaded by
                     `memagent.sections`; `build_train_config` (a YAML file + key=value overrides + a profile)
-    launch.py       `memagent train` as one library call: `run_train` (dry run, resume guard, lock, profile.yaml)
     model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
 
 Public entry points, imported lazily (so `import memagent.rl` stays cheap):

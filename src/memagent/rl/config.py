@@ -220,7 +220,7 @@ class ModelOptions:
     attn_implementation: str = field(default="auto", metadata=rule(choices=ATTN_IMPLEMENTATIONS))  # auto:
     #   flash_attention_2 on CUDA when flash-attn is installed, else transformers' default, switched to varlen
     #   under update.packing; or eager, sdpa, flash_attention_2, varlen (per-row sdpa for packed micro-batches,
-    #   memagent.rl.varlen)
+    #   memagent.rl.packing)
 
     def __post_init__(self) -> None:
         check_fields(self, "model")

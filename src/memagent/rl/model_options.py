@@ -3,7 +3,7 @@ checkpointing, FSDP2 CPU offload.
 
     attn_implementation   "auto" picks flash_attention_2 on CUDA when the flash-attn package imports (its varlen
                           kernels then serve padding-free packing), else transformers' default (sdpa), which
-                          `prepare_model` switches to "varlen" (memagent.rl.varlen: per-row sdpa) when
+                          `prepare_model` switches to "varlen" (memagent.rl.packing: per-row sdpa) when
                           update.packing is on; "varlen" asks for that switch explicitly
     gradient_checkpointing each decoder layer's activations are recomputed in the backward pass
                           (non-reentrant torch.utils.checkpoint): the same gradient, less memory, ~1/3 more compute
@@ -20,7 +20,7 @@ from torch import nn
 
 from memagent.config import ConfigError
 from memagent.rl.config import ModelOptions
-from memagent.rl.varlen import use_varlen
+from memagent.rl.packing import use_varlen
 
 
 def load_kwargs(opts: ModelOptions, device: torch.device) -> dict[str, Any]:

@@ -16,13 +16,20 @@ The recipe (`memagent.rl.recipe`) writes the metrics, the progress bar and the c
 
 Departures from the paper: weight decay applies to all parameters (as verl's actor does);
 `sample-mean` aggregation is an option of ours.
+
+`run_train(cfg, profile_yaml)` is what `memagent train` runs: a dry run (the memory estimate, no GPU, no weights)
+or the training itself after its guards (an out_dir that would destroy an input, a resume whose settings or data
+differ from the run's), under the run's lock, with the protocol profile it uses written first (rank 0). The
+process's rank (torchrun's RANK) is read once, there.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import logging
+import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -35,16 +42,18 @@ from memagent.backends.hf import config_vocab_size, pick_dtype, vocab_limit
 from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
+from memagent.io import atomic_write_text
 from memagent.lock import run_lock
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
+from memagent.rl.estimate import dry_run_report
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
 from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
 from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, Term, accumulate_gradients, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult, step_seed
-from memagent.rl.resume_guard import file_digest, samples_digest
+from memagent.rl.resume_guard import check_resume_dir, file_digest, samples_digest
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, make_engine, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.validation import make_validator
@@ -305,3 +314,27 @@ def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
 
 
 __all__ = ["DrawnRows", "MultiConvDAPO", "TrainResult", "Trainer", "load_policy", "out_dir_lock", "train"]
+
+
+# -- `memagent train` as one library call (the dry run or the run, with its guards) ---------------------------
+PROFILE_FILE = "profile.yaml"  # the protocol profile a run uses, beside its config.json
+
+
+def run_train(cfg: TrainConfig, profile_yaml: str, dry_run: tuple[int, int | None] | None = None) -> str:
+    """Train `cfg` (or, with dry_run=(gpus, samples), estimate it); returns the line to print ("" on a rank
+    other than 0). profile_yaml: the resolved protocol profile, written to out_dir/profile.yaml."""
+    if dry_run is not None:
+        return dry_run_report(cfg, *dry_run)
+    check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
+    if cfg.data and not Path(cfg.data).is_file():
+        raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
+    if cfg.resume:  # other settings or data than the run's: refused before profile.yaml is rewritten
+        check_resume_dir(cfg.out_dir, config_to_dict(cfg), file_digest(cfg.data.path) if cfg.data else None)
+    main = int(os.environ.get("RANK", "0")) == 0
+    with run_lock(cfg.out_dir, "training run", reenter=True) if main else nullcontext():  # before profile.yaml
+        if main:
+            atomic_write_text(Path(cfg.out_dir) / PROFILE_FILE, profile_yaml)
+        result = train(cfg)  # the trainer takes the same lock again (re-entrant in this process)
+    if result.checkpoint is None or not main:
+        return ""
+    return f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}"
