@@ -236,12 +236,12 @@ def test_at_least_sixty_cases_over_every_command():
 def test_an_os_error_the_user_can_fix_is_one_line(monkeypatch, capsys):
     import errno
 
-    import memagent.run
+    import memagent.cli.ask
 
     def disk_full(_options):
         raise OSError(errno.ENOSPC, "No space left on device", "/data/out.jsonl")
 
-    monkeypatch.setattr(memagent.run, "run_ask", disk_full)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", disk_full)
     code = run(["ask", "--model", "m", "--document", "d", "--question", "q"])
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == ("error: /data/out.jsonl: no space left on the device; free some space "
@@ -249,12 +249,12 @@ def test_an_os_error_the_user_can_fix_is_one_line(monkeypatch, capsys):
 
 
 def test_a_bug_shows_its_traceback_and_asks_to_report_it(monkeypatch, capsys):
-    import memagent.run
+    import memagent.cli.ask
 
     def broken(_options):
         raise KeyError("internal")
 
-    monkeypatch.setattr(memagent.run, "run_ask", broken)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", broken)
     code = run(["ask", "--model", "m", "--document", "d", "--question", "q"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" in err and "KeyError: 'internal'" in err

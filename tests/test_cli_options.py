@@ -35,10 +35,10 @@ def test_shared_flags_are_one_declaration_in_every_command():
 
 
 def test_ask_flags_become_its_nested_options(run_cli, monkeypatch, tmp_path):
-    import memagent.run
+    import memagent.cli.ask
 
     seen = []
-    monkeypatch.setattr(memagent.run, "run_ask", seen.append)
+    monkeypatch.setattr(memagent.cli.ask, "run_ask", seen.append)
     code, _, err = run_cli("ask", "--model", "m", "--question", "q", "--document", "d.txt", "--chunk-tokens", 7,
                            "--top-p", 0.5, "--backend", "openai", "--max-retries", 1, "--no-progress")
     assert code == 0, err
@@ -92,7 +92,7 @@ def test_a_bad_record_is_the_same_error_through_ask_and_eval(run_cli, tmp_path, 
 
 def test_eval_and_ask_resolve_a_models_saved_settings_by_one_rule(tmp_path):
     from memagent.eval.command import EvalOptions, eval_profile
-    from memagent.run import model_profile, save_agent_settings
+    from memagent.protocol.resolve import model_profile, save_agent_settings
 
     cfg = AgentConfig(chunk_tokens=16, memory_tokens=2, answer_tokens=3, query_tokens=4,
                       memory_template="M {memory} C {chunk} Q {question} >", final_template="M {memory} Q {question} >",

@@ -6,18 +6,18 @@ from typing import Optional
 
 import typer
 
+from memagent.ask import AskOptions, run_ask
 from memagent.cli.app import app
 from memagent.cli.params import options_command
-from memagent.run import AskOptions
+from memagent.io import given_path
 from memagent.serve.main import ServeOptions
+from memagent.timeline.report import write_report
 
 
 @app.command()
 @options_command(AskOptions)
 def ask(o: AskOptions) -> None:
     """Answer a question over a document of any length (or many, with --input)."""
-    from memagent.run import run_ask
-
     run_ask(o)
 
 
@@ -28,10 +28,6 @@ def report_cmd(
     doc: Optional[str] = typer.Option(None, "--doc", help="Only this document (its doc_id); default: every document."),
 ) -> None:
     """The memory timeline of a trace as one static HTML file: each chunk, the memory after it, what changed."""
-    from memagent.report import write_report
-
-    from memagent.io import given_path
-
     n = write_report(trace, given_path(out, "--out", "file path"), doc)
     typer.echo(f"wrote the timeline of {n} document(s) to {out}", err=True)
 

@@ -24,7 +24,7 @@ def profile_from_reference_cmd(
 ) -> None:
     """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
     from memagent.profile import write_profile
-    from memagent.reference import check_reference_out, profile_from_reference
+    from memagent.protocol.reference import check_reference_out, profile_from_reference
 
     out = check_reference_out(path, out)
     written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)

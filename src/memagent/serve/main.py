@@ -164,7 +164,7 @@ def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
     from memagent.lock import run_lock
     from memagent.profile import open_backend
-    from memagent.run import model_profile
+    from memagent.protocol.resolve import model_profile
     from memagent.serve import require_serve_deps
 
     require_serve_deps()
