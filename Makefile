@@ -1,11 +1,12 @@
 # One command each, on a fresh machine (Python 3.11, no GPU needed):
 #   make demo   set up .venv and run the main job (the CPU-scale reproduction, about 8 min)
 #   make test   set up .venv and run the test suite (what CI runs; make test-fast skips the slow ones)
+#   make docs   rewrite the figure tables of README.md, bench/README.md and docs/ from bench/results/*.json
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test test-fast demo demo-quick bench clean
+.PHONY: setup test test-fast demo demo-quick bench docs clean
 
 $(BIN)/memagent: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +27,9 @@ demo: setup
 
 demo-quick: setup
 	$(BIN)/memagent demo --quick --out runs/demo-quick
+
+docs: setup
+	$(BIN)/python scripts/docs_figures.py
 
 clean:
 	rm -rf $(VENV) runs

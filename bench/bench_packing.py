@@ -63,10 +63,9 @@ def batch(seed: int = 0, rows: int = ROWS, short: int = SHORT, long: int = LONG)
 
 def update_step(model, opt, mb, micro_batch_tokens: int) -> float:
     """Seconds of one update step: accumulate the DAPO gradient over the batch, then AdamW."""
-    from memagent.rl.accumulate import Term, accumulate_gradients
     from memagent.rl.config import LossConfig
     from memagent.rl.distributed import DistInfo
-    from memagent.rl.objectives import DAPO
+    from memagent.rl.objectives import DAPO, Term, accumulate_gradients
 
     objective = DAPO.from_config(LossConfig(kl_coef=0.0))
     t0 = time.perf_counter()

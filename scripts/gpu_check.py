@@ -69,7 +69,7 @@ def make_engine(model_dir: Path, sleep: bool = True) -> tuple[Any, torch.nn.Modu
     from memagent.backends.tokenizer import load_tokenizer
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
-    from memagent.rl.engines import VLLMRollout
+    from memagent.rl.vllm.engine import VLLMRollout
 
     cfg = load_config(None, [f"model={model_dir}", "rollout.engine=vllm", f"vllm.sleep={str(sleep).lower()}",
                              "vllm.gpu_memory_utilization=0.2", "vllm.sync_chunk_mb=1", "progress=false"])
@@ -137,7 +137,7 @@ def vllm_lora_push(engine: Any, model: torch.nn.Module) -> str:
         raise Skip("peft is not installed (pip install 'memagent[lora]')") from None
     from memagent.rl.lora import apply_lora
     from memagent.rl.scale_config import LoraConfig
-    from memagent.rl.weight_sync import trained_weights
+    from memagent.rl.vllm.engine import trained_weights
 
     base = state_sum(trained_weights(model))
     lora = apply_lora(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]), engine="vllm")
@@ -180,7 +180,7 @@ def _receiver(conn: Any, model_dir: str) -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from memagent.rl.vllm_worker import WeightReceiver
+    from memagent.rl.vllm.worker import WeightReceiver
 
     class Loading:
         def __init__(self, model: Any) -> None:
@@ -209,7 +209,7 @@ def nccl_broadcast(model_dir: Path) -> str:
         raise Skip("needs 2 GPUs: NCCL refuses two ranks on one device (the vllm-server broadcast is untested here)")
     from transformers import AutoModelForCausalLM
 
-    from memagent.rl.weight_sync import ServerWeights, trained_weights
+    from memagent.rl.vllm.engine import ServerWeights, trained_weights
 
     ctx = mp.get_context("spawn")
     here, there = ctx.Pipe()

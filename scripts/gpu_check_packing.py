@@ -26,11 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from memagent.rl.accumulate import Term, accumulate_gradients  # noqa: E402
 from memagent.rl.config import LossConfig, ModelOptions  # noqa: E402
 from memagent.rl.distributed import DistInfo  # noqa: E402
 from memagent.rl.model_options import offload_policy, prepare_model  # noqa: E402
-from memagent.rl.objectives import DAPO, MiniBatch  # noqa: E402
+from memagent.rl.objectives import DAPO, MiniBatch, Term, accumulate_gradients  # noqa: E402
 from memagent.rl.packing import rows_logprobs  # noqa: E402
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -11,7 +11,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from memagent.eval.sweep import run_sweep  # noqa: E402
+from memagent.backends.options import BackendOptions  # noqa: E402
+from memagent.config import AgentConfig  # noqa: E402
+from memagent.eval.executor import Executor  # noqa: E402
+from memagent.eval.sweep import SweepConfig, plan, run_sweep, sweep  # noqa: E402
+from memagent.profile import Profile  # noqa: E402
+from memagent.scale.executor import RayExecutor  # noqa: E402
 from memagent.scale.options import RayOptions  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -91,13 +96,31 @@ def test_ask_input_on_two_actors_equals_the_plain_runner(run_cli, tiny_model_dir
     assert traced == {r["id"] for r in rows} - {json.loads(first)["id"]}  # the actors' traces, written here
 
 
-def test_a_killed_actor_loses_nothing(tiny_backend, tiny_model_dir, data_file, tmp_path):
-    from memagent.backends.options import BackendOptions
-    from memagent.config import AgentConfig
-    from memagent.eval.sweep import SweepConfig, plan
-    from memagent.profile import Profile
-    from memagent.scale.runs import ray_sweep
+def test_the_ray_executor_makes_the_local_sweeps_records(tiny_backend, tiny_model_dir, data_file, tmp_path):
+    """`sweep` with a RayExecutor (2 actors) and with the in-process backend, on the same inputs: the same
+    records, every field equal but `seconds` (the unit's wall-clock divided by its size: timing, not result);
+    `group_size` is compared (a unit is the same batch on an actor). The Ray file is in finishing order."""
+    agent = AgentConfig(chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64, max_batch_docs=2)
+    cfg = SweepConfig(model_name="tiny", methods=["memagent", "full-context", "rag-bm25"], agent=agent, window=160)
+    datas, keys = plan(cfg, [data_file])
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    local = sweep(tiny_backend, datas, tmp_path / "local", cfg, None, False, False, None)
+    ex = RayExecutor(str(tiny_model_dir), BackendOptions(device="cpu", dtype="float32"), Profile(),
+                     RayOptions("local", 2))
+    assert isinstance(ex, Executor)
+    sharded = sweep(ex, datas, tmp_path / "ray", cfg, None, False, False, None)
+    drop = lambda path: {k: {f: v for f, v in r.items() if f != "seconds"}  # noqa: E731
+                         for k, r in _records(path).items()}
+    a, b = drop(local), drop(sharded)
+    assert sorted(a) == sorted(keys) and len(a) == 12  # 4 samples x 3 methods
+    for key in a:  # field by field, so a difference names its field
+        assert set(a[key]) == set(b[key]), key
+        for f in a[key]:
+            assert a[key][f] == b[key][f], (key, f)
 
+
+def test_a_killed_actor_loses_nothing(tiny_backend, tiny_model_dir, data_file, tmp_path):
     agent = AgentConfig(chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64, max_batch_docs=1)
     cfg = SweepConfig(model_name="tiny", methods=["memagent"], agent=agent, repeats=2)
     plain = _records(run_sweep(tiny_backend, [data_file], tmp_path / "plain", cfg))
@@ -110,8 +133,9 @@ def test_a_killed_actor_loses_nothing(tiny_backend, tiny_model_dir, data_file, t
 
     datas, _ = plan(cfg, [data_file])
     (tmp_path / "ray").mkdir()
-    path = ray_sweep(str(tiny_model_dir), BackendOptions(device="cpu", dtype="float32"), Profile(), datas,
-                     tmp_path / "ray", cfg, RayOptions("local", 2), False, False, None, hook=kill_one)
+    ex = RayExecutor(str(tiny_model_dir), BackendOptions(device="cpu", dtype="float32"), Profile(),
+                     RayOptions("local", 2), hook=kill_one)
+    path = sweep(ex, datas, tmp_path / "ray", cfg, None, False, False, None)
     assert seen["lost"] == 1 and seen["requeued"] >= 1  # its unfinished units went to the other actor
     assert _records(path) == plain  # 8 records (4 samples x 2 repeats), each once, as the plain runner made
 

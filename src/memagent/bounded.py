@@ -199,7 +199,7 @@ def _commas(buf: bytes, pos: int, end: int) -> Iterator[int]:
 
 # ---------------------------------------------------------------- YAML
 def _yaml_loader() -> type:
-    import yaml
+    import yaml  # lazy: yaml
 
     class Loader(yaml.SafeLoader):
         """SafeLoader without timestamp resolution: `2024-01-01` stays the string it looks like."""
@@ -215,7 +215,7 @@ _INTLIKE = re.compile(r"[-+]?[0-9][0-9a-fA-FxXoObB_:]*")
 
 def _check_events(text: str, where: str, error: type[Exception], loader: type) -> None:
     """One pass over the YAML events (the parser does not recurse): tags, depth, int sizes, alias expansion."""
-    import yaml
+    import yaml  # lazy: yaml
 
     sizes: dict[str, int] = {}  # anchor -> nodes of its subtree, aliases expanded
     stack: list[list] = [[0, None]]  # [nodes so far, anchor] of each open collection
@@ -249,7 +249,7 @@ def _check_events(text: str, where: str, error: type[Exception], loader: type) -
 
 def load_yaml(text: str, where: str, error: type[Exception], max_chars: int = CONFIG_CHARS) -> Any:
     """The value of the YAML document in `text`, bounded as the module says; anything else raises `error`."""
-    import yaml
+    import yaml  # lazy: yaml
 
     text = _size(text, where, error, max_chars)
     loader = _yaml_loader()

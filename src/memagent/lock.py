@@ -20,6 +20,7 @@ from typing import Iterator
 from filelock import FileLock, Timeout
 
 from memagent.errors import MemAgentError
+from memagent.io import is_sink
 
 LOCK_NAME = ".memagent.lock"
 _LOCAL = threading.local()  # .held: lock files this thread took with reenter=True; taking one again is a no-op
@@ -62,8 +63,6 @@ def run_lock(folder: str | Path, what: str = "run", reenter: bool = False):
 def file_lock(path: str | Path, what: str = "run"):
     """Hold the lock of one output file (`.NAME.lock` beside it) for the body; refuse at once if another process
     holds it (two `ask --output X` runs would interleave their results)."""
-    from memagent.io import is_sink
-
     path = Path(path)
     if is_sink(path):
         return nullcontext(None)

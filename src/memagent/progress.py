@@ -13,6 +13,10 @@ import sys
 import time
 from typing import Callable, TextIO
 
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
 __all__ = ["CallRate", "StepProgress", "call_figures", "format_seconds"]
 
 
@@ -60,10 +64,6 @@ class StepProgress:
         return 100.0 * self.done / self.total if self.total else 100.0
 
     def _start_bar(self):  # a rich bar; only on a terminal
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
         bar = Progress(TextColumn(f"{self.what} {self.unit}"), BarColumn(), MofNCompleteColumn(),
                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                        console=Console(file=self._stream))

@@ -1,8 +1,9 @@
 """A STUB of the `memagent serve` API for the browser tests: not the service, no model.
 
 It serves `src/memagent/serve/static/` at / and implements the endpoints the page uses, as the contract
-(issue 15) describes them: `POST /v1/documents` (raw body), `POST /v1/jobs`, `GET /v1/jobs/{id}`,
-`GET /v1/jobs/{id}/events` (SSE: `step`, `answer`, `state`, past events replayed), `DELETE /v1/jobs/{id}`.
+(issue 15) describes them: `POST /v1/documents` (raw body), `POST /v1/jobs`, `GET /v1/jobs` (newest first),
+`GET /v1/jobs/{id}`, `GET /v1/jobs/{id}/events` (SSE: `step`, `answer`, `state`, past events replayed; with
+`?chunk_text=0` the step events leave out `chunk_text`), `GET /v1/jobs/{id}/chunks/{k}`, `DELETE /v1/jobs/{id}`.
 Each non-blank line of the document is one chunk; the memory after chunk i is `memories[i]` (canned, given by
 the test); the answer is canned too; evidence comes from `memagent.timeline.evidence_steps`.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import urllib.parse
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,7 +60,9 @@ class StubService:
                      raw_answer=f"\\boxed{{{self.answer}}}", seconds=0.01, batch_size=1)
         events.append(("answer", dict(final, question_index=0, evidence=evidence_steps(records))))
         events.append(("state", dict(state="done", error=None)))
-        job = dict(id="job_" + secrets.token_hex(6), state="running", questions=body["questions"], events=events)
+        job = dict(id="job_" + secrets.token_hex(6), state="running", questions=body["questions"], events=events,
+                   workflow=body.get("workflow", "memagent"), created=time.time(),
+                   chunks={r["step"]: r for r in records})
         self.jobs[job["id"]] = job
         return job
 
@@ -81,15 +85,26 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             stub.requests.append(("GET", self.path))
-            path = self.path.split("?")[0].split("#")[0]
+            url = urllib.parse.urlsplit(self.path)
+            path, query = url.path, urllib.parse.parse_qs(url.query)
+            if path == "/v1/jobs":
+                jobs = sorted(stub.jobs.values(), key=lambda j: -j["created"])[: int(query.get("limit", ["20"])[0])]
+                return self._json(200, dict(object="list", data=[
+                    dict(id=j["id"], state=j["state"], workflow=j["workflow"], created=j["created"], chat=False,
+                         error=None, questions=len(j["questions"]), question=j["questions"][0][:200]) for j in jobs]))
             if path.startswith("/v1/jobs/"):
                 parts = path.split("/")
                 job = stub.jobs.get(parts[3])
                 if job is None:
                     return self._error(404, f"no job {parts[3]}")
                 if len(parts) == 5 and parts[4] == "events":
-                    return self._events(job)
-                return self._json(200, dict(id=job["id"], state=job["state"], error=None,
+                    return self._events(job, query.get("chunk_text", ["1"])[0] != "0")
+                if len(parts) == 6 and parts[4] == "chunks":
+                    rec = job["chunks"].get(int(parts[5]))
+                    if rec is None:
+                        return self._error(404, f"job {job['id']} has no chunk {parts[5]}")
+                    return self._json(200, dict(job_id=job["id"], chunk=rec["step"], text=rec["chunk_text"]))
+                return self._json(200, dict(id=job["id"], state=job["state"], error=None, workflow=job["workflow"],
                                             questions=[dict(index=i, question=q) for i, q in enumerate(job["questions"])]))
             name = "index.html" if path == "/" else path.lstrip("/")
             file = STATIC / name
@@ -102,7 +117,7 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def _events(self, job: dict) -> None:
+        def _events(self, job: dict, with_text: bool = True) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -112,6 +127,8 @@ def _handler(stub: StubService) -> type[BaseHTTPRequestHandler]:
                     break
                 if job["state"] == "cancelled":
                     name, data = "state", dict(state="cancelled", error=None)
+                if not with_text:
+                    data = {k: v for k, v in data.items() if k != "chunk_text"}
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
                 if name == "state":

@@ -87,7 +87,11 @@ def test_page_upload_ask_watch_timeline(browser, stub, tmp_path):
     chunk = rows.nth(2).locator(".chunk-text")
     assert chunk.is_hidden()
     rows.nth(2).locator(".row-head").click()
-    assert chunk.is_visible() and chunk.inner_text() == LINES[2]  # the <script> and <img> show as text
+    expect(chunk).to_have_text(LINES[2])  # fetched on the click; the <script> and <img> show as text
+    assert chunk.is_visible()
+    job_id = next(iter(stub.jobs))
+    assert ("GET", f"/v1/jobs/{job_id}/chunks/2") in stub.requests
+    assert ("GET", f"/v1/jobs/{job_id}/events?chunk_text=0") in stub.requests
     assert page.evaluate("typeof window.pwned") == "undefined"
     assert page.locator("img").count() == 0 and page.locator("script").count() == 2  # timeline.js, app.js
     assert errors == []
@@ -97,6 +101,37 @@ def test_page_upload_ask_watch_timeline(browser, stub, tmp_path):
     assert shot.stat().st_size > 10_000
     if os.environ.get("MEMAGENT_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["MEMAGENT_SCREENSHOT"])
+    page.close()
+
+
+def test_page_lists_api_jobs_and_opens_one_by_its_link(browser, stub):
+    from playwright.sync_api import expect
+
+    first = stub.make_job(dict(document="\n".join(LINES), questions=[f"Which code? {SCRIPT}"]))
+    second = stub.make_job(dict(document="one\ntwo", questions=["Other?"], workflow="skim"))
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(stub.url + "/")
+    items = page.locator("#job-list .job-item")
+    expect(items).to_have_count(2)
+    assert [items.nth(i).get_attribute("data-job") for i in range(2)] == [second["id"], first["id"]]
+    assert items.nth(0).locator(".job-workflow").inner_text() == "skim"
+    link = items.nth(1).locator("a.job-link")
+    assert link.inner_text() == f"Which code? {SCRIPT}" and link.get_attribute("href") == f"/?job={first['id']}"
+    link.click()
+    page.wait_for_url(f"**/?job={first['id']}")
+    expect(page.locator("#status")).to_have_text("done", timeout=10_000)
+    assert page.locator(".row").count() == len(LINES)
+    assert page.locator(".answer-text").inner_text() == f"4711 {SCRIPT}"
+    assert "current" in (page.locator(f"#job-list [data-job='{first['id']}']").get_attribute("class") or "")
+    assert f"/?job={first['id']}" in page.locator("#job-meta").inner_text()
+    page.locator(".row").nth(2).locator(".row-head").click()
+    expect(page.locator(".row").nth(2).locator(".chunk-text")).to_have_text(LINES[2])
+    page.goto(stub.url + "/?job=job_ffffffffffff")  # an unknown id: the service's message
+    expect(page.locator("#status")).to_have_text("error: no job job_ffffffffffff", timeout=10_000)
+    assert page.evaluate("typeof window.pwned") == "undefined" and page.locator("img").count() == 0
+    assert errors == []
     page.close()
 
 

@@ -87,19 +87,19 @@ def test_stream_progress_shows_samples_calls_in_flight_rate_and_eta(tiny_tokeniz
 
 def test_stream_progress_reads_each_data_file_once(tiny_tokenizer, tmp_path, monkeypatch, capsys):
     """The progress line's total (the pending samples) comes from the same single read the stream runs on."""
-    import memagent.eval.sweep as sweep
+    import memagent.eval.units as units  # where the sweep reads the pending samples
     from memagent.backends.openai import OpenAIBackend
 
     data = tmp_path / "kv.jsonl"
     write_samples(_samples(5), data)
     reads = []
-    real = sweep.read_samples
+    real = units.read_samples
 
     def counting(path, *a, **kw):
         reads.append(Path(path).name)
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(sweep, "read_samples", counting)
+    monkeypatch.setattr(units, "read_samples", counting)
     agent = AgentConfig(chunk_tokens=24, memory_tokens=12, answer_tokens=12, query_tokens=24, max_batch_docs=3)
     cfg = SweepConfig("sim", methods=["memagent"], agent=agent)
     with SimServer(latency=0.0).start() as server:

@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import save_file
 
 from memagent.config import ConfigError
-from memagent.rl.checkpoint import _safetensors_problem
-from memagent.rl.metrics_log import kept_records
+from memagent.rl.checkpoint.full import safetensors_problem
+from memagent.rl.recipe import kept_records
 
 
 def test_kept_records_drops_later_steps_and_a_torn_last_line(tmp_path):
@@ -28,15 +28,15 @@ def test_kept_records_drops_later_steps_and_a_torn_last_line(tmp_path):
 def test_safetensors_length_is_checked_against_its_header(tmp_path):
     f = tmp_path / "w.safetensors"
     save_file({"a": torch.zeros(3, 4), "b": torch.ones(5)}, f)
-    assert _safetensors_problem(f) is None
+    assert safetensors_problem(f) is None
     whole = f.read_bytes()
     f.write_bytes(whole[:-4])
-    assert "truncated" in _safetensors_problem(f)
+    assert "truncated" in safetensors_problem(f)
     f.write_bytes(whole + b"\0")
-    assert f"is {len(whole) + 1} bytes where its header says {len(whole)}" in _safetensors_problem(f)
+    assert f"is {len(whole) + 1} bytes where its header says {len(whole)}" in safetensors_problem(f)
     f.write_bytes(whole[:5])
-    assert "is truncated (5 bytes)" in _safetensors_problem(f)
+    assert "is truncated (5 bytes)" in safetensors_problem(f)
     f.write_bytes(b"\x04\0\0\0\0\0\0\0nope")
-    assert "not a safetensors file" in _safetensors_problem(f)
+    assert "not a safetensors file" in safetensors_problem(f)
 
 

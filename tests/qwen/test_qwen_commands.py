@@ -137,7 +137,7 @@ def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_ba
     from memagent.profile import Profile, train_config_with_profile
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
-    from memagent.rl.engines import PolicyRollout
+    from memagent.rl.rollout import PolicyRollout
 
     cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "progress=false"])
     cfg, resolved = train_config_with_profile(cfg, Profile(chat_template_kwargs={"enable_thinking": False}))

@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 sys.path.insert(0, str(Path(__file__).parent))
 from rl_helpers import dapo, subset, synthetic_minibatch, tiny_model  # noqa: E402
 
-from memagent.rl.accumulate import Term, accumulate_gradients  # noqa: E402
 from memagent.rl.distributed import init_distributed, shutdown, wrap_model  # noqa: E402
+from memagent.rl.objectives import Term, accumulate_gradients  # noqa: E402
 from memagent.rl.packing import token_micro_batches  # noqa: E402
 
 

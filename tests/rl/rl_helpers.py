@@ -57,8 +57,7 @@ def dapo(agg="token-mean", kl_coef=0.1, horizon=8):
 
 def accumulate(model, mb, objective, micro, info, sft_rows=None, sft_weight=0.0):
     """accumulate_gradients over [(objective, 1, mb)] (+ (sft, sft_weight, sft_rows)); the metrics of each term."""
-    from memagent.rl.accumulate import Term, accumulate_gradients
-    from memagent.rl.objectives import SFT, MiniBatch
+    from memagent.rl.objectives import SFT, MiniBatch, Term, accumulate_gradients
 
     terms = [Term(objective, 1.0, mb)]
     if sft_rows is not None:

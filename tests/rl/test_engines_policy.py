@@ -11,7 +11,7 @@ import torch.distributed as dist
 from memagent.backends.base import BackendError
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo
-from memagent.rl.engines import PolicyRollout
+from memagent.rl.rollout import PolicyRollout
 from memagent.rl.scale_config import LoraConfig
 
 from rl_helpers import tiny_model
@@ -78,13 +78,13 @@ def test_a_copy_that_does_not_match_the_weights_is_an_error(gloo):
 
 
 def test_merged_lora_weights_are_the_same_from_fsdp_shards(gloo):
-    """What a vLLM engine is pushed (memagent.rl.weight_sync.trained_weights) for a LoRA policy: the merged
+    """What a vLLM engine is pushed (memagent.rl.vllm.engine.trained_weights) for a LoRA policy: the merged
     weights under the base names, the same gathered from FSDP2 shards as from the unsharded model."""
     import copy
 
     from torch.distributed.fsdp import fully_shard
 
-    from memagent.rl.weight_sync import trained_weights
+    from memagent.rl.vllm.engine import trained_weights
 
     model = policy(True)
     want = copy.deepcopy(model).merge_and_unload().state_dict()

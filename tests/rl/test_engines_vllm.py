@@ -12,8 +12,8 @@ from memagent.backends.base import BackendError
 from memagent.config import ConfigError
 from memagent.rl.config import load_config
 from memagent.rl.distributed import DistInfo
-from memagent.rl.vllm_worker import WeightReceiver
-from memagent.rl.weight_sync import ServerWeights, check_vllm_version, push_in_process, weight_chunks
+from memagent.rl.vllm.engine import ServerWeights, check_vllm_version, push_in_process, weight_chunks
+from memagent.rl.vllm.worker import WeightReceiver
 
 CPU = DistInfo()
 
@@ -119,7 +119,7 @@ def test_push_in_process_loads_every_weight_in_chunks():
 
 
 def engine(cfg_extra, model):
-    from memagent.rl.engines import make_engine
+    from memagent.rl.rollout import make_engine
 
     cfg = load_config(None, ["model=some/model", "rollout.engine=vllm", "progress=false", *cfg_extra])
     return make_engine(model, None, cfg, CPU)
@@ -129,7 +129,7 @@ def test_vllm_engine_uses_the_worker_extension_and_pushes_on_start_and_sync(fake
     model = tiny(seed=0)
     eng = engine(["vllm.sync_chunk_mb=1", "vllm.gpu_memory_utilization=0.25"], model)
     llm = FakeLLM.instances[-1]
-    assert llm.kwargs["worker_extension_cls"] == "memagent.rl.vllm_worker.WeightReceiver"
+    assert llm.kwargs["worker_extension_cls"] == "memagent.rl.vllm.worker.WeightReceiver"
     assert llm.kwargs["enable_sleep_mode"] is False and llm.kwargs["gpu_memory_utilization"] == 0.25
     assert [c[0] for c in llm.calls] == ["rpc", "reset_prefix_cache"]  # the start: one chunk (< 1 MiB)
     with torch.no_grad():
@@ -266,7 +266,7 @@ def test_server_weights_broadcast_reaches_every_worker_in_the_announced_order():
 
 def test_server_without_the_extension_and_missing_settings_are_clear_errors():
     sw = ServerWeights("http://gpu7:8000", "10.0.0.5", 51216, post=lambda path, body: {"detail": "no such method"})
-    with pytest.raises(BackendError, match="--worker-extension-cls memagent.rl.vllm_worker.WeightReceiver"):
+    with pytest.raises(BackendError, match="--worker-extension-cls memagent.rl.vllm.worker.WeightReceiver"):
         sw.connect("cpu")
     with pytest.raises(ConfigError, match="vllm.server_url"):
         ServerWeights("", "h", 1)
@@ -277,7 +277,7 @@ def test_server_without_the_extension_and_missing_settings_are_clear_errors():
 
 
 def test_server_engine_pushes_at_start_and_after_each_update(tiny_tokenizer):
-    from memagent.rl.engines import ServerRollout
+    from memagent.rl.vllm.engine import ServerRollout
 
     model, server = tiny(seed=0), FakeServer(1, tiny(seed=1))
     sw = ServerWeights("http://gpu7:8000", "10.0.0.5", 51216, post=server.post, group=server.group)

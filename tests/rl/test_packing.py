@@ -46,7 +46,7 @@ def test_flat_logprobs_equal_padded():
 
 def _grads(model, mb, objective, micro, tokens=0):
     model.zero_grad(set_to_none=True)
-    from memagent.rl.accumulate import Term, accumulate_gradients
+    from memagent.rl.objectives import Term, accumulate_gradients
 
     [metrics] = accumulate_gradients(model, [Term(objective, 1.0, mb)], micro_batch_size=micro, pad_id=0, info=INFO,
                                      micro_batch_tokens=tokens)

@@ -13,7 +13,7 @@ INFO = DistInfo()
 
 
 def _grads(model, mb, tokens):
-    from memagent.rl.accumulate import Term, accumulate_gradients
+    from memagent.rl.objectives import Term, accumulate_gradients
 
     model.zero_grad(set_to_none=True)
     [m] = accumulate_gradients(model, [Term(dapo("token-mean"), 1.0, mb)], micro_batch_size=4, pad_id=0, info=INFO,

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from memagent.rl import checkpoint as ck
+from memagent.rl.checkpoint import full as ck
 from memagent.rl.config import OptimConfig
 from memagent.rl.distributed import DistInfo
-from memagent.rl.schedule import DataStream, make_optimizer
+from memagent.rl.recipe import DataStream, make_optimizer
 
 from rl_helpers import tiny_model
 

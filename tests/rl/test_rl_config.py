@@ -59,7 +59,7 @@ def test_missing_file_is_clear(tmp_path):
 
 
 def test_lr_factor_constant_and_cosine_by_hand():
-    from memagent.rl.schedule import lr_factor
+    from memagent.rl.recipe import lr_factor
 
     # warm-up 4: 1/4, 2/4, 3/4, 4/4; constant afterwards
     assert [lr_factor(s, 4) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
@@ -77,7 +77,7 @@ def test_lr_factor_constant_and_cosine_by_hand():
 def test_cosine_schedule_drives_the_optimiser_and_bad_settings_fail():
     import torch
 
-    from memagent.rl.schedule import make_optimizer
+    from memagent.rl.recipe import make_optimizer
 
     model = torch.nn.Linear(2, 1)
     opt, sched = make_optimizer(model, OptimConfig(lr=0.1, warmup_steps=0, schedule="cosine"), total_steps=4)

@@ -208,7 +208,7 @@ def test_rank_one_of_two_draws_what_one_process_draws(backend64, monkeypatch, se
     import memagent.rl.rollout as ro
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
-    from memagent.rl.schedule import DataStream
+    from memagent.rl.recipe import DataStream
 
     cfg = load_config(None, ["rollout.batch_size=4", "rollout.group_size=2", "update.mini_batch_size=2",
                              "agent.chunk_tokens=8", "agent.memory_tokens=3", "agent.answer_tokens=3",

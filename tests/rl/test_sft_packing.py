@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import memagent.rl.accumulate as accumulate
+import memagent.rl.objectives as objectives
 from memagent.config import ConfigError
 from memagent.rl.distributed import DistInfo
 from memagent.rl.sft import SFTConfig, sft_step_grads, train_sft
@@ -19,13 +19,13 @@ ROWS = [([5, 6, 7], [8, 9]), ([3], [4, 4, 4, 2, 2, 9]), ([1, 2], [10, 11]), ([9,
 def layouts(monkeypatch):
     """Records, for each micro-batch accumulate_gradients packs, (number of rows, padding-free?)."""
     seen = []
-    real = accumulate.pack_batch
+    real = objectives.pack_batch
 
     def spy(prompts, responses, pad_id, flat):
         seen.append((len(prompts), flat))
         return real(prompts, responses, pad_id, flat)
 
-    monkeypatch.setattr(accumulate, "pack_batch", spy)
+    monkeypatch.setattr(objectives, "pack_batch", spy)
     return seen
 
 

@@ -8,7 +8,7 @@ import pytest
 from memagent.config import AgentConfig, ConfigError
 from memagent.rl.config import TrainConfig, config_from_dict, config_to_dict, load_config
 from memagent.rl.distributed import DistInfo
-from memagent.rl.metrics_log import MetricsLog
+from memagent.rl.recipe import MetricsLog
 from memagent.rl.samples import QASample, cap_chunks, middle_cut
 from memagent.rl.validation import Validator, is_val_step
 

@@ -53,7 +53,7 @@ def test_padded_forward_and_generation_are_exactly_sdpa():
 
 
 def test_packed_logprobs_and_gradients_match_padded_sdpa():
-    from memagent.rl.accumulate import Term, accumulate_gradients
+    from memagent.rl.objectives import Term, accumulate_gradients
     from rl_helpers import dapo
 
     mb = synthetic_minibatch(seed=1, n_samples=4)

@@ -31,7 +31,7 @@ from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conversation, RunStats, run_workflow,
                                      split_options, stream_workflow)
 from memagent.agent.scheduler import Call
-from memagent.agent.workflow import MemoryAgent, _Doc, template_overhead
+from memagent.agent.workflow import DocState, MemoryAgent, template_overhead
 from memagent.backends.base import Backend, Generation, SamplingParams
 from memagent.config import AgentConfig, ConfigError
 
@@ -74,7 +74,7 @@ class _LookupDoc:
     lookup rounds done."""
 
     pos: int
-    inner: _Doc  # MemoryAgent's state; its next_chunk is the next chunk of the document or the next hit
+    inner: DocState  # MemoryAgent's state; its next_chunk is the next chunk of the document or the next hit
     index: ChunkIndex
     calls: int = 0  # model calls made (the scheduler counts them)
     seed_key: int | None = None

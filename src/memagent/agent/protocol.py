@@ -23,6 +23,7 @@ from memagent.agent.trace import TraceWriter
 from memagent.backends.base import Backend, Generation, SamplingParams
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
+from memagent.progress import CallRate, StepProgress
 
 
 class BudgetError(MemAgentError, ValueError):
@@ -236,8 +237,6 @@ class _Progress:
     in a log)."""
 
     def __init__(self, n_docs: int) -> None:
-        from memagent.progress import CallRate, StepProgress
-
         self._p = StepProgress("read", n_docs, unit="documents")
         self._rate = CallRate()
 

@@ -24,7 +24,7 @@ from memagent.agent.index import ChunkIndex
 from memagent.agent.lookup import bounded_int, index_name, own_options
 from memagent.agent.protocol import AgentInput, AgentResult, RunStats, run_workflow, split_options, stream_workflow
 from memagent.agent.scheduler import Call
-from memagent.agent.workflow import MemoryAgent, _Doc
+from memagent.agent.workflow import DocState, MemoryAgent
 from memagent.backends.base import Backend, Generation, SamplingParams
 from memagent.config import AgentConfig
 
@@ -36,7 +36,7 @@ class _SkimDoc:
     """One document's state: the inner MemoryAgent state, whose chunks are now the chosen ones, and the index."""
 
     pos: int
-    inner: _Doc
+    inner: DocState
     index: ChunkIndex
     num_chunks: int  # K: chunks of the document (all indexed)
     chosen: tuple[int, ...]  # chunk numbers to read, in document order

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Doc:
+class DocState:
+    """One document being read by `MemoryAgent`: its chunks still to come, the memory so far, its calls."""
+
     pos: int
     item: AgentInput
     chunks: Iterator[Chunk]
@@ -165,7 +167,7 @@ class MemoryAgent:
         return stream_workflow(self, items, on_result, total)
 
     # -- the steps of one document (memagent.agent.scheduler.Steps) -------------------------
-    def start(self, pos: int, item: AgentInput) -> _Doc:
+    def start(self, pos: int, item: AgentInput) -> DocState:
         document = item.document
         if self.config.document_tokens is not None:
             document = middle_truncate(document, self.backend.tokenizer, self.config.document_tokens).context
@@ -175,10 +177,10 @@ class MemoryAgent:
             first = next(chunks, None)
         if first is None and item.start_token == 0:
             log.warning("document %s is empty: answering from an empty memory", item.doc_id)
-        return _Doc(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory,
+        return DocState(pos, item, chunks, first, self.config.empty_memory if item.memory is None else item.memory,
                     step=item.start_step, seed_key=item.seed_key)
 
-    def next_call(self, d: _Doc) -> Call:
+    def next_call(self, d: DocState) -> Call:
         """The document's next call: a memory update while chunks are left, then the final answer."""
         cfg = self.config
         if d.next_chunk is not None:
@@ -189,7 +191,7 @@ class MemoryAgent:
     def params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
         return SamplingParams(max_new_tokens, self.config.temperature, self.config.top_p, seed)
 
-    def take(self, d: _Doc, call: Call, gen: Generation, seconds: float, batch_size: int) -> AgentResult | None:
+    def take(self, d: DocState, call: Call, gen: Generation, seconds: float, batch_size: int) -> AgentResult | None:
         if call.kind == "memory":
             self._take_memory(d, call.prompt, gen, seconds, batch_size)
             return None
@@ -201,12 +203,12 @@ class MemoryAgent:
         if isinstance(exc, BackendError):  # the tries the request made (replicas: more; a 4xx: one), else the most
             attempts = getattr(exc, "attempts", None) or 1 + int(getattr(self.backend, "max_retries", 0) or 0)
         log.warning("document %s failed: %s", d.item.doc_id, exc)
-        if not isinstance(d, _Doc):  # failed before its first chunk was read
+        if not isinstance(d, DocState):  # failed before its first chunk was read
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
         return AgentResult(d.item.doc_id, d.item.question, None, "", d.memory, d.step, d.conversations,
                            error=_error(exc, attempts), calls=d.calls)
 
-    def _take_memory(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> None:
+    def _take_memory(self, d: DocState, prompt: str, gen: Generation, seconds: float, batch_size: int) -> None:
         cfg, tok = self.config, self.backend.tokenizer
         text, think_removed = strip_think(gen.text) if cfg.think == "strip" else (gen.text, False)
         memory, n_mem, truncated = cap_tokens_many([text.strip()], tok, cfg.memory_tokens)[0]
@@ -226,7 +228,7 @@ class MemoryAgent:
         d.step += 1
         d.next_chunk = next(d.chunks, None)
 
-    def _take_final(self, d: _Doc, prompt: str, gen: Generation, seconds: float, batch_size: int) -> AgentResult:
+    def _take_final(self, d: DocState, prompt: str, gen: Generation, seconds: float, batch_size: int) -> AgentResult:
         cfg = self.config
         answer, think_removed = final_answer(gen.text, cfg.answer_protocol, cfg.think)
         if self.options.observed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
+from memagent.backends.vllm import VLLMBackend  # the engine itself is imported when one is built
 
 BACKENDS = ("transformers", "openai", "vllm")
 
@@ -14,16 +15,14 @@ BACKENDS = ("transformers", "openai", "vllm")
 def load_backend(name: str, model: str, **kwargs: Any) -> Backend:
     """Build the backend `name` for `model` (a Hugging Face id, a local path, or a served model name)."""
     if name == "transformers":
-        from memagent.backends.hf import TransformersBackend
+        from memagent.backends.hf import TransformersBackend  # lazy: torch
 
         return TransformersBackend.from_pretrained(model, **kwargs)
     if name == "openai":
-        from memagent.backends.openai import OpenAIBackend
+        from memagent.backends.openai import OpenAIBackend  # lazy: httpx
 
         return OpenAIBackend(model=model, **kwargs)
     if name == "vllm":
-        from memagent.backends.vllm import VLLMBackend
-
         return VLLMBackend(model=model, **kwargs)
     raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
 

@@ -95,7 +95,7 @@ class TransformersBackend:
         **kwargs: Any,
     ) -> "TransformersBackend":
         """Load `name`; `yarn_factor` extends the model's window by YaRN rope scaling (e.g. 4.0)."""
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM  # lazy: transformers
 
         dev = pick_device(device)
         try:
@@ -171,7 +171,7 @@ class TransformersBackend:
         kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=pad,
                                       eos_token_id=self.eos_ids or None)
         if row_seeds is not None:  # greedy over the one-hot scores of the per-row sampler
-            from transformers import LogitsProcessorList
+            from transformers import LogitsProcessorList  # lazy: transformers
 
             sampler = RowSampler(row_uniforms(row_seeds, params.max_new_tokens), params.temperature, params.top_p, width)
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None,
@@ -181,7 +181,7 @@ class TransformersBackend:
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)
         if self.vocab_limit is not None:  # ids past the tokenizer have no text: never emit them (check_vocab)
-            from transformers import LogitsProcessorList
+            from transformers import LogitsProcessorList  # lazy: transformers
 
             kwargs["logits_processor"] = LogitsProcessorList([VocabMask(self.vocab_limit),
                                                               *kwargs.get("logits_processor", [])])

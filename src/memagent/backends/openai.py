@@ -56,7 +56,7 @@ def _config_window(tokenizer: Any) -> int | None:
     if not name:
         return None
     try:
-        from transformers import AutoConfig
+        from transformers import AutoConfig  # lazy: transformers
 
         return getattr(AutoConfig.from_pretrained(name), "max_position_embeddings", None)
     except Exception:  # noqa: BLE001 - the window is optional information

@@ -42,6 +42,7 @@ import openai
 
 from memagent.backends.base import BackendError
 from memagent.backends.replicas import Router
+from memagent.bounded import CONFIG_CHARS, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +171,6 @@ def reply_json(data: bytes, where: str) -> Any:
     """The JSON value of a reply body, read by the project's bounded reader (memagent.bounded.loads_json:
     at most MAX_DEPTH levels, integers of bounded length, all text valid Unicode); a BackendError naming the
     server otherwise, NotJSON for a body that is not JSON at all."""
-    from memagent.bounded import CONFIG_CHARS, loads_json
-
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -5,7 +5,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from memagent import backends
 from memagent.backends.base import Backend
+from memagent.backends.replicas import split_base_urls
 from memagent.errors import InputError
 from memagent.flags import flag, flag_values
 
@@ -16,8 +18,6 @@ def _base_url(text: Optional[str], flag: str) -> Optional[str]:
     """--base-url as given, once each of its URLs parses (a port in 1..65535, a well-formed [IPv6] literal):
     refused when the command line is read, not when the first request is built."""
     if text is not None:
-        from memagent.backends.replicas import split_base_urls
-
         split_base_urls(text)
     return text
 
@@ -82,6 +82,4 @@ class BackendOptions:
 
     def load(self, model: str) -> Backend:
         """The backend for `model` (a Hugging Face id, a local path, or a served model name)."""
-        from memagent.backends import load_backend
-
-        return load_backend(self.name, model, **self.kwargs())
+        return backends.load_backend(self.name, model, **self.kwargs())  # looked up when called (tests replace it)

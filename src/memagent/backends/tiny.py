@@ -8,6 +8,7 @@ English word list), so the same code always builds the same tokenizer.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -15,6 +16,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from memagent.config import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE
+from memagent.io import current_umask
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
@@ -34,8 +38,6 @@ _WORDS = (
 
 
 def _corpus(extra_words: Iterable[str], seed: int = 0) -> list[str]:
-    from memagent.config import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE
-
     rng = random.Random(seed)
     words = list(_WORDS) + list(extra_words)
     lines = [PAPER_MEMORY_TEMPLATE, PAPER_FINAL_TEMPLATE] * 20
@@ -53,8 +55,8 @@ def build_tokenizer(vocab_size: int = 2048, extra_words: Iterable[str] = ()) -> 
     extra_words: words that should become single tokens (e.g. a toy task's vocabulary); they are
     added to the training corpus, so with a large enough `vocab_size` each gets its own merges.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # lazy: tokenizers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer  # lazy: transformers
 
     extra_words = list(extra_words)
     tok = Tokenizer(models.BPE())
@@ -80,14 +82,12 @@ def build_tokenizer(vocab_size: int = 2048, extra_words: Iterable[str] = ()) -> 
 
 
 def _merges(tok: Any) -> list[Any]:
-    import json
-
     return json.loads(tok.to_str())["model"]["merges"]
 
 
 def tiny_config(vocab_size: int, **overrides: Any) -> Any:
     """A Qwen2 config small enough for 2 CPU cores (about 0.2M parameters with the default tokenizer)."""
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config  # lazy: transformers
 
     kw: dict[str, Any] = dict(
         vocab_size=vocab_size,
@@ -107,8 +107,8 @@ def tiny_config(vocab_size: int, **overrides: Any) -> Any:
 
 def build_tiny_model(out_dir: str | Path, seed: int = 0, tokenizer: Any = None, **config_overrides: Any) -> Path:
     """Write a randomly initialised tiny model and its tokenizer to `out_dir` (safetensors)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # lazy: torch
+    from transformers import AutoModelForCausalLM  # lazy: transformers
 
     out = Path(out_dir)
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
@@ -130,8 +130,6 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, tokenizer: Any = None, 
 def _staging_dir(out: Path) -> Iterator[Path]:
     """A temp folder beside `out`; on success its files move into `out` (renames), on failure it is removed,
     so an interrupted write never leaves a half-written model in `out`."""
-    from memagent.io import current_umask
-
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:

@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from memagent.backends import tiny
 from memagent.backends.base import BackendError
 
 log = logging.getLogger(__name__)
@@ -40,13 +41,11 @@ def load_tokenizer(source: Any, model: str | Path | None = None) -> Any:
         raise BackendError("no tokenizer: name one (a Hugging Face id, a local directory, or 'tiny')")
     name = str(source) if source is not None else str(model)
     if isinstance(source if source is not None else model, str) and name == TINY and not Path(name).exists():
-        from memagent.backends.tiny import build_tokenizer
-
-        return build_tokenizer()
+        return tiny.build_tokenizer()
     tried = "" if source is not None else " (no tokenizer was named, so the model name was tried)"
     _check_files(name, tried)
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers
 
         tokenizer = AutoTokenizer.from_pretrained(name)
     except Exception as e:  # noqa: BLE001 - any failure to load becomes one clear message

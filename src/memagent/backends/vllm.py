@@ -74,7 +74,7 @@ class VLLMBackend:
         **engine_kwargs: Any,
     ) -> None:
         try:
-            import vllm
+            import vllm  # lazy: vllm
         except ImportError:
             raise BackendError(INSTALL_HINT) from None
         if tensor_parallel_size < 1:
@@ -131,9 +131,9 @@ def yarn_overrides(model: str, factor: float) -> tuple[dict[str, Any], int]:
 
     Both spellings are set: `rope_scaling` (transformers 4) and `rope_parameters` (transformers 5).
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: transformers
 
-    from memagent.backends.hf import yarn_rope
+    from memagent.backends.hf import yarn_rope  # lazy: torch
 
     try:
         config = AutoConfig.from_pretrained(model)

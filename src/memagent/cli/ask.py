@@ -10,7 +10,7 @@ from memagent.ask import AskOptions, run_ask
 from memagent.cli.app import app
 from memagent.cli.params import options_command
 from memagent.io import given_path
-from memagent.serve.main import ServeOptions
+from memagent.serve.main import ServeOptions, run_serve
 from memagent.timeline.report import write_report
 
 
@@ -37,6 +37,4 @@ def report_cmd(
 @options_command(ServeOptions)
 def serve(o: ServeOptions) -> None:
     """Serve long-document QA over HTTP: OpenAI chat completions, jobs with live events, and the page at /."""
-    from memagent.serve.main import run_serve
-
     run_serve(o)

@@ -9,6 +9,9 @@ import typer
 from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
 from memagent.eval.command import EvalOptions
+from memagent.profile import write_profile
+from memagent.protocol.reference import check_reference_out, profile_from_reference
+from memagent.scale.executor import ray_executor
 
 profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")
 app.add_typer(profile_app, name="profile")
@@ -23,9 +26,6 @@ def profile_from_reference_cmd(
     yarn_factor: Optional[float] = typer.Option(None, "--yarn-factor", help="YaRN rope scaling of the model (e.g. 4.0 for a 128K Qwen2.5)."),
 ) -> None:
     """Build the official evaluation profile from a checkout of the official repository (read with ast, never run)."""
-    from memagent.profile import write_profile
-    from memagent.protocol.reference import check_reference_out, profile_from_reference
-
     out = check_reference_out(path, out)
     written = write_profile(profile_from_reference(path, protocol, baseline_input_tokens, yarn_factor), out)
     typer.echo(f"wrote the official {protocol} profile to {written}")
@@ -84,4 +84,7 @@ def eval_(o: EvalOptions) -> None:
     from memagent.eval.command import run_eval
 
     _check_eval_out(Path(o.out), o.data)
-    typer.echo(run_eval(o))
+    if o.ray.address is None:
+        typer.echo(run_eval(o))
+    else:  # the same sweep, its units on Ray actors (memagent[ray]): the command chooses the executor
+        typer.echo(run_eval(o, ray_executor(o.model, o.backend, o.ray)))

@@ -73,7 +73,7 @@ def context_budget(backend: Any, question: str, answer_tokens: int, window: int 
 def bm25_context(question: str, document: DocumentSource, tokenizer: Any, budget: int,
                  passage_tokens: int = 512) -> Prepared:
     """The best BM25 passages for `question` that fit `budget` tokens, in document order."""
-    import bm25s
+    import bm25s  # lazy: bm25s
 
     passages = list(iter_chunks(document, tokenizer, passage_tokens))
     total = sum(len(p.token_ids) for p in passages)

@@ -7,13 +7,18 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
+from memagent.eval.executor import Executor, LocalExecutor
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
+from memagent.eval.report import write_report
+from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
+from memagent.eval.workflow_runs import method_fingerprint
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
+from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME, run_lock
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
@@ -97,9 +102,17 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring,
+        scoring=profile.scoring, workflow_options=profile_workflow_options(profile),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
+
+
+def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
+    """The profile's `workflow: {name, options}` as the sweep's per-workflow options ({name: options}); {} when
+    it sets no options (the records' fingerprints are then those of a profile without a workflow section). The
+    options reach `name` where it is one of the methods; --workflows and --methods choose the methods."""
+    options = dict(profile.workflow.options)
+    return {profile.workflow.name: options} if options else {}
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
@@ -109,9 +122,15 @@ def eval_methods(o: EvalOptions) -> list[str]:
     return list(dict.fromkeys([*o.workflows, *(m for m in o.methods if m in BASELINES)]))
 
 
-def run_eval(o: EvalOptions) -> str:
+ExecutorFactory = Callable[["Profile"], Executor]  # the resolved profile -> where the sweep's units run
+
+
+def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write profile.yaml, table.md,
-    plots and summary.json, holding the output folder's lock throughout; returns the table."""
+    plots and summary.json, holding the output folder's lock throughout; returns the table. `executor` builds
+    where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
+    `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
+    must be given (this layer does not import the Ray runner)."""
     from memagent.profile import open_backend, write_profile
 
     check_flags(flag_values(o))  # as `ask` checks its own
@@ -120,6 +139,10 @@ def run_eval(o: EvalOptions) -> str:
     cfg = sweep_config(o, profile)
     if o.max_failures is not None and o.max_failures < 1:
         raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
+    if o.ray.address is not None and executor is None:
+        raise EvalError("--ray needs the Ray executor: run `memagent eval --ray`, or pass "
+                        "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")
+    make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
     out = Path(o.out)
     check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
     with run_lock(out, "eval"):
@@ -128,14 +151,7 @@ def run_eval(o: EvalOptions) -> str:
         if o.rescore:
             return _rescore_run(o, cfg, datas, keys)
         try:
-            if o.ray.address is not None:  # the same sweep, its groups on Ray actors (memagent[ray])
-                from memagent.scale.runs import ray_sweep
-
-                ray_sweep(o.model, o.backend, profile, datas, out, cfg, o.ray, o.progress, o.retry_failed,
-                          o.max_failures)
-            else:
-                sweep(open_backend(o.model, o.backend, profile), datas, out, cfg, None, o.progress, o.retry_failed,
-                      o.max_failures)
+            sweep(make(profile), datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
         except EvalError:
             _finish(o, cfg, datas, keys)
             raise
@@ -151,8 +167,6 @@ PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_score
 def check_eval_side_files(out: Path, inputs: dict[str, Any]) -> None:
     """Before the lock is taken or anything written: no input (--data file, --profile) is one of the files
     eval writes in --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
-    from memagent.io import check_not_input, OutputError
-
     check_side = {f"--out (its {name})": out / name for name in EVAL_FILES}
     for what, path in inputs.items():
         if path is None:
@@ -184,13 +198,8 @@ def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: 
 
 def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
     """table.md and plots of this run's records, and summary.json; returns the table."""
-    from memagent.eval.report import write_report
-    from memagent.eval.summary import write_summary
-
     results = Path(o.out) / "results.jsonl"
     text, _, _ = write_report(results, o.out, keys=keys, split_by=o.split_by, cost=o.workflows is not None)
-    from memagent.eval.workflow_runs import method_fingerprint
-
     base = fingerprint(cfg)
     fps = {m: method_fingerprint(base, m, cfg.workflow_options.get(m)) for m in cfg.methods}
     write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=base, datas=datas, keys=keys,

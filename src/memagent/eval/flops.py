@@ -28,8 +28,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rich.console import Group
+from rich.table import Table
+
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
+from memagent.io import atomic_write
+from memagent.model_shapes import KNOWN_SHAPES, ModelShape, ShapeError, read_model_config, shape_from_config
 
 __all__ = [
     "PRESETS",
@@ -46,29 +51,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    name: str
-    layers: int
-    hidden: int  # d
-    heads: int
-    kv_heads: int
-    intermediate: int  # f, the SwiGLU width
-    vocab: int  # V
-    head_dim: int | None = None  # defaults to hidden // heads
-
-    @property
-    def d_head(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
-
-# From the public config.json of Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen2.5-14B-Instruct.
-PRESETS = {
-    "qwen2.5-7b": ModelShape("Qwen2.5-7B", layers=28, hidden=3584, heads=28, kv_heads=4,
-                             intermediate=18944, vocab=152064),
-    "qwen2.5-14b": ModelShape("Qwen2.5-14B", layers=48, hidden=5120, heads=40, kv_heads=8,
-                              intermediate=13824, vocab=152064),
-}
+# From the public config.json of Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen2.5-14B-Instruct (memagent.model_shapes).
+PRESETS = {key: KNOWN_SHAPES[key] for key in ("qwen2.5-7b", "qwen2.5-14b")}
+SHAPE_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "head_dim")  # of the JSON
 
 
 @dataclass(frozen=True)
@@ -97,34 +82,13 @@ def load_shape(name_or_path: str) -> ModelShape:
     if not path.is_file():
         raise FlopsError(f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}) "
                          "or a config.json / model directory")
-    from memagent.io import read_text
-
-    from memagent.bounded import CONFIG_CHARS, loads_json
-
-    cfg = loads_json(read_text(path, "model config", FlopsError), str(path), FlopsError, CONFIG_CHARS,
-                     syntax="{where} is not valid JSON ({reason}); give a Hugging Face config.json")
-    if not isinstance(cfg, dict):
-        raise FlopsError(f"{path} must be a JSON object (a Hugging Face config.json)")
     try:
-        shape = ModelShape(
-            name=str(cfg.get("_name_or_path") or path.parent.name), layers=cfg["num_hidden_layers"],
-            hidden=cfg["hidden_size"], heads=cfg["num_attention_heads"],
-            kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"], head_dim=cfg.get("head_dim"))
-    except KeyError as exc:
-        raise FlopsError(f"{path} lacks {exc.args[0]!r}; a decoder config with layers, sizes and heads is needed") from None
-    for field in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "head_dim"):
-        value = getattr(shape, field)
-        if (value is not None or field != "head_dim") and (
-                isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise FlopsError(f"{path}: the model's {field} must be a positive integer, got {value!r}")
-    if shape.kv_heads > shape.heads or shape.heads % shape.kv_heads:  # grouped-query attention shares each KV head
-        raise FlopsError(f"{path}: num_key_value_heads ({shape.kv_heads}) must divide num_attention_heads "
-                         f"({shape.heads}), each KV head serving a group of query heads; fix the config")
-    if shape.head_dim is None and shape.heads > shape.hidden:
-        raise FlopsError(f"{path}: {shape.heads} attention heads over a hidden size of {shape.hidden} leave no "
-                         "width per head; fix the config or give head_dim")
-    return shape
+        return shape_from_config(read_model_config(path, FlopsError), str(path))
+    except ShapeError as exc:
+        if exc.missing is None:
+            raise FlopsError(str(exc)) from None
+        raise FlopsError(f"{path} lacks {exc.missing!r}; a decoder config with layers, sizes and heads is needed") \
+            from None
 
 
 def call_flops(shape: ModelShape, tokens: int, output: int) -> int:
@@ -166,7 +130,7 @@ def cost_table(shape: ModelShape, lengths: Sequence[int] = DEFAULT_LENGTHS, cost
         full, mem = full_attention_flops(shape, c, cost), memagent_flops(shape, c, cost)
         rows.append(dict(context=c, chunks=num_chunks(c, cost), full_flops=full, memagent_flops=mem,
                          ratio=full / mem))
-    return dict(model=asdict(shape), cost=asdict(cost), rows=rows)
+    return dict(model={k: getattr(shape, k) for k in SHAPE_KEYS}, cost=asdict(cost), rows=rows)
 
 
 def _human(n: float) -> str:
@@ -182,8 +146,6 @@ def _tokens(n: int) -> str:
 
 def render_table(table: dict[str, Any]) -> Any:
     """A rich Table of the comparison."""
-    from rich.table import Table
-
     t = Table(title=f"FLOPs, full attention vs MemAgent ({table['model']['name']})")
     for col in ("context", "chunks", "full attention", "MemAgent", "full / MemAgent"):
         t.add_column(col, justify="right")
@@ -195,10 +157,10 @@ def render_table(table: dict[str, Any]) -> Any:
 
 def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Log-log PNG of FLOPs against context length, one pair of lines per model."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for table in tables:
@@ -215,8 +177,6 @@ def plot_cost(tables: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from memagent.io import atomic_write
-
     path = Path(path)
     with atomic_write(path, "wb") as fh:  # a temp file renamed over `path`: a failed write leaves no half PNG
         fig.savefig(fh, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
@@ -232,6 +192,4 @@ def flops_report(models: Sequence[str], lengths: Sequence[int] = DEFAULT_LENGTHS
         plot_cost(tables, plot)
     if as_json:
         return json.dumps(tables[0] if len(tables) == 1 else tables, indent=2)
-    from rich.console import Group
-
     return Group(*(render_table(t) for t in tables))

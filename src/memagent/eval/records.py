@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from memagent.agent.answer import final_answer
+from memagent.bounded import loads_json
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import EvalError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
@@ -121,8 +122,6 @@ def record_key(model: str, method: str, data: DataFile, sample_id: Any, repeat: 
 def load_records(path: str | Path) -> list[dict]:
     """Every record of a results file in order, each read bounded (`memagent.bounded`) and its fields checked
     (`check_record`); a last line cut short by a crash is removed from the file."""
-    from memagent.bounded import loads_json
-
     path = Path(path)
     if not path.exists():
         return []

@@ -155,10 +155,10 @@ def markdown_tables(agg: dict[str, Any], cost: bool = False) -> str:
 def plot_scores(agg: dict[str, Any], out_dir: str | Path) -> list[Path]:
     """A PNG per task with a length column: score (%) against length, log x, one line per model + method,
     with a bar of one standard error each way."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     paths = []
     for task, t in agg.items():

@@ -11,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+import memagent
+from memagent.backends.openai_http import public_url
 from memagent.eval.records import atomic_write_lines
 
 __all__ = ["git_revision", "versions", "write_summary"]
@@ -20,8 +22,6 @@ _MAX_LISTED_FAILURES = 50
 
 def versions() -> dict[str, str | None]:
     """Installed versions of memagent, torch, transformers (None when absent) and python; nothing is imported."""
-    import memagent
-
     out: dict[str, str | None] = {}
     for name in ("memagent", "torch", "transformers"):
         try:
@@ -76,8 +76,6 @@ def write_summary(out_dir: str | Path, *, options: dict[str, Any], cfg: Any, fin
     options = dict(options)
     backend = options["backend"] = dict(options.get("backend") or {})  # the shared backend options
     if isinstance(backend.get("base_url"), str):
-        from memagent.backends.openai import public_url
-
         backend["base_url"] = public_url(backend["base_url"])  # never a user:password@ in the file
     summary = dict(
         model=cfg.model_name,

@@ -12,6 +12,7 @@ import statistics
 import time
 from typing import Any, Sequence
 
+from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.config import AgentConfig
 
 __all__ = ["filler_document", "fit_linear", "measure_workflow_seconds"]
@@ -54,8 +55,6 @@ def measure_workflow_seconds(backend: Any, config: AgentConfig, lengths: Sequenc
     Returns {"rows": [{length, chunks, seconds, seconds_per_chunk}], "fit": {intercept, slope, r2}}
     where the fit is seconds against chunks.
     """
-    from memagent.agent.workflow import AgentInput, MemoryAgent
-
     agent = MemoryAgent(backend, config)
     rows = []
     for length in lengths:

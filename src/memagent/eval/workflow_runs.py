@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any, Iterable
 
+from memagent.agent.registry import build_workflow, workflow_names
 from memagent.tasks.schema import count_tokens
 
 BASELINES = ("full-context", "rag-bm25")
@@ -25,8 +26,6 @@ def is_workflow(method: str) -> bool:
 
 def check_methods(methods: Iterable[str]) -> list[str]:
     """The methods that are not baselines and not known workflows (memagent.agent.registry names them)."""
-    from memagent.agent.registry import workflow_names
-
     known = set(workflow_names())
     return [m for m in methods if is_workflow(m) and m not in known]
 
@@ -43,8 +42,6 @@ def method_fingerprint(base: str, method: str, options: dict[str, Any] | None) -
 
 def build(method: str, backend: Any, agent: Any, options: dict[str, dict[str, Any]], **run_options: Any) -> Any:
     """The workflow `method` on `backend` with the agent settings, its own options and the run options."""
-    from memagent.agent.registry import build_workflow
-
     return build_workflow(method, backend, agent, **run_options, **options.get(method, {}))
 
 

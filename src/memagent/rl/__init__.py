@@ -1,28 +1,33 @@
 """Multi-Conv DAPO training (docs/paper.md, "Multi-Conv DAPO") and supervised fine-tuning: one recipe
 over pluggable per-row objectives.
 
-    recipe.py       the loop both run: setup / step / save / cleanup; `TrainResult`
-    trainer.py      Multi-Conv DAPO as a recipe algorithm (rollout, then optimiser steps); `train()`
+    recipe.py       the loop both run: setup / step / save / cleanup; `TrainResult`; the data order, rollout seeds and
+                    optimiser schedule (`DataStream`, `step_seed`, `make_optimizer`); metrics.jsonl, TensorBoard,
+                    W&B and the progress bar (`MetricsLog`, `Progress`)
+    trainer.py      Multi-Conv DAPO as a recipe algorithm (rollout, then optimiser steps); `train()`, `load_policy`
     sft.py          supervised fine-tuning as a recipe algorithm; `train_sft()`
-    objectives.py   per-row losses registered by name: `dapo`, `sft`; `MiniBatch`
-    accumulate.py   one optimiser step's gradient over [(objective, weight, rows)], split- and rank-invariant
+    objectives.py   per-row losses registered by name: `dapo`, `sft`; `MiniBatch`; `accumulate_gradients`: one
+                    optimiser step's gradient over [Term(objective, weight, rows)], split- and rank-invariant
     algos.py        pure tensor math: group advantages, broadcast, policy loss, KL, aggregation (registries)
-    rollout.py      G runs of the workflow per question -> rows, rewards, dynamic sampling, advantages
-    engines.py      the `RolloutEngine` Protocol: the policy itself, in-process vLLM, or an external vLLM server
-    weight_sync.py  pushing trained weights into vLLM in chunks (collective_rpc; NCCL broadcast to a server)
-    vllm_worker.py  the vLLM worker extension that receives them (runs inside vLLM)
+    rollout.py      G runs of the workflow per question -> rows, rewards, dynamic sampling, advantages; the
+                    `RolloutEngine` Protocol, the policy engine and `make_engine`
+    vllm/           the vLLM rollout engines (engine.py: in-process and external server, the chunked weight push)
+                    and the worker extension that receives the weights inside vLLM (worker.py)
     validation.py   periodic held-out validation: val/greedy_acc, val/sampled_acc
-    samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`
+    samples.py      training questions (`QASample`) from `memagent.tasks.schema.read_samples`; `cap_chunks`
     packing.py      packing rows into micro-batches (padded, or padding-free by a token budget), log-probs
-    model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
+    varlen.py       per-row ("varlen") attention for padding-free packing without flash-attention
+    lora.py         LoRA adapters through peft: apply, the KL reference without them, merged weights, `merge_lora`
+    distributed.py  torchrun: DDP / FSDP2 helpers
+    checkpoint/     checkpoints without pickle: full.py (safetensors + JSON, atomic, resumable), sharded.py (DCP,
+                    `checkpoint.format: dcp`), state.py (their errors, optimiser and RNG state)
+    resume_guard.py what may change on resume: the checkpoint's config and data digest against the run's
     estimate.py     per-GPU memory and steps per epoch of a config, no GPU (`memagent train --dry-run`)
-    schedule.py     data order, rollout seeds, optimiser + learning-rate schedule
-    metrics_log.py  metrics.jsonl (resumable), TensorBoard, progress bar
-    checkpoint.py   safetensors + JSON checkpoints, atomic, resumable
     config.py       TrainConfig (YAML + key=value overrides, validated): every loss setting, once
     config_aliases.py short keys of TrainConfig (data=FILE, model.KEY), one table for YAML and overrides
     run_options.py  TrainConfig sections data (max_chunks), val, log (W&B), vllm
-    distributed.py  torchrun: DDP / FSDP2 helpers
+    scale_config.py TrainConfig sections lora and checkpoint (format, async_save)
+    model_options.py model.* memory settings: gradient checkpointing, FSDP2 CPU offload, attention kernel
 
 Public entry points, imported lazily (so `import memagent.rl` stays cheap):
     train, TrainResult, TrainConfig, load_config, train_sft, SFTConfig, encode_conversation, boxed_reward,

@@ -99,12 +99,12 @@ def wrap_model(model: nn.Module, strategy: str, info: DistInfo, offload: Any = N
     if not info.enabled:
         return model
     if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # lazy: torch
 
         ids = [info.device.index] if info.device.type == "cuda" else None
         return DDP(model, device_ids=ids, broadcast_buffers=False)  # buffers (rotary tables) are constants
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard  # lazy: torch
 
         layers = getattr(getattr(model, "model", None), "layers", None)
         kw = {} if offload is None else {"offload_policy": offload}
@@ -148,13 +148,13 @@ def full_state_dict(model: nn.Module, all_ranks: bool = False) -> dict[str, torc
     all_ranks=False: on CPU, and under FSDP2 only rank 0 receives it (others get {}), which is
     what checkpointing needs; all_ranks=True: every rank gets the full tensors on its device.
     """
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # lazy: torch
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks))
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict  # lazy: torch
 
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 

@@ -8,7 +8,7 @@ TrainConfig. Per GPU, for P parameters of b bytes (bf16: 2; `dtype=auto` assumes
     gradients    P b / N             (same dtype as the parameters)
     optimizer    2 P b / N           AdamW's two moments, in the parameters' dtype (torch.optim.AdamW)
     reference    P b / N             the frozen KL reference (loss.kl_coef > 0), sharded like the policy
-    rollout copy P b                 rollout.engine=policy under FSDP2: an unsharded copy generates (rl/engines.py)
+    rollout copy P b                 rollout.engine=policy under FSDP2: an unsharded copy generates (rl/rollout.py)
     gathered     (3 layers + root) b FSDP2's all-gathered parameters of the running and prefetched layer, one
                                      layer's unsharded gradients, the embeddings and head when the root runs
     activations  T x per-token bytes saved for the backward pass at T = tokens of one micro-batch:
@@ -38,12 +38,13 @@ its `gpu_memory_utilization`), the rollout's KV cache (generation does not overl
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from memagent.config import ConfigError
+from memagent.model_shapes import KNOWN_SHAPES, ModelShape, ShapeError, known_shape, read_model_config
+from memagent.model_shapes import shape_from_config as base_shape_from_config
 from memagent.rl.config import TrainConfig
 from memagent.rl.scale_config import LoraConfig
 
@@ -51,68 +52,15 @@ GB = 1e9
 TEMPLATE_TOKENS = 200  # prompt template around query, chunk and memory (an allowance, not measured per model)
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers of a decoder-only transformer (Llama / Qwen2 layout) that fix its memory."""
-
-    vocab: int
-    hidden: int  # h
-    intermediate: int  # i, the MLP width (gate, up: h -> i; down: i -> h)
-    layers: int  # L
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tied: bool  # the output head shares the embedding matrix
-    qkv_bias: bool = True  # Qwen2 has biases on q, k, v
-
-    @property
-    def kv(self) -> int:
-        """Width of k (and of v): kv_heads x head_dim."""
-        return self.kv_heads * self.head_dim
-
-    @property
-    def layer_params(self) -> int:
-        h, q = self.hidden, self.heads * self.head_dim
-        attn = h * q + 2 * h * self.kv + q * h + ((q + 2 * self.kv) if self.qkv_bias else 0)
-        return attn + 3 * h * self.intermediate + 2 * h  # + two RMSNorm weights
-
-    @property
-    def root_params(self) -> int:
-        """Parameters outside the decoder layers: embeddings, final norm, head (unless tied)."""
-        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.layers * self.layer_params + self.root_params
-
-
-def _qwen(vocab: int, h: int, i: int, layers: int, heads: int, kv_heads: int, tied: bool) -> ModelShape:
-    return ModelShape(vocab, h, i, layers, heads, kv_heads, h // heads, tied)
-
-
-# Published config.json values of the Qwen2.5 family (base and Instruct share them).
-KNOWN_SHAPES: dict[str, ModelShape] = {
-    "qwen2.5-0.5b": _qwen(151936, 896, 4864, 24, 14, 2, True),
-    "qwen2.5-1.5b": _qwen(151936, 1536, 8960, 28, 12, 2, True),
-    "qwen2.5-3b": _qwen(151936, 2048, 11008, 36, 16, 2, True),
-    "qwen2.5-7b": _qwen(152064, 3584, 18944, 28, 28, 4, False),
-    "qwen2.5-14b": _qwen(152064, 5120, 13824, 48, 40, 8, False),
-    "qwen2.5-32b": _qwen(152064, 5120, 27648, 64, 40, 8, False),
-}
-
-
 def shape_from_config(config: dict, where: str) -> ModelShape:
-    """A ModelShape from a Hugging Face config.json's fields; a ConfigError names a missing one."""
+    """A ModelShape from a Hugging Face config.json's fields (memagent.model_shapes); a ConfigError names a
+    missing one."""
     try:
-        h, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        return ModelShape(vocab=int(config["vocab_size"]), hidden=h, intermediate=int(config["intermediate_size"]),
-                          layers=int(config["num_hidden_layers"]), heads=heads,
-                          kv_heads=int(config.get("num_key_value_heads") or heads),
-                          head_dim=int(config.get("head_dim") or h // heads),
-                          tied=bool(config.get("tie_word_embeddings", False)),
-                          qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{where} lacks a usable {e} field (need hidden_size, intermediate_size, "
+        return base_shape_from_config(config, where)
+    except ShapeError as e:
+        if e.missing is None:
+            raise ConfigError(str(e)) from None
+        raise ConfigError(f"{where} lacks a usable {e.missing!r} field (need hidden_size, intermediate_size, "
                           "num_hidden_layers, num_attention_heads, vocab_size)") from None
 
 
@@ -125,17 +73,13 @@ def model_shape(model: str) -> ModelShape:
         cfg_file = path / "config.json"
         if not cfg_file.is_file():
             raise ConfigError(f"model folder {path} has no config.json; give a save_pretrained folder")
-        try:
-            data = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{cfg_file} is not readable JSON: {e}") from None
-        return shape_from_config(data.get("text_config", data) if isinstance(data, dict) else {}, str(cfg_file))
-    key = model.rstrip("/").split("/")[-1].lower().removesuffix("-instruct")
-    if key not in KNOWN_SHAPES:
+        return shape_from_config(read_model_config(cfg_file, ConfigError), str(cfg_file))
+    shape = known_shape(model)
+    if shape is None:
         raise ConfigError(f"model {model!r} is not a local folder and not a known Hugging Face id; known: "
                           f"{', '.join('Qwen/Qwen2.5-' + k.split('-')[1].upper() for k in KNOWN_SHAPES)} (and their "
                           "-Instruct); or download it and pass the folder (only config.json is read)")
-    return KNOWN_SHAPES[key]
+    return shape
 
 
 ADAPTER_BYTES = 4  # peft keeps LoRA adapters in float32 (autocast_adapter_dtype), also on a bf16 model
@@ -157,7 +101,7 @@ class AdapterShape:
 
 def linear_dims(shape: ModelShape) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear layer of a decoder layer (Llama / Qwen2 names)."""
-    h, q, kv, i = shape.hidden, shape.heads * shape.head_dim, shape.kv, shape.intermediate
+    h, q, kv, i = shape.hidden, shape.heads * shape.d_head, shape.kv, shape.intermediate
     return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 

@@ -10,6 +10,7 @@ writes a full save_pretrained model that loads with `AutoModelForCausalLM`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor, nn
 
+from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
 from memagent.config import ConfigError
 from memagent.rl.distributed import unwrap
 from memagent.rl.scale_config import LoraConfig
@@ -30,7 +32,7 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 def _peft() -> Any:
     try:
-        import peft
+        import peft  # lazy: peft
     except ImportError:
         raise ConfigError("lora.r > 0 needs peft: pip install 'memagent[lora]' (or pip install peft)") from None
     return peft
@@ -75,7 +77,7 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
 def trainable_state_dict(model: nn.Module) -> dict[str, Any]:
     """The trainable weights (a LoRA run's adapters), whole, on rank 0 (collective under FSDP): what a LoRA
     checkpoint's model/ holds, without gathering the frozen base."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # lazy: torch
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
     trainable = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
@@ -86,7 +88,7 @@ def empty_twin(model: nn.Module) -> nn.Module:
     """A fresh, unsharded model of the same architecture and parameter names as `model` (a plain Hugging Face
     causal LM, or a peft model: then the same adapters on a fresh base), in the dtype of `model`'s first
     parameter. Its weights are random until a full state dict of `model` is loaded into it."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: transformers
 
     inner = unwrap(model)
     lora = is_lora(inner)
@@ -94,8 +96,6 @@ def empty_twin(model: nn.Module) -> nn.Module:
     twin = AutoModelForCausalLM.from_config(base.config).to(dtype=next(base.parameters()).dtype)
     twin.generation_config = base.generation_config
     if lora:
-        import copy
-
         twin = _peft().get_peft_model(twin, copy.deepcopy(inner.peft_config[inner.active_adapter]))
     return twin
 
@@ -129,28 +129,6 @@ def merged_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
 
 def is_adapter_dir(path: Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
-
-
-def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
-    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
-    from safetensors.torch import load_file
-
-    from memagent.rl.checkpoint_errors import CheckpointError
-
-    if not is_lora(model):
-        raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
-                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
-    try:
-        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}") from None
-    result = _peft().set_peft_model_state_dict(unwrap(model), state)
-    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
-    if result.unexpected_keys or len(state) != len(loaded_shapes):
-        raise CheckpointError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
-                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
-                              f"{list(result.unexpected_keys)[:5]}")
 
 
 def base_of(adapter_dir: Path, base: str | None = None) -> str:
@@ -197,7 +175,7 @@ def _local_base(name: Any, anchor: Path, where: Path) -> str | None:
 def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: str = "auto") -> Path:
     """Merge the adapters of `checkpoint` (a step_* directory or its model/ folder) into their base model
     and write the result to `out_dir` (save_pretrained, safetensors, with the tokenizer). Returns out_dir."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: transformers
 
     checkpoint = Path(checkpoint)
     adapter_dir = checkpoint / "model" if is_adapter_dir(checkpoint / "model") else checkpoint
@@ -223,8 +201,6 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
 def _tokenizer_of(adapter_dir: Path, base_path: str) -> Any:
     """The tokenizer the merged model is saved with: the checkpoint's, else the base model's; None (logged) when
     neither local folder holds one, as an empty stand-in would encode every document to 0 tokens."""
-    from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
-
     for folder in (adapter_dir, Path(base_path)):
         if any((folder / f).is_file() for f in VOCAB_FILES):
             return load_tokenizer(str(folder))

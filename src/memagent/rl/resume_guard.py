@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from memagent.rl.checkpoint_errors import CheckpointError
+from memagent.rl.checkpoint import CheckpointError, latest_checkpoint
 
 RESUMABLE = ("total_steps", "save_every", "keep_last", "resume", "force", "out_dir", "device", "strategy", "data.path",
              "progress", "tensorboard", "log.", "val.", "vllm.", "model_options.", "checkpoint.async_save",
@@ -98,8 +98,6 @@ def check_resume(ckpt: Path, config: dict[str, Any], data_sha256: str | None) ->
 def check_resume_dir(out_dir: str | Path, config: dict[str, Any], data_sha256: str | None) -> None:
     """`check_resume` against the newest checkpoint under out_dir/checkpoints, when there is one (before the
     command writes anything into out_dir)."""
-    from memagent.rl.checkpoint import latest_checkpoint
-
     latest = latest_checkpoint(Path(out_dir) / "checkpoints")
     if latest is not None:
         check_resume(latest, config, data_sha256)

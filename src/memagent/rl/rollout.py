@@ -1,4 +1,5 @@
-"""Rollouts for Multi-Conv DAPO: G runs of the workflow per question, every call a training row.
+"""Rollouts for Multi-Conv DAPO: G runs of the workflow per question, every call a training row, and the
+engines that generate them (`RolloutEngine`, `make_engine`: the policy itself here, vLLM in memagent.rl.vllm).
 
 One rollout (sample) of a question is one full run of the workflow (`workflow` in the training config,
 memagent.agent.registry): for the paper's `memagent`, K memory updates (one per chunk, in document order)
@@ -25,25 +26,90 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, fields, replace
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from memagent.agent.protocol import AgentInput
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.backends.base import Backend, BackendError
+from memagent.backends.hf import TransformersBackend
 from memagent.config import AgentConfig
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
 from memagent.rl.config import TrainConfig
-from memagent.rl.distributed import DistInfo, all_gather_objects, all_reduce
+from memagent.rl.distributed import DistInfo, all_gather_objects, all_reduce, full_state_dict, is_fsdp, unwrap
+from memagent.rl.lora import empty_twin
 from memagent.rl.objectives import MiniBatch
+from memagent.rl.recipe import DataStream, step_seed
 from memagent.rl.samples import QASample
-from memagent.rl.schedule import DataStream, step_seed
+from memagent.rl.vllm.engine import ServerRollout, VLLMRollout
 from memagent.tasks.metrics import RewardFn
 
 log = logging.getLogger(__name__)
+
+
+# -- engines: which model generates the rollouts, and how it follows the trained weights --------------
+#
+# A `RolloutEngine` hands out the backend that generates one step's rollouts and, after every update, brings
+# that backend's weights up to date (`sync`, a collective under FSDP2: every rank calls it). An engine may
+# also have `offload()`, called after the rollouts and before the update (a sleeping vLLM engine frees its
+# GPU memory there). `make_engine` builds the one named by `rollout.engine`: "policy" (`PolicyRollout`, the
+# trained policy itself through the `transformers` backend) or the vLLM engines of memagent.rl.vllm.engine,
+# "vllm" (in-process) and "vllm-server" (an external server).
+
+
+class RolloutEngine(Protocol):
+    def backend(self) -> Backend:
+        """The backend to generate this step's rollouts with."""
+        ...
+
+    def sync(self) -> None:
+        """Bring the generating weights up to date with the trained ones (every rank calls it)."""
+        ...
+
+
+class PolicyRollout:
+    """rollout.engine=policy: the trained policy itself, through the `transformers` backend. Single process and
+    DDP: the live model, nothing to sync. FSDP2: sharded parameters cannot generate (every forward is a
+    collective and ranks decode different lengths), so each rank keeps a full, unsharded copy that is refreshed
+    from the shards after every update."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo) -> None:
+        self.model, self.info = model, info
+        self.copy: nn.Module | None = None
+        gen_model = unwrap(model)
+        if is_fsdp(model):  # a LoRA policy's copy is a peft model too: the same names, base + adapters
+            self.copy = empty_twin(model).to(info.device).eval().requires_grad_(False)
+            gen_model = self.copy
+            self.sync()
+        self._backend = TransformersBackend(gen_model, tokenizer, max_batch_size=cfg.rollout.max_batch_size,
+                                            want_logprobs=cfg.update.old_logprobs == "rollout",
+                                            chat_template_kwargs=cfg.chat_template_kwargs)
+
+    def backend(self) -> Any:
+        """The transformers backend, its model put in eval mode."""
+        self._backend.model.eval()
+        return self._backend
+
+    def sync(self) -> None:
+        """Refresh the generating copy from the shards (FSDP2 only; otherwise the live model generates)."""
+        if self.copy is None:
+            return
+        full = full_state_dict(self.model, all_ranks=True)
+        got = self.copy.load_state_dict({k: v.to(self.info.device) for k, v in full.items()}, strict=False)
+        if got.missing_keys or got.unexpected_keys:  # a copy left with random weights would sample noise
+            raise BackendError(f"the rollout copy of the FSDP2 policy does not match its weights: missing "
+                               f"{got.missing_keys[:3]}, unexpected {got.unexpected_keys[:3]}")
+
+
+ENGINES = {"policy": PolicyRollout, "vllm": VLLMRollout, "vllm-server": ServerRollout}
+
+
+def make_engine(model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo) -> RolloutEngine:
+    """The engine named by `cfg.rollout.engine` (validated by RolloutConfig)."""
+    return ENGINES[cfg.rollout.engine](model, tokenizer, cfg, info)
 
 
 @dataclass

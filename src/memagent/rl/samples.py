@@ -11,8 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from memagent.agent.chunking import iter_chunks
 from memagent.agent.workflow import AgentInput
 from memagent.errors import InputError
+from memagent.tasks.schema import read_samples, sample_document
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,6 @@ class QASample:
         if "document" in rec or "context" in rec:
             doc = rec.get("document", rec.get("context"))
         else:  # a sample stored lazily (memagent.tasks.schema): rebuilt as its text blocks
-            from memagent.tasks.schema import sample_document
-
             doc = sample_document(rec)
         if not isinstance(doc, str):
             doc = tuple(str(block) for block in doc)  # iterables are materialised: G rollouts re-read it
@@ -71,8 +71,6 @@ def load_samples(samples: Iterable[Any]) -> list[QASample]:
 
 def read_training_samples(path: str | Path) -> list[QASample]:
     """The samples of a data file (`read_samples`: checked, ids unique), each as a QASample."""
-    from memagent.tasks.schema import read_samples
-
     return load_samples(QASample.from_dict(rec, f"{path}: sample {n}") for n, rec in enumerate(read_samples(path)))
 
 
@@ -91,8 +89,6 @@ def cap_chunks(samples: list[QASample], tokenizer: Any, chunk_tokens: int, max_c
     """Each sample's document cut to at most `max_chunks` chunks of `chunk_tokens` tokens by removing its
     middle (`data.max_chunks`), tokenised as the workflow does; 0 leaves the samples as they are.
     The kept head and tail are decoded as one text, which the workflow re-tokenises."""
-    from memagent.agent.chunking import iter_chunks
-
     if max_chunks == 0:
         return samples
     budget = max_chunks * chunk_tokens

@@ -16,13 +16,13 @@ from typing import Any, Sequence
 import numpy as np
 from torch import nn
 
+from memagent.backends.chat import encode_prompt
 from memagent.backends.tokenizer import ensure_pad_token
 from memagent.config import ConfigError
-from memagent.rl.accumulate import Term, accumulate_gradients
 from memagent.rl.config import ModelOptions, OptimConfig, config_to_dict
 from memagent.rl.distributed import DistInfo, init_distributed
 from memagent.rl.model_options import prepare_model
-from memagent.rl.objectives import SFT, MiniBatch, Row, check_rows
+from memagent.rl.objectives import SFT, MiniBatch, Row, Term, accumulate_gradients, check_rows
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
 
 @dataclass
@@ -63,8 +63,6 @@ def encode_conversation(tokenizer: Any, prompt: str, response: str) -> tuple[lis
     `TransformersBackend` does by default: `memagent.backends.chat.encode_prompt`); the response
     gets the EOS id appended, so the model learns to stop.
     """
-    from memagent.backends.chat import encode_prompt
-
     prompt_ids = encode_prompt(tokenizer, prompt, bool(getattr(tokenizer, "chat_template", None)))
     response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     return list(prompt_ids), list(response_ids)

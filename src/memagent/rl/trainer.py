@@ -31,23 +31,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from memagent.backends.hf import config_vocab_size, pick_dtype, vocab_limit
+from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 from memagent.lock import run_lock
-from memagent.rl.accumulate import Term, accumulate_gradients
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
-from memagent.rl.engines import make_engine
-from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
-from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, check_rows
+from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
+from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, Term, accumulate_gradients, check_rows
 from memagent.rl.packing import rows_logprobs
-from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult
+from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult, step_seed
 from memagent.rl.resume_guard import file_digest, samples_digest
-from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, warn_rank_seeded_resume
+from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, make_engine, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
-from memagent.rl.schedule import step_seed
 from memagent.rl.validation import make_validator
 from memagent.tasks.metrics import get_reward
 
@@ -56,10 +55,7 @@ log = logging.getLogger(__name__)
 
 def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.device) -> tuple[nn.Module, Any]:
     """The policy and tokenizer: the ones given, else from `config.model` (path or HF id)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from memagent.backends.hf import config_vocab_size, pick_dtype
-    from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM  # lazy: transformers
 
     if (model is None or tokenizer is None) and not config.model:
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
@@ -137,8 +133,6 @@ class MultiConvDAPO:
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
             self.ref = wrap_model(ref, "fsdp", self.info)
         self.pad_id = recipe.tokenizer.pad_token_id
-        from memagent.backends.hf import vocab_limit
-
         # the ids the rollout may sample (an embedding padded past the tokenizer: the rest are masked there)
         self.vocab_limit = vocab_limit(recipe.model, recipe.tokenizer)
         self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)

@@ -22,8 +22,8 @@ from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workfl
 from memagent.backends.base import Backend
 from memagent.config import AgentConfig
 from memagent.rl.distributed import DistInfo, all_reduce
+from memagent.rl.recipe import step_seed
 from memagent.rl.samples import QASample, read_training_samples
-from memagent.rl.schedule import step_seed
 from memagent.tasks.metrics import RewardFn
 
 VAL_ROUND = 7  # the step_seed round of validation sampling (rollout rounds count from 0)

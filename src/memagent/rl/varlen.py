@@ -60,7 +60,7 @@ def varlen_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
                      dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple[Tensor, None]:
     """transformers' attention-function signature: query (B, H, L, D), key/value (B, H_kv, L_k, D) ->
     ((B, L, H, D), None). Per-row causal attention for a packed forward; transformers' sdpa otherwise."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # lazy: transformers
 
     if kwargs.get("sliding_window") is not None:
         raise ConfigError("model.attn_implementation=varlen does not support sliding-window attention")
@@ -82,7 +82,7 @@ def varlen_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
 def varlen_mask(*args: Any, **kwargs: Any) -> Tensor | None:
     """transformers' mask-function signature: no mask for a forward that has no padding mask, no cache offset
     and as many queries as keys (varlen_attention then splits the rows itself); sdpa's mask otherwise."""
-    from transformers.masking_utils import sdpa_mask
+    from transformers.masking_utils import sdpa_mask  # lazy: transformers
 
     names = ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset", "mask_function", "attention_mask")
     given = {**dict(zip(names, args)), **kwargs}
@@ -93,8 +93,8 @@ def varlen_mask(*args: Any, **kwargs: Any) -> Tensor | None:
 
 def register() -> str:
     """Register the attention and mask functions with transformers (idempotent); returns their name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    from transformers import AttentionInterface  # lazy: transformers
+    from transformers.masking_utils import AttentionMaskInterface  # lazy: transformers
 
     AttentionInterface.register(NAME, varlen_attention)
     AttentionMaskInterface.register(NAME, varlen_mask)

@@ -33,7 +33,7 @@ def connect(address: str) -> Any:
     """The `ray` module, connected: the running instance when this process already has one, else
     `ray.init(address)` (`local`: a new instance on this machine; `auto`: the cluster of `ray start`)."""
     try:
-        import ray
+        import ray  # lazy: ray
     except ImportError:
         raise RayRunError("--ray needs Ray: pip install 'memagent[ray]' (or pip install ray)") from None
     if ray.is_initialized():

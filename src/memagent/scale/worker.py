@@ -1,5 +1,5 @@
 """The Ray actor: one backend (an endpoint's client or an in-process engine), built once, that runs units of
-`ask` (a batch of questions) or `eval` (a group of samples of one method and repeat) and returns their
+`ask` (a batch of questions) or `eval` (a unit of the sweep: samples of one method and repeat) and returns their
 results to the driver; it writes no file.
 """
 from __future__ import annotations
@@ -10,8 +10,14 @@ import os
 import socket
 from typing import Any, Callable, Sequence
 
+from memagent.agent.registry import build_workflow, run_workflow
 from memagent.errors import MemAgentError
+from memagent.eval.sweep_config import SweepConfig
+from memagent.eval.unit_run import check_settings, run_unit
+from memagent.eval.units import Unit
+from memagent.profile import open_backend
 from memagent.scale.pool import Raised
+from memagent.tasks.schema import ParagraphCache
 
 __all__ = ["ShardWorker"]
 
@@ -33,7 +39,7 @@ def _quiet_libraries() -> None:
     """No weight-loading bars from every actor in the driver's log (the CLI quiets its own process)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # lazy: transformers
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -47,10 +53,9 @@ class ShardWorker:
     driver reports it as the error it is rather than as a lost actor."""
 
     def __init__(self, model: str, backend: Any, profile: Any) -> None:
-        from memagent.profile import open_backend
-
         self.error: BaseException | None = None
         self.backend: Any = None
+        self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
         _quiet_libraries()
         try:
             self.backend = open_backend(model, backend, profile)
@@ -69,8 +74,6 @@ class ShardWorker:
             workflow: str = "memagent", workflow_options: dict | None = None) -> tuple[list[Any], str]:
         """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one); read by
         the workflow named `workflow` (memagent.agent.registry) with its own options."""
-        from memagent.agent.registry import build_workflow, run_workflow
-
         buf = io.StringIO() if trace else None
         agent = build_workflow(workflow, self.backend, config, trace_path=buf, errors=errors,
                                trace_chunks=trace_chunks, failures="record",  # a failed document is a result
@@ -81,18 +84,11 @@ class ShardWorker:
         return results, buf.getvalue() if buf is not None else ""
 
     @_returns_errors
-    def check_eval(self, cfg: Any) -> None:
+    def check_eval(self, cfg: SweepConfig) -> None:
         """The sweep's settings against this backend's window (a run no sample can pass fails at once)."""
-        from memagent.eval.sweep import _check_windows
-
-        _check_windows(self.backend, cfg)
+        check_settings(self.backend, cfg)
 
     @_returns_errors
-    def eval_group(self, cfg: Any, method: str, group: Sequence[Any], fp: str) -> list[dict]:
-        """The records of one group (`_Work` items of one method and repeat), as the plain sweep makes them."""
-        from memagent.eval.sweep import _run_group
-        from memagent.tasks.schema import ParagraphCache
-
-        if not hasattr(self, "docs"):
-            self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
-        return _run_group(self.backend, cfg, method, list(group), self.docs, fp)
+    def eval_unit(self, cfg: SweepConfig, unit: Unit) -> list[dict]:
+        """The records of one unit of the sweep, as the local sweep makes them (`memagent.eval.unit_run.run_unit`)."""
+        return run_unit(self.backend, cfg, unit, self.docs)

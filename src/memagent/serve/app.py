@@ -1,5 +1,5 @@
-"""The FastAPI app: documents, jobs (with an SSE event stream), OpenAI-style chat completions, health,
-models and Prometheus metrics; the page at `/` (files of `static/`).
+"""The FastAPI app: documents, jobs (listed newest first, each with an SSE event stream and its chunks' text),
+OpenAI-style chat completions, health, models and Prometheus metrics; the page at `/` (files of `static/`).
 
 Every error is `{"error": {"message", "type"}}` with a 4xx/5xx status. With an API key, every route
 but `/health` and the page's files needs `Authorization: Bearer KEY`. The key check and the request metrics
@@ -21,9 +21,12 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from memagent.agent.registry import get_workflow, workflow_names
+from memagent.errors import MemAgentError
+from memagent.serve.chat import chat_routes
 from memagent.serve.errors import ApiError
 from memagent.serve.http import declared_over, error_response, read_json, upload_blocks
-from memagent.serve.jobs import JobManager
+from memagent.serve.jobs import MAX_LIST, JobManager
 from memagent.serve.requests import ServeSettings, check_questions, document_of
 
 log = logging.getLogger(__name__)
@@ -97,8 +100,6 @@ def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
     _document_routes(app, manager)
     _job_routes(app, manager, settings)
     _info_routes(app, manager, settings)
-    from memagent.serve.chat import chat_routes
-
     chat_routes(app, manager, settings)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
@@ -124,9 +125,6 @@ def _workflow_of(body: dict[str, Any]) -> str | None:
     name = body.get("workflow")
     if name is None:
         return None
-    from memagent.agent.registry import get_workflow, workflow_names
-    from memagent.errors import MemAgentError
-
     if not isinstance(name, str):
         raise ApiError(400, f"workflow must be a name; valid workflows: {', '.join(workflow_names())}")
     try:
@@ -145,6 +143,10 @@ def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
         job_id, _ = manager.submit(document_of(body, manager), questions, workflow=_workflow_of(body))
         return JSONResponse({"id": job_id}, status_code=201)
 
+    @app.get("/v1/jobs")
+    async def list_jobs(request: Request) -> dict[str, Any]:
+        return manager.recent(_count_param(request, "limit", 20, MAX_LIST))
+
     @app.get("/v1/jobs/{job_id}")
     async def get_job(job_id: str) -> dict[str, Any]:
         return manager.view(job_id)
@@ -153,19 +155,53 @@ def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
     async def cancel_job(job_id: str) -> dict[str, Any]:
         return manager.cancel(job_id)
 
+    @app.get("/v1/jobs/{job_id}/chunks/{chunk_no}")
+    async def job_chunk(job_id: str, chunk_no: str) -> dict[str, Any]:
+        manager.job_or_404(job_id)
+        if not (chunk_no.isascii() and chunk_no.isdigit()) or len(chunk_no) > 12:
+            raise ApiError(400, f"chunk number {chunk_no[:40]!r} is not a whole number >= 0 (the `step` of a "
+                                "memory record)")
+        return manager.chunk(job_id, int(chunk_no))
+
     @app.get("/v1/jobs/{job_id}/events")
-    async def job_events(job_id: str) -> StreamingResponse:
+    async def job_events(job_id: str, request: Request) -> StreamingResponse:
+        with_text = _flag_param(request, "chunk_text", True)
         live = manager.subscribe(job_id)
-        return StreamingResponse(_sse(live, settings.wait_seconds), media_type="text/event-stream",
+        return StreamingResponse(_sse(live, settings.wait_seconds, with_text), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _sse(live: Any, wait: float) -> AsyncIterator[str]:
-    """Every event so far, then the live ones, until the job ends (its last event is `state`)."""
+def _count_param(request: Request, name: str, default: int, most: int) -> int:
+    """The query parameter `name` as a whole number in 1..most (`default` when absent); 400 otherwise."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text[:12]) <= most:
+        raise ApiError(400, f"{name} must be a whole number in 1..{most}, got {text[:40]!r}")
+    return int(text)
+
+
+def _flag_param(request: Request, name: str, default: bool) -> bool:
+    """The query parameter `name` as a flag (1/true/yes or 0/false/no); 400 otherwise."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise ApiError(400, f"{name} must be 1 or 0 (true or false), got {text[:40]!r}")
+
+
+async def _sse(live: Any, wait: float, with_text: bool = True) -> AsyncIterator[str]:
+    """Every event so far, then the live ones, until the job ends (its last event is `state`); without
+    `with_text`, step events leave out `chunk_text` (GET /v1/jobs/{id}/chunks/{k} gives it on demand)."""
     i = 0
     while True:
         events, ended = live.since(i)
         for name, data in events:
+            if not with_text and "chunk_text" in data:
+                data = {k: v for k, v in data.items() if k != "chunk_text"}
             yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
         i += len(events)
         if ended:  # the last event and the end are set together: nothing comes after

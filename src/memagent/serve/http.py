@@ -64,7 +64,7 @@ async def upload_blocks(request: Request) -> AsyncIterator[bytes]:
             yield block
         return
     boundary = _boundary(ctype)
-    from python_multipart import MultipartParser
+    from python_multipart import MultipartParser  # lazy: python_multipart (the serve extra)
 
     out: list[bytes] = []
     part = {"n": 0, "first_ended": False, "form_ended": False}

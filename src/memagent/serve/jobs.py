@@ -24,18 +24,18 @@ from memagent.serve.documents import DocumentStore, new_id
 from memagent.serve.errors import ApiError, JobCancelled
 from memagent.serve.metrics import Metrics
 from memagent.serve.store import UNFINISHED, Store
+from memagent.timeline import evidence_steps
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed", "cancelled")
 _KEEP_FINISHED = 256  # finished jobs whose events stay in memory (older ones are rebuilt from SQLite)
 
 
+MAX_LIST = 500  # jobs GET /v1/jobs lists at most
+
+
 def evidence(steps: list[dict[str, Any]], empty_memory: str) -> list[int]:
     """The steps whose added words survive into the final memory (memagent.timeline)."""
-    try:
-        from memagent.timeline import evidence_steps
-    except ImportError:  # the page's module is not installed in this tree
-        return []
     return evidence_steps(steps, empty_memory)
 
 
@@ -107,9 +107,7 @@ class JobManager:
                  metrics: Metrics, max_running: int = 4, max_queued: int = 64,
                  workflow: str = DEFAULT_WORKFLOW) -> None:
         self.store, self.docs, self.backend, self.config, self.metrics = store, docs, backend, config, metrics
-        self.workflow = workflow  # the server's (serve --workflow); a job may name its own (`submit`)
-        self.workflows: dict[str, str] = {}  # job id -> its own workflow, when not the server's (kept in memory:
-        #   a job resumed after a restart reads with the server's workflow)
+        self.workflow = workflow  # the server's (serve --workflow); a job may name its own (`submit`), kept in SQLite
         self.max_running, self.max_queued = max_running, max_queued
         self.pool = ThreadPoolExecutor(max_running, thread_name_prefix="memagent-job")
         self.live: OrderedDict[str, Live] = OrderedDict()
@@ -141,9 +139,7 @@ class JobManager:
         with self._lock:
             self._check_room()
             job_id = new_id("job")
-            if workflow is not None and workflow != self.workflow:
-                self.workflows[job_id] = workflow
-            self.store.add_job(job_id, document_id, questions, chat)
+            self.store.add_job(job_id, document_id, questions, chat, workflow or self.workflow)
             live = self._schedule(job_id)
         return job_id, live
 
@@ -227,10 +223,15 @@ class JobManager:
             total = sum(1 for _ in iter_chunks(path, self.backend.tokenizer, self.config.chunk_tokens,
                                                errors="replace"))
             self.store.set_total(job_id, total)
-        workflow = self.workflows.get(job_id, self.workflow)
+        workflow = job["workflow"] or self.workflow  # None: a job of a version-1 database (not recorded)
         resume = workflow == DEFAULT_WORKFLOW  # another workflow's state is not only its memory: it starts over
         items = [_resume_input(q, path) if resume else AgentInput(q["question"], path, doc_id=str(q["index"]))
                  for q in questions if q["final"] is None]
+        if not resume:  # it starts over: the records of its first attempt go
+            for q in questions:
+                if q["final"] is None and q["steps"]:
+                    self.store.clear_steps(job_id, q["index"])
+                    q["steps"] = []
         done_steps = {q["index"]: list(q["steps"]) for q in questions}
 
         def on_usage(calls: int, prompt: int, completion: int) -> None:
@@ -270,6 +271,24 @@ class JobManager:
                            evidence=evidence(steps, self.config.empty_memory) if final else [], steps=steps))
         return dict(job, questions=qs)
 
+    def recent(self, limit: int) -> dict[str, Any]:
+        """GET /v1/jobs: the newest `limit` jobs (1..MAX_LIST), newest first, each {id, state, workflow, created,
+        chat, error, questions, question}."""
+        return {"object": "list", "data": self.store.recent(limit)}
+
+    def chunk(self, job_id: str, chunk_no: int) -> dict[str, Any]:
+        """GET /v1/jobs/{id}/chunks/{k}: the text of chunk number `k` of the job's document, as the job read it
+        (the `chunk_text` of its memory record in SQLite); 404 for an unknown job or a chunk it has not read."""
+        self.job_or_404(job_id)
+        rec = self.store.chunk(job_id, chunk_no)
+        if rec is None:
+            read = self.store.chunks_read(job_id)
+            span = f"it has read chunks {_spans(read)}" if read else "it has read no chunk yet"
+            raise ApiError(404, f"job {job_id} has no chunk {chunk_no} ({span}); a chunk number is the `step` of "
+                                "a memory record", "not_found_error")
+        return dict(job_id=job_id, chunk=chunk_no, question_index=rec["question_index"],
+                    chunk_start=rec.get("chunk_start"), chunk_tokens=rec.get("chunk_tokens"), text=rec["chunk_text"])
+
     def events_from_db(self, job_id: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
         """The step and answer events of what SQLite holds, per question in order; and whether it ended."""
         events: list[tuple[str, dict[str, Any]]] = []
@@ -286,6 +305,18 @@ class JobManager:
         """Stop the running jobs before their next call; they stay unfinished and resume on restart."""
         self._stopping = True
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _spans(numbers: list[int], most: int = 8) -> str:
+    """Ascending numbers as ranges: [0, 1, 2, 5] -> "0-2, 5" (the first `most` ranges, then "...")."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in spans[:most]]
+    return ", ".join(text + (["..."] if len(spans) > most else []))
 
 
 def _last_memory(steps: list[dict[str, Any]]) -> str | None:

@@ -15,11 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from memagent.agent.prompts import render
+from memagent.agent.registry import get_workflow
+from memagent.agent.split_prompt import parse_rule
+from memagent.agent.workflow import MemoryAgent
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig
-from memagent.errors import InputError
+from memagent.errors import InputError, MemAgentError
 from memagent.flags import MODEL_HELP, BudgetOptions, check_flags, flag, flag_values
+from memagent.lock import run_lock
+from memagent.profile import open_backend
+from memagent.protocol.resolve import model_profile
+from memagent.serve import require_serve_deps
+from memagent.serve.backend import SharedBackend
+from memagent.serve.documents import DocumentStore
+from memagent.serve.jobs import JobManager
+from memagent.serve.metrics import Metrics
+from memagent.serve.requests import ServeSettings
+from memagent.serve.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +118,6 @@ def api_key(o: ServeOptions) -> str | None:
 def open_state(o: ServeOptions) -> tuple[Any, Any]:
     """(the job store, the document store) of `o.state_dir`: a database that is not ours is refused, and the
     pieces of uploads a killed server left (documents/.doc_*.part) are removed."""
-    from memagent.serve.documents import DocumentStore
-    from memagent.serve.store import Store
-
     o.state_dir.mkdir(parents=True, exist_ok=True)
     store = Store(o.state_dir / "serve.sqlite3")
     return store, DocumentStore(o.state_dir / "documents", o.max_document_bytes)
@@ -116,10 +127,6 @@ def check_ready(backend: Backend, config: AgentConfig) -> None:
     """Refuse a model every request would fail on: a tokenizer that encodes text to no tokens (its files are
     missing), prompts its chat template cannot render (e.g. a profile's chat_template_kwargs), budgets over
     its window. Nothing is generated."""
-    from memagent.agent.prompts import render
-    from memagent.agent.workflow import MemoryAgent
-    from memagent.errors import MemAgentError
-
     if not backend.tokenizer("Which river runs through the city?", add_special_tokens=False)["input_ids"]:
         raise InputError("the model's tokenizer encodes text to no tokens: its tokenizer files (tokenizer.json, "
                          "tokenizer_config.json) are missing or not its own; give a model folder with them")
@@ -140,10 +147,7 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
           serialize: bool = True, state: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """(app, manager) over `backend`, with state under `o.state_dir` (`state`: the stores `open_state` gave);
     unfinished jobs resumed."""
-    from memagent.serve.app import ServeSettings, create_app
-    from memagent.serve.backend import SharedBackend
-    from memagent.serve.jobs import JobManager
-    from memagent.serve.metrics import Metrics
+    from memagent.serve.app import create_app  # lazy: fastapi
 
     store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
@@ -151,8 +155,6 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
     manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
-    from memagent.agent.split_prompt import parse_rule
-
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
                              max_question_chars=o.max_question_chars, prompt_split=parse_rule(o.prompt_split))
     app = create_app(manager, settings)
@@ -162,25 +164,16 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
 
 def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
-    from memagent.lock import run_lock
-    from memagent.profile import open_backend
-    from memagent.protocol.resolve import model_profile
-    from memagent.serve import require_serve_deps
-
     require_serve_deps()
     check_flags(flag_values(o))
-    from memagent.agent.registry import get_workflow
-
     get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
-    from memagent.agent.split_prompt import parse_rule
-
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     if not 0 < o.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)
     config = profile.agent_config()
-    import uvicorn
+    import uvicorn  # lazy: uvicorn
 
     with run_lock(o.state_dir, "memagent serve"):
         state = open_state(o)  # before the model loads: a bad database is refused at once

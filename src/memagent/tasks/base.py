@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from memagent.errors import MemAgentError
+from memagent.io import atomic_write
 
 __all__ = ["DataError", "LAZY_DOC_THRESHOLD", "count_tokens", "file_sha256", "write_samples"]
 
@@ -45,14 +47,11 @@ def write_samples(samples: Iterable[dict], path: str | Path) -> int:
     Same samples give byte-identical files. `-` writes to stdout.
     """
     if str(path) == "-":
-        import sys
-
         n = 0
         for sample in samples:
             sys.stdout.write(json.dumps(sample, ensure_ascii=False) + "\n")
             n += 1
         return n
-    from memagent.io import atomic_write
 
     n = 0
     with atomic_write(path) as fh:  # a temp file beside `path`, removed if the run fails

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from memagent.tasks.corpora import QAEntry
+from memagent.backends.base import SamplingParams
 from memagent.tasks.base import DataError
+from memagent.tasks.corpora import QAEntry
+from memagent.tasks.metrics import extract_boxed, sub_em
 
 __all__ = ["CLOSED_BOOK_PROMPT", "FILTER_RULES", "NoContextFilter", "closed_book_filter"]
 
@@ -36,8 +38,6 @@ CLOSED_BOOK_PROMPT = (
 
 
 def _rule_sub_em(reply: str, golds: Sequence[str]) -> bool:
-    from memagent.tasks.metrics import extract_boxed, sub_em
-
     answer = extract_boxed(reply)
     return sub_em(reply if answer is None else answer, golds) > 0
 
@@ -48,8 +48,6 @@ def _rule_substring(reply: str, golds: Sequence[str]) -> bool:
 
 
 def _rule_boxed(reply: str, golds: Sequence[str]) -> bool:
-    from memagent.tasks.metrics import extract_boxed
-
     answer = extract_boxed(reply)
     if answer is None:
         return False
@@ -68,8 +66,6 @@ def closed_book_filter(
 ) -> NoContextFilter:
     """A no-context filter asking each backend (`memagent.backends.base.Backend`) each question with
     no documents, `replies` times (reply r sampled with seed `seed + r`); see the module doc."""
-    from memagent.backends.base import SamplingParams
-
     models = list(backends) if isinstance(backends, (list, tuple)) else [backends]
     unknown = [r for r in rules if r not in FILTER_RULES]
     if unknown or not rules:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memagent.bounded import loads_json  # depth, digits and text bounded (memagent.bounded)
 from memagent.tasks.base import DataError, file_sha256
 
 __all__ = ["ParagraphCorpus", "QAEntry", "load_hotpotqa", "load_squad", "paragraph_table", "read_json_source"]
@@ -60,7 +61,6 @@ def read_json_source(source: str | Path) -> tuple[Any, str, str | None]:
     path = Path(source)
     if not path.is_file():
         raise DataError(f"source file {path} does not exist; download the dataset JSON and give its path")
-    from memagent.bounded import loads_json  # depth, digits and text bounded (memagent.bounded)
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -72,7 +72,7 @@ def read_json_source(source: str | Path) -> tuple[Any, str, str | None]:
 
 def _read_hub(spec: str) -> list[dict]:
     try:
-        import datasets
+        import datasets  # lazy: datasets
     except ImportError as exc:
         raise DataError("reading hf: sources needs the `datasets` package (pip install datasets)") from exc
     name, _, split = spec.partition("@")

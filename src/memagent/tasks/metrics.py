@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 from memagent.agent.answer import extract_boxed
 from memagent.errors import MemAgentError
+from memagent.tasks.rouge_longbench import rouge_l_longbench_one
 
 __all__ = [
     "METRICS",
@@ -213,7 +214,7 @@ def rouge_l(prediction: str | None, golds: Sequence[str], measure: str = "f") ->
 
     measure: "f" (F-measure, LongBench's summarisation score), "recall" or "precision".
     """
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # lazy: rouge_score
 
     golds = _golds(golds)
     if measure not in _ROUGE_MEASURES:
@@ -228,8 +229,6 @@ def rouge_l(prediction: str | None, golds: Sequence[str], measure: str = "f") ->
 def rouge_l_longbench(prediction: str | None, golds: Sequence[str]) -> float:
     """LongBench's ROUGE-L: the `rouge` package's rouge-l F (case-sensitive white-space tokens,
     summary-level LCS over "."-split sentences), best over golds; no prediction scores 0."""
-    from memagent.tasks.rouge_longbench import rouge_l_longbench_one
-
     return _best(prediction, golds, rouge_l_longbench_one)
 
 

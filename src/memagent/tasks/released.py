@@ -26,7 +26,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from memagent.bounded import check_tree, iter_json_array, loads_json
+from memagent.jsonl import iter_jsonl
 from memagent.tasks.base import DataError, file_sha256
+from memagent.tasks.corpora import LOADERS
 
 __all__ = ["FORMATS", "LONGBENCH_METRICS", "detect_container", "iter_records", "read_released",
            "record_format", "sniff_format"]
@@ -65,8 +68,6 @@ def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
     """(position, record) for each record of the file: position is "LINE", "record I" or "row I"."""
     container = detect_container(path)
     if container == "jsonl":
-        from memagent.jsonl import iter_jsonl
-
         for lineno, rec in iter_jsonl(path, DataError):
             yield str(lineno), rec
     elif container == "json-array":
@@ -78,8 +79,6 @@ def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
 def _iter_json_array(path: Path) -> Iterator[tuple[str, Any]]:
     """Each record of a JSON array, split out by the bounded reader's stream (`memagent.bounded`) and parsed
     one at a time (a file of any size; each record bounded in depth, digits and text)."""
-    from memagent.bounded import iter_json_array, loads_json
-
     with open(path, "rb") as fh:
         for i, raw in iter_json_array(fh, str(path), DataError):
             where = f"{path}: record {i}"
@@ -91,10 +90,8 @@ def _iter_json_array(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from memagent.bounded import check_tree
+    import pyarrow as pa  # lazy: pyarrow
+    import pyarrow.parquet as pq  # lazy: pyarrow
 
     try:
         pf = pq.ParquetFile(path)
@@ -178,8 +175,6 @@ def check_lazy(value: Any, where: Where, field: str = "lazy") -> dict:
     """A lazy paragraph-index object {kind: "paragraphs", format?, source, sha256, doc_ids}, every field's type
     checked where the record is read (an index list of floats, a string or an object is refused here, not
     when the document is expanded)."""
-    from memagent.tasks.corpora import LOADERS
-
     if not isinstance(value, dict):
         raise DataError(f"{where(field)}: must be an object {{kind, source, sha256, doc_ids}}, got {type(value).__name__}")
     if value.get("kind") != "paragraphs":

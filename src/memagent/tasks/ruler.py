@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from memagent.backends.tokenizer import load_tokenizer
+from memagent.tasks.base import DataError, write_samples
 from memagent.tasks.haystack import (
     ADJECTIVES, NOISE, NOUNS, coded_words, essay_units, fit_to_tokens, insert_at_depths, make_keys, make_values, pseudo_words,
 )
-from memagent.tasks.base import DataError
+from memagent.tasks.ruler_qa import squad_samples
 
 __all__ = ["NiahSpec", "TASKS", "synthesize_ruler", "write_ruler"]
 
@@ -160,7 +162,7 @@ def _common_words(rng: random.Random, target: int, tokenizer: Any, name: str,
 
 
 def _zeta(alpha: float, terms: int = 1_000_000) -> float:
-    import numpy as np
+    import numpy as np  # lazy: numpy
 
     k = np.arange(1, terms + 1, dtype=np.float64)
     return float(np.sum(k**-alpha)) + terms ** (1 - alpha) / (alpha - 1)  # integral tail estimate
@@ -209,8 +211,6 @@ def synthesize_ruler(
         spec = NiahSpec(haystack, spec.key_kind, spec.value_kind, spec.num_keys, spec.num_values, spec.num_queries)
     units = essay_units(haystack_file) if haystack_file is not None else None
     if task == "qa_squad":
-        from memagent.tasks.ruler_qa import squad_samples
-
         if source is None:
             raise DataError("qa_squad needs a SQuAD-format JSON (--source squad.json)")
         yield from squad_samples(source, tokens=tokens, samples=samples, seed=seed, tokenizer=tokenizer,
@@ -240,9 +240,6 @@ def synthesize_ruler(
 def write_ruler(task: str, out: str, *, tokens: list[int], samples: int, seed: int, tokenizer: str,
                 haystack_file: str | None = None, haystack: str | None = None, source: str | None = None) -> int:
     """`memagent data ruler`: synthesize `task` under the named tokenizer and write JSONL."""
-    from memagent.backends.tokenizer import load_tokenizer
-    from memagent.tasks.base import write_samples
-
     if task not in TASKS:  # before loading a tokenizer
         raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")
     return write_samples(synthesize_ruler(task, tokens=tokens, samples=samples, seed=seed,

@@ -28,10 +28,12 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from memagent.tasks.closed_book import CLOSED_BOOK_PROMPT, NoContextFilter, closed_book_filter
+from memagent import backends as model_backends
+from memagent.backends.tokenizer import load_tokenizer
+from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError, write_samples
+from memagent.tasks.closed_book import CLOSED_BOOK_PROMPT, FILTER_RULES, NoContextFilter, closed_book_filter
 from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
 from memagent.tasks.documents import plan_by_docs, plan_by_tokens, render_documents
-from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError
 
 __all__ = ["CLOSED_BOOK_PROMPT", "PLACEMENTS", "SELECTIONS", "FilterOptions", "closed_book_filter", "load_hotpotqa",
            "select_entries", "synthesize_ruler_hqa", "write_ruler_hqa"]
@@ -161,8 +163,6 @@ class FilterOptions:
     rules: Sequence[str] = ("sub_em",)
 
     def __post_init__(self) -> None:
-        from memagent.tasks.closed_book import FILTER_RULES
-
         unknown = [r for r in self.rules if r not in FILTER_RULES]
         if unknown or not self.rules:
             raise DataError(f"unknown --filter-rule {unknown}; choose from: {', '.join(FILTER_RULES)}")
@@ -176,14 +176,13 @@ class FilterOptions:
     def build(self, seed: int) -> NoContextFilter | None:
         if not self.models:
             return None
-        from memagent.backends import load_backend
 
         urls = list(self.base_urls)
         if len(urls) not in (0, 1, len(self.models)):
             raise DataError(f"give one --filter-base-url for all {len(self.models)} filter models or one per model, "
                             f"not {len(urls)}")
         urls = urls * len(self.models) if len(urls) == 1 else urls
-        backends = [load_backend(self.backend, m, **({"base_url": urls[k]} if urls else {}))
+        backends = [model_backends.load_backend(self.backend, m, **({"base_url": urls[k]} if urls else {}))
                     for k, m in enumerate(self.models)]
         return closed_book_filter(backends, self.max_tokens, replies=self.replies, temperature=self.temperature,
                                   top_p=self.top_p, seed=seed, rules=self.rules)
@@ -200,9 +199,6 @@ def write_ruler_hqa(
     optional with document counts (the samples then record their token counts).
     filter: drop questions these models answer with no context (`closed_book_filter`).
     """
-    from memagent.backends.tokenizer import load_tokenizer
-    from memagent.tasks.base import write_samples
-
     tok = load_tokenizer(tokenizer) if tokenizer else None
     corpus = load_hotpotqa(source)
     return write_samples(synthesize_ruler_hqa(corpus, samples=samples, seed=seed, num_docs=num_docs, tokens=tokens,

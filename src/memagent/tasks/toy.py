@@ -143,8 +143,8 @@ def iter_samples(spec: ToySpec, lengths: list[int], n: int, seed: int, two_hop: 
 def build_toy_tokenizer(spec: ToySpec, extra_words: tuple[str, ...] = ()) -> Any:
     """A word-level tokenizer: every toy word (and template word) is one token; `\\boxed{` and `}` are
     single added tokens, so the model answers `\\boxed{ v3 }` in three tokens."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers  # lazy: tokenizers
+    from transformers import PreTrainedTokenizerFast  # lazy: transformers
 
     specials = ["<pad>", "<eos>", "<unk>"]
     words = ["Q", "M", "C", ">", "none", *extra_words, *spec.words]

@@ -1,5 +1,6 @@
 /* The memory timeline: one row per chunk read (token offset, memory after it, what changed, cut flag),
-   a click opens the chunk's text, the final answer with its evidence rows marked.
+   a click opens the chunk's text (the record's own, or fetched on demand through `options.loadChunk`),
+   the final answer with its evidence rows marked.
    Shared by the page at / and by `memagent report` (inlined there). Model and document text is only
    ever set with textContent: nothing it holds is parsed as HTML. */
 (function (global) {
@@ -70,8 +71,10 @@
     return "tokens " + row.chunk_start + end;
   }
 
-  /* One document's (or question's) timeline inside `container`. */
-  function Timeline(container, title) {
+  /* One document's (or question's) timeline inside `container`. `options.loadChunk(row)`: a Promise of the
+     text of a row's chunk, for rows whose record holds none (the page asks the service on the first click). */
+  function Timeline(container, title, options) {
+    this.loadChunk = options && options.loadChunk ? options.loadChunk : null;
     this.root = el("section", "timeline");
     if (title) this.root.appendChild(el("h2", "timeline-title", title));
     this.progress = el("p", "progress");
@@ -139,15 +142,30 @@
     });
     if (!row.memory) memory.appendChild(el("em", "empty", "(empty memory)"));
     item.appendChild(memory);
-    var chunk = null;  // made on the first click: a long document's chunks stay out of the DOM until asked for
-    head.addEventListener("click", function () {
+    var chunk = null, loader = this.loadChunk, loaded = false;  // made on the first click: a long document's
+    head.addEventListener("click", function () {                     // chunks stay out of the DOM until asked for
       if (!chunk) {
-        chunk = el("pre", "chunk-text", row.chunk_text == null ? "This trace does not hold the chunk's text (ask --trace-chunks writes it)." : row.chunk_text);
+        chunk = el("pre", "chunk-text", row.chunk_text != null ? row.chunk_text : loader ? "loading the chunk's text ..."
+          : "This trace does not hold the chunk's text (ask --trace-chunks writes it).");
         chunk.hidden = true;
         item.appendChild(chunk);
+        loaded = row.chunk_text != null || !loader;
       }
       chunk.hidden = !chunk.hidden;
       head.setAttribute("aria-expanded", chunk.hidden ? "false" : "true");
+      if (!chunk.hidden && !loaded) {
+        loaded = true;
+        chunk.classList.add("loading");
+        loader(row).then(function (text) {
+          chunk.textContent = String(text);
+          chunk.classList.remove("loading", "error");
+        }, function (e) {
+          chunk.textContent = "The chunk's text could not be loaded: " + (e && e.message ? e.message : String(e));
+          chunk.classList.remove("loading");
+          chunk.classList.add("error");
+          loaded = false;  // the next click asks again
+        });
+      }
     });
     return item;
   };

@@ -1,6 +1,6 @@
 """Sharded training state through torch.distributed.checkpoint (DCP), in safetensors files, without pickle.
 
-With `checkpoint.format: dcp` a checkpoint holds, beside the files of `memagent.rl.checkpoint`:
+With `checkpoint.format: dcp` a checkpoint holds, beside the files of `memagent.rl.checkpoint.full`:
     dcp/shard-<k>-model-00001-of-00001.safetensors   the tensors rank k-1 wrote
     dcp_state.json                                   the optimiser's param groups and non-tensor state
 The tensors are the trainable parameters (keys "model/<fqn>"; only the adapters under LoRA) and
@@ -27,12 +27,15 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from memagent.rl.checkpoint.state import CheckpointError, join_optimizer_state, split_optimizer_state
+from memagent.rl.distributed import unwrap
+
 DCP_DIR = "dcp"
 DCP_STATE = "dcp_state.json"
 
 
 def _options(strict: bool = True) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import StateDictOptions  # lazy: torch
 
     return StateDictOptions(ignore_frozen_params=True, strict=strict)
 
@@ -40,9 +43,7 @@ def _options(strict: bool = True) -> Any:
 def _state(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """This rank's (sharded) model and optimiser state dicts, keyed by parameter name (FSDP/DDP prefixes gone).
     Reading the optimiser's state dict creates its state when it has none (so a fresh one can be loaded into)."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
-    from memagent.rl.distributed import unwrap
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict  # lazy: torch
 
     trainable = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
     msd = {k: v for k, v in get_model_state_dict(model, options=_options()).items() if k in trainable}
@@ -60,15 +61,9 @@ def _flat(msd: dict[str, Any], osd: dict[str, Any]) -> tuple[dict[str, torch.Ten
         if isinstance(v, torch.Tensor) and not (local.numel() and local.data_ptr() in seen):
             tensors[f"model/{k}"] = v
             seen.add(local.data_ptr())
-    scalars: dict[str, dict[str, Any]] = {}
-    for fqn, entry in osd.get("state", {}).items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"optim/{fqn}/{key}"] = value if value.dim() else value.view(1)
-            else:
-                scalars.setdefault(fqn, {})[key] = value
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in osd.get("param_groups", [])]
-    return tensors, {"param_groups": groups, "scalars": scalars}
+    optim, meta = split_optimizer_state(osd, "optim/", lambda t: t if t.dim() else t.view(1))
+    tensors.update(optim)
+    return tensors, meta
 
 
 @dataclass
@@ -90,8 +85,8 @@ def save_sharded(tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer |
     Returns the files this rank wrote that still need an fsync (DCP fsyncs its shard files itself) and, when
     `asynchronous`, the future of the shards' upload: the tensors are copied first (staged), so training may
     change them while the copy is written, by a background thread on a gloo group of its own."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    import torch.distributed.checkpoint as dcp  # lazy: torch
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter  # lazy: torch
 
     tensors, meta = _flat(*_state(model, optimizer))
     writer = HuggingFaceStorageWriter(str(tmp / DCP_DIR), save_distributed=True, enable_consolidation=False)
@@ -117,7 +112,7 @@ def _async_group() -> Any:
     if not _distributed():
         return None
     if not _ASYNC_GROUP:
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch
 
         _ASYNC_GROUP.append(dist.new_group(backend="gloo"))
     return _ASYNC_GROUP[0]
@@ -126,11 +121,9 @@ def _async_group() -> Any:
 def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Load the trainable weights and the optimiser state of a dcp checkpoint into `model` (as wrapped for
     training) and `optimizer`, whatever number of processes wrote it (collective)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageReader
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
-
-    from memagent.rl.checkpoint_errors import CheckpointError
+    import torch.distributed.checkpoint as dcp  # lazy: torch
+    from torch.distributed.checkpoint import HuggingFaceStorageReader  # lazy: torch
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict  # lazy: torch
 
     msd, osd = _state(model, optimizer)
     tensors, _ = _flat(msd, osd)
@@ -143,10 +136,7 @@ def load_sharded(ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer 
                               "or from another model or lora setting: move it away to resume from an earlier one") from None
     set_model_state_dict(model, msd, options=_options(strict=False))  # the trainable weights only
     if optimizer is not None:
-        for fqn, extra in meta["scalars"].items():
-            osd["state"].setdefault(fqn, {}).update(extra)
-        groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
-        set_optimizer_state_dict(model, optimizer, {"state": osd["state"], "param_groups": groups}, options=_options())
+        set_optimizer_state_dict(model, optimizer, join_optimizer_state(osd["state"], meta), options=_options())
 
 
 @contextlib.contextmanager
@@ -158,7 +148,7 @@ def _quiet() -> Iterator[None]:
 
 
 def _distributed() -> bool:
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch
 
     return dist.is_available() and dist.is_initialized()
 

@@ -1,4 +1,4 @@
-"""Training checkpoints without pickle, written atomically.
+"""The default checkpoint format: a directory of safetensors + JSON, without pickle, written atomically.
 
 Layout of `<out_dir>/checkpoints/step_000010/`:
     model/                    save_pretrained (safetensors) + tokenizer: loadable by transformers and vLLM
@@ -9,7 +9,8 @@ Layout of `<out_dir>/checkpoints/step_000010/`:
     rng_rank<r>.json          Python `random` and NumPy generator states of rank r
     config.json               the TrainConfig of the run (when given)
 A LoRA run's model/ holds its adapters (memagent.rl.lora); with `sharded` (checkpoint.format=dcp)
-the optimiser files are replaced by every rank's DCP shards, dcp/ and dcp_state.json (memagent.rl.dcp).
+the optimiser files are replaced by every rank's DCP shards, dcp/ and dcp_state.json
+(memagent.rl.checkpoint.sharded).
 
 Atomicity: everything is written into `step_000010.tmp`, each file fsync'ed, then the directory is
 renamed to `step_000010` and its parent fsync'ed. A run killed while saving leaves a `.tmp`
@@ -37,10 +38,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from memagent.rl.checkpoint_errors import CheckpointError, TrainOutputError
-from memagent.rl.distributed import DistInfo, barrier
-from memagent.rl.optim_state import load_optimizer_state, optimizer_state, optimizer_state_problem
-from memagent.rl.rng import rng_state, seed_all, set_rng_state
+from memagent.rl.checkpoint.sharded import PendingCheckpoint, load_sharded, save_sharded
+from memagent.rl.checkpoint.state import (CheckpointError, TrainOutputError, load_optimizer_state, optimizer_state,
+                                          optimizer_state_problem, rng_state, seed_all, set_rng_state)
+from memagent.rl.distributed import DistInfo, barrier, full_state_dict, unwrap
+from memagent.rl.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, is_lora, trainable_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def _safetensors_problem(path: Path) -> str | None:
+def safetensors_problem(path: Path) -> str | None:
     """Why `path` is not a whole safetensors file (header read, length checked; no tensor is loaded)."""
     size = path.stat().st_size
     try:
@@ -111,7 +113,7 @@ def checkpoint_problem(ckpt: Path) -> str | None:
                 return f"{f.relative_to(ckpt)} is not valid JSON"
         for f in sorted([*ckpt.glob("*.safetensors"), *(ckpt / "model").glob("*.safetensors"),
                          *(ckpt / "dcp").glob("*.safetensors")]):
-            problem = _safetensors_problem(f)
+            problem = safetensors_problem(f)
             if problem:
                 return problem if f.parent == ckpt else f"{f.parent.name}/{problem}"
     except (OSError, ValueError) as e:
@@ -166,7 +168,7 @@ def save_checkpoint(root: str | Path, step: int, info: DistInfo, **kw: Any) -> A
     Keyword arguments as `write_checkpoint`. A write that fails (disk full, file too large,
     read-only folder) removes the temporary directory and raises TrainOutputError; the earlier
     checkpoints are untouched. Returns the checkpoint's Path, or with `asynchronous` a
-    `memagent.rl.dcp.PendingCheckpoint` to `finish_checkpoint` later.
+    `PendingCheckpoint` (memagent.rl.checkpoint.sharded) to `finish_checkpoint` later.
     """
     return _mapped(root, step, info, lambda: write_checkpoint(root, step, info, **kw))
 
@@ -207,13 +209,12 @@ def write_checkpoint(
 
     model: the trained model as wrapped for training (DDP, FSDP2 or plain).
     keep_last: delete older complete checkpoints beyond the newest `keep_last` (0 keeps all).
-    sharded: the trainable weights and optimiser state also as DCP shards, each rank its own (memagent.rl.dcp);
+    sharded: the trainable weights and optimiser state also as DCP shards, each rank its own
+        (memagent.rl.checkpoint.sharded);
         then rank 0 writes no optimizer.safetensors.
     asynchronous (with sharded): the shards are written in a background thread (DCP async_save) and a
         `PendingCheckpoint` is returned; the checkpoint is published by `finish_checkpoint`.
     """
-    from memagent.rl.distributed import full_state_dict
-
     root = Path(root)
     final = checkpoint_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
@@ -223,13 +224,9 @@ def write_checkpoint(
             shutil.rmtree(stale)
         tmp.mkdir()
     barrier(info)
-    from memagent.rl.lora import is_lora, trainable_state_dict
-
     # the model/ export, collective under FSDP: the full weights (a LoRA run's adapters only) on rank 0
     weights = trainable_state_dict(model) if is_lora(model) else full_state_dict(model)
     if sharded:
-        from memagent.rl.dcp import save_sharded
-
         shards, pending = save_sharded(tmp, model, optimizer, info.rank, asynchronous)
         optimizer = None
     opt_tensors, opt_meta = optimizer_state(model, optimizer) if optimizer is not None else ({}, None)
@@ -244,8 +241,6 @@ def write_checkpoint(
                                      else None, state, config)
     finish = functools.partial(_finish, tmp, final, written, info, keep_last)
     if sharded and pending is not None:
-        from memagent.rl.dcp import PendingCheckpoint
-
         return PendingCheckpoint(final, pending, finish)
     return finish()
 
@@ -265,8 +260,6 @@ def _write_main_files(tmp: Path, model: nn.Module, weights: dict[str, torch.Tens
                       optimizer: tuple[dict[str, torch.Tensor], Any] | None, state: dict[str, Any],
                       config: dict[str, Any] | None) -> list[Path]:
     """Rank 0's files of a checkpoint in `tmp`: model/, optimizer, config, trainer_state.json (last)."""
-    from memagent.rl.distributed import unwrap
-
     written: list[Path] = []
     unwrap(model).save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
     if tokenizer is not None:
@@ -303,9 +296,7 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
 
     Missing keys are allowed only for tied parameters (e.g. lm_head tied to the embeddings).
     """
-    if (Path(model_dir) / "adapter_config.json").is_file():  # a LoRA run's adapters
-        from memagent.rl.lora import load_adapters
-
+    if (Path(model_dir) / ADAPTER_CONFIG).is_file():  # a LoRA run's adapters
         return load_adapters(model, Path(model_dir))
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
@@ -329,6 +320,26 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
     if missing or result.unexpected_keys:
         raise CheckpointError(f"{model_dir} does not match the model: missing {missing[:5]}, "
                               f"unexpected {result.unexpected_keys[:5]}")
+
+
+def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
+    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
+    if not is_lora(model):
+        raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
+                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
+    try:
+        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}") from None
+    from peft import set_peft_model_state_dict  # lazy: peft
+
+    result = set_peft_model_state_dict(unwrap(model), state)
+    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
+    if result.unexpected_keys or len(state) != len(loaded_shapes):
+        raise CheckpointError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
+                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
+                              f"{list(result.unexpected_keys)[:5]}")
 
 
 def load_checkpoint(
@@ -360,8 +371,6 @@ def load_checkpoint(
         if model is None:
             raise CheckpointError("loading optimizer state needs the model it optimises")
         if sharded:
-            from memagent.rl.dcp import load_sharded
-
             load_sharded(ckpt, model, optimizer)
         else:
             tensors, meta = _read(ckpt / "optimizer.safetensors", load_file), _read(ckpt / "optimizer.json", _load_json)

@@ -4,7 +4,8 @@ vLLM mixes `WeightReceiver` into each of its GPU workers, so its methods can be 
 worker by name: `LLM.collective_rpc(name, args=...)` in-process, or POST /collective_rpc on a
 server started with VLLM_SERVER_DEV_MODE=1 (arguments then arrive as strings). In both cases the
 weights end in the worker's `model_runner.model.load_weights`, vLLM's own loader (it maps the
-Hugging Face names onto its fused layers). Runs inside vLLM (a GPU process); imports vLLM lazily.
+Hugging Face names onto its fused layers). Runs inside vLLM (a GPU process); imports vLLM lazily, and no
+other memagent module (vLLM imports it by name: `memagent.rl.vllm.engine.WORKER_EXTENSION`).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import torch
 def nccl_group(host: str, port: int, rank: int, world_size: int, device: Any) -> Any:
     """An NCCL communicator over a process group of its own (vLLM's StatelessProcessGroup), apart
     from any torch.distributed group of the trainer or of vLLM."""
-    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-    from vllm.distributed.utils import StatelessProcessGroup
+    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator  # lazy: vllm
+    from vllm.distributed.utils import StatelessProcessGroup  # lazy: vllm
 
     pg = StatelessProcessGroup.create(host=host, port=int(port), rank=int(rank), world_size=int(world_size))
     return PyNcclCommunicator(pg, device=device)

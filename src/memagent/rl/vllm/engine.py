@@ -1,7 +1,19 @@
-"""Pushing the trained weights into vLLM: in chunks, through vLLM's supported entry points.
+"""The vLLM rollout engines and how the trained weights reach them.
 
-Two transports, both ending in the worker's own `model_runner.model.load_weights` (the worker
-side is `memagent.rl.vllm_worker.WeightReceiver`, given to vLLM as `worker_extension_cls`):
+    vllm         `VLLMRollout`: a vLLM engine in the training process (`pip install 'memagent[vllm]'`, vLLM >=
+                 MIN_VLLM, imported only when chosen), colocated with training on each rank's GPU
+                 (`vllm.gpu_memory_utilization`). After every update the weights are pushed with
+                 `LLM.collective_rpc` into each worker's `load_weights`, in chunks of `vllm.sync_chunk_mb`
+                 (`push_in_process`); with `vllm.sleep` the engine sleeps (level 1: weights to CPU, KV cache
+                 freed) during the update and wakes for the push. The engine core runs in this process
+                 (VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set), so tensors are not copied.
+    vllm-server  `ServerRollout`: an external vLLM server on other GPUs: rollouts over HTTP (the `openai`
+                 backend, token ids and log-probs from vLLM's `return_token_ids`), weights broadcast over NCCL
+                 by rank 0 (`ServerWeights`). Start the server as `VLLM_SERVER_DEV_MODE=1 vllm serve MODEL
+                 --worker-extension-cls memagent.rl.vllm.worker.WeightReceiver` (MODEL as in the config's `model`).
+
+Both transports end in the worker's own `model_runner.model.load_weights` (the worker side is
+`memagent.rl.vllm.worker.WeightReceiver`, given to vLLM as `worker_extension_cls`):
 
     in-process  `LLM.collective_rpc("memagent_load_weights", args=(chunk,))`, one call per chunk of
                 at most `vllm.sync_chunk_mb` MiB (`push_in_process`).
@@ -11,32 +23,40 @@ side is `memagent.rl.vllm_worker.WeightReceiver`, given to vLLM as `worker_exten
                 made for the purpose (`ServerWeights`), the pattern of TRL's vLLM server mode.
                 POST /reset_prefix_cache then drops KV entries computed with the old weights.
 
-Only the chunking, the version check and the message flow run on CPU (tested with fakes); the
-NCCL and vLLM calls need a GPU (scripts/gpu_check.sh).
+The engines' interface (`RolloutEngine`), the policy engine and `make_engine` are in memagent.rl.rollout.
+Only the chunking, the version check and the message flow run on CPU (tested with fakes); the NCCL and vLLM
+calls need a GPU (scripts/gpu_check.sh). Keep `update.old_logprobs` "recompute" with these engines, since
+vLLM's sampling numerics differ from the trainer's.
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
+from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from memagent.backends.base import BackendError
+from memagent.backends.openai import OpenAIBackend
+from memagent.backends.vllm import VLLMBackend
 from memagent.config import ConfigError
-from memagent.rl.distributed import unwrap
+from memagent.rl.config import TrainConfig
+from memagent.rl.distributed import DistInfo, all_gather_objects, is_fsdp, unwrap
+from memagent.rl.lora import is_lora, merged_weights
+from memagent.rl.vllm.worker import nccl_group
 
 MIN_VLLM = "0.10.2"  # LLM.collective_rpc with worker_extension_cls, sleep/wake_up(tags), return_token_ids
-WORKER_EXTENSION = "memagent.rl.vllm_worker.WeightReceiver"
+WORKER_EXTENSION = "memagent.rl.vllm.worker.WeightReceiver"  # imported by vLLM by this name
+MIB = 1 << 20
 
 Named = list[tuple[str, torch.Tensor]]
 
 
 def check_vllm_version(found: str, what: str, need: str = MIN_VLLM) -> None:
     """ConfigError unless vLLM version `found` is at least `need`."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         ok = Version(found) >= Version(need)
     except InvalidVersion:
@@ -66,8 +86,6 @@ def trained_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The model's full tensors one at a time (unwrapped names; a LoRA policy's under its base model's names,
     adapters merged: `memagent.rl.lora.merged_weights`). Under FSDP2 each is gathered as it is reached (a
     collective: every rank iterates), so at most one chunk is held whole."""
-    from memagent.rl.lora import is_lora, merged_weights
-
     if is_lora(model):
         yield from merged_weights(model)
         return
@@ -98,7 +116,7 @@ class ServerWeights:
     """The trainer's side of the weight broadcast to an external vLLM server (see the module docstring).
 
     post: sends one JSON request to the server (default: httpx against base_url).
-    group: makes this process's NCCL communicator (default `vllm_worker.nccl_group`); it must have
+    group: makes this process's NCCL communicator (default `memagent.rl.vllm.worker.nccl_group`); it must have
         `broadcast(tensor, src)`.
     """
 
@@ -116,7 +134,7 @@ class ServerWeights:
         self.workers = 0
 
     def _http_post(self, path: str, body: dict[str, Any]) -> Any:
-        import httpx
+        import httpx  # lazy: httpx
 
         url = self.base_url + path
         try:
@@ -142,9 +160,7 @@ class ServerWeights:
         """Count the server's workers, then form the NCCL group: this process rank 0, worker w rank 1 + w."""
         self.workers = len(self.rpc("memagent_ping"))
         world = self.workers + 1
-        make = self._group
-        if make is None:
-            from memagent.rl.vllm_worker import nccl_group as make
+        make = self._group or nccl_group
         self.comm = self._alongside(lambda: self.rpc("memagent_init_broadcast", self.host, str(self.port), str(world)),
                                     lambda: make(self.host, self.port, 0, world, device))
 
@@ -188,3 +204,95 @@ class ServerWeights:
         if failed:
             raise failed[0]
         return out
+
+
+def import_vllm(what: str) -> Any:
+    """The vllm module, checked to be recent enough for `what`."""
+    try:
+        import vllm  # lazy: vllm
+    except ImportError:
+        raise BackendError(f"{what} needs vLLM: pip install 'memagent[vllm]' (Linux + CUDA GPU)") from None
+    check_vllm_version(str(getattr(vllm, "__version__", "0")), what)
+    return vllm
+
+
+class VLLMRollout:
+    """rollout.engine=vllm: an in-process vLLM engine per rank, fed the weights by collective_rpc."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo) -> None:
+        if not cfg.model:
+            raise BackendError("rollout.engine=vllm needs `model` (a path or Hugging Face id) in the config")
+        import_vllm("rollout.engine=vllm (weights pushed by LLM.collective_rpc)")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        extra: dict[str, Any] = {"worker_extension_cls": WORKER_EXTENSION, "enable_sleep_mode": cfg.vllm.sleep}
+        if info.enabled:  # one engine per torchrun rank, on that rank's GPU
+            extra["distributed_executor_backend"] = "external_launcher"
+        self.model, self.info, self.cfg = model, info, cfg
+        self._backend = VLLMBackend(cfg.model, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
+                                    want_logprobs=cfg.update.old_logprobs == "rollout",
+                                    chat_template_kwargs=cfg.chat_template_kwargs, **extra)
+        self.llm = self._backend.llm
+        self.asleep = False
+        self.sync()  # a resumed run starts from the checkpoint's weights, not config.model's
+
+    def backend(self) -> Any:
+        if self.asleep:  # offloaded without a sync since (a run that stopped between them)
+            self.llm.wake_up()
+            self.asleep = False
+        return self._backend
+
+    def offload(self) -> None:
+        """With vllm.sleep: free the engine's GPU memory for the update (weights kept on CPU)."""
+        if self.cfg.vllm.sleep and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def sync(self) -> None:
+        """Push the trained weights into the engine, chunk by chunk (every rank calls it)."""
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        to_cpu = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        push_in_process(self.llm, trained_weights(self.model), self.cfg.vllm.sync_chunk_mb * MIB, to_cpu=to_cpu)
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+
+
+class ServerRollout:
+    """rollout.engine=vllm-server: generation over HTTP, weights by NCCL broadcast from rank 0.
+    backend / weights: given by tests; default an OpenAIBackend and a ServerWeights on the config."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo,
+                 backend: Any = None, weights: ServerWeights | None = None) -> None:
+        v = cfg.vllm
+        if not cfg.model or not v.server_url:
+            raise BackendError("rollout.engine=vllm-server needs `model` (as the server serves it) and "
+                               "vllm.server_url (e.g. http://gpu7:8000)")
+        if backend is None:
+            backend = OpenAIBackend(cfg.model, base_url=v.server_url.rstrip("/") + "/v1", tokenizer=tokenizer,
+                                    timeout=v.timeout, max_concurrency=64, request_token_ids=True,
+                                    want_logprobs=cfg.update.old_logprobs == "rollout",
+                                    chat_template_kwargs=cfg.chat_template_kwargs)
+        self.model, self.info, self.cfg, self._backend = model, info, cfg, backend
+        self.weights = None
+        if info.is_main:
+            if weights is None:
+                import_vllm("rollout.engine=vllm-server (the NCCL weight broadcast)")
+                weights = ServerWeights(v.server_url, v.nccl_host, v.nccl_port, v.timeout)
+            self.weights = weights
+            self.weights.connect(info.device)
+        self.sync()  # a resumed run starts from the checkpoint's weights, not config.model's
+
+    def backend(self) -> Any:
+        return self._backend
+
+    def sync(self) -> None:
+        """Rank 0 broadcasts the weights (under FSDP every rank gathers them); all wait for the push."""
+        named = trained_weights(self.model)
+        if self.weights is not None:
+            self.weights.push(named, self.cfg.vllm.sync_chunk_mb * MIB)
+        elif is_fsdp(self.model):
+            for _ in named:  # the gathers are collectives: every rank takes part
+                pass
+        all_gather_objects(None, self.info)  # no rank generates before the server has the new weights

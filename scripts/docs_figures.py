@@ -1,0 +1,558 @@
+"""The figures of the docs, generated from the results JSON (issue 25: figures from one source).
+
+A page holds two kinds of marked figures; everything between or after the markers is rendered from
+`bench/results/NAME.json` (the benchmarks' results, and the demo's results copied there):
+
+- a region, a whole table or paragraph:  <!-- figures:NAME --> ... <!-- /figures:NAME -->
+  its content is REGIONS[NAME](get), where `get("scaling")` is bench/results/scaling.json;
+- an inline figure, one number in a sentence:  <!-- figure:SOURCE.PATH -->1.97
+  (optionally scaled: <!-- figure:chunker.tokens_per_s.stream/1000 -->587K); the number after the marker is
+  the JSON value at SOURCE's PATH (dots; list indices are numbers), written with as many decimals and the
+  same thousands separator as the page writes it.
+
+    python scripts/docs_figures.py           # rewrite README.md, bench/README.md and docs/*.md (make docs)
+    python scripts/docs_figures.py --check   # exit 1 and name page:line, expected vs found, where they differ
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import operator
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from memagent.demo.seeds import markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+Get = Callable[[str], Any]
+
+REGION = re.compile(r"<!-- figures:([\w-]+) -->\n(.*?)<!-- /figures:\1 -->", re.S)
+OPEN = re.compile(r"<!-- (/?)figures:([\w-]+) -->")
+INLINE = re.compile(r"<!-- figure:(\w+)\.([^\s*/]+?)(?:([*/])([0-9.]+))? -->(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", root / "bench" / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def loader(results: Path = RESULTS) -> Get:
+    cache: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name not in cache:
+            cache[name] = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
+        return cache[name]
+    return get
+
+
+def at(data: Any, path: str) -> Any:
+    """The value at a dotted path; a list's `median` is its median (the benchmarks keep every repeat)."""
+    for part in path.split("."):
+        if isinstance(data, list):
+            data = statistics.median(data) if part == "median" else data[int(part)]
+        else:
+            data = data[part]
+    return data
+
+
+def meets(value: float, target: str) -> bool:
+    op, bound = target.split()[:2]
+    return OPS[op](value, float(bound))
+
+
+def table(header: list[str], rows: list[list[str]], align: str = "---") -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([align] * len(header)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def machine(d: dict) -> tuple[str, str]:
+    m = d["machine"]
+    return m["date"], "/".join(f"{x:.1f}" for x in m["load_avg"])
+
+
+# --- bench/README.md ---------------------------------------------------------------------------------------
+
+def _replicas_measured(d: dict, v: float) -> str:
+    runs = d["runs"]
+    first = f"{runs[0]['replica_scaling_4']:.2f} ({runs[0]['latency_s']:g} s replies)"
+    return "; ".join([first] + [f"{r['replica_scaling_4']:.2f} ({r['latency_s']:g} s)" for r in runs[1:]])
+
+
+def _replicas_command(d: dict) -> str:
+    s, lat = d["setup"], ",".join(f"{r['latency_s']:g}" for r in d["runs"])
+    return (f"`python bench/bench_replicas.py --latencies {lat}` ({s['documents']} docs x {s['calls_per_document']} "
+            f"calls, {s['max_concurrent_per_replica']} served at once per replica, MemoryAgent pipelining)")
+
+
+def _pipeline_command(d: dict) -> str:
+    srv = dict(re.findall(r"--([\w-]+) ([\d.]+)", d["stragglers"]["server"]))
+    c = d["config"]
+    return (f"`python bench/bench_pipeline.py` ({c['docs']} docs x {c['calls_per_doc']} calls, {srv['latency']} s "
+            f"replies, {100 * float(srv['straggler-p']):.0f}% at {srv['straggler-x']}x; docs/throughput.md)")
+
+
+def _packing_measured(d: dict, v: float) -> str:
+    # the three quiet runs' range is not in the JSON (it holds the last run); it is quoted as written
+    return (f"{v:.2f} (varlen attention, budget 2 longest rows; 1.63 / 1.69 / 1.67 over 3 quiet runs; sdpa block "
+            f"mask `packing_speedup_sdpa_mask` {d['headline']['packing_speedup_sdpa_mask']:.2f})")
+
+
+def _checkpointing_measured(d: dict, v: float) -> str:
+    off, on = d["memory"]["off"], d["memory"]["on"]
+    return (f"{v:.3f} ({off['peak_added_mb']:.0f} -> {on['peak_added_mb']:.0f} MB added at {on['tokens']:,} tokens; "
+            f"0.24-0.47 over 3 runs)")
+
+
+def _serve_target(d: dict) -> str:
+    lost = sum(level["failed"] for level in d["levels"])
+    return f"none (simulated backend, {1000 * d['settings']['delay_s']:.0f} ms a call; {lost} lost)"
+
+
+def _three(d: dict, v: float) -> str:
+    return f"{v:.3f}"
+
+
+PACKING_CMD = "`python bench/bench_packing.py`"
+# key, source, measured, target (None: the JSON's), command (str or from the JSON)
+LATEST: list[tuple[str, str, Callable, Any, Any]] = [
+    ("scaling_slope", "scaling", _three, None, "`python bench/scaling.py`"),
+    ("rss_ratio_1m_16k", "scaling", _three, None, "`python bench/scaling.py`"),
+    ("overhead_ratio", "overhead", _three, None, "`python bench/overhead.py`"),
+    ("batching_speedup", "batching", _three, None, "`python bench/batching.py`"),
+    ("chunker_ratio", "chunker", _three, None, "`python bench/chunker.py`"),
+    ("trainer_vs_trl", "trainer_vs_trl", _three, None, "`python bench/trainer_vs_trl.py`"),
+    ("serve_rps_32", "serve", lambda d, v: f"{v:.1f} req/s", _serve_target, "`python bench/serve.py` (docs/serve.md)"),
+    ("pipeline_speedup", "pipeline", _three, None, _pipeline_command),
+    ("pipeline_no_straggler_ratio", "pipeline", _three, None, "`python bench/bench_pipeline.py`"),
+    ("client_ms_per_call", "pipeline", lambda d, v: f"{v:.2f} ms", lambda d: d["targets"]["client_ms_per_call"] + " ms",
+     "`python bench/bench_pipeline.py` (zero-latency server, openai SDK transport)"),
+    ("replica_scaling_4", "replicas", _replicas_measured, ">= 3.5", _replicas_command),
+    ("ray_scaling_2", "ray", _three, None, lambda d: "`python bench/bench_ray.py` (2 local Ray workers vs 1, each its "
+     f"own simulated server; answers {'identical' if d['same_answers'] else 'DIFFER'})"),
+    ("packing_speedup", "packing", _packing_measured, ">= 1.5", PACKING_CMD),
+    ("gradient_checkpointing_memory_ratio", "packing", _checkpointing_measured, "< 1", PACKING_CMD),
+]
+
+
+def bench_latest(get: Get) -> str:
+    rows = []
+    for key, src, measured, target, command in LATEST:
+        d = get(src)
+        v = d["headline"][key]
+        target = d["targets"][key] if target is None else target(d) if callable(target) else target
+        met = ("yes" if meets(v, target) else "**no**") if target.split()[0] in OPS else "-"
+        date, load = machine(d)
+        rows.append([f"`{key}`", measured(d, v), target, met, date, load,
+                     command(d) if callable(command) else command])
+    return table(["figure", "measured", "target", "met", "run (UTC)", "load avg (1/5/15 min)", "command"], rows)
+
+
+def bench_scaling(get: Get) -> str:
+    rows = [[f"{r['tokens']:,}", str(r["calls"]), f"{r['wall_s']:.1f}", f"{r['backend_s']:.1f}",
+             f"{r['peak_rss_mb']:.0f}"] for r in get("scaling")["runs"]]
+    return table(["tokens", "calls", "wall s", "in backend s", "peak RSS MB"], rows)
+
+
+def _ms(seconds: float, decimals: int = 1) -> str:
+    ms = 1000 * seconds
+    return f"{ms:.{decimals}f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def bench_generate_profile(get: Get) -> str:
+    rows = [[rows_, _ms(t["prefill_s"]), _ms(t["decode_step_s"]), _ms(t["per_row_s"], 0), f"{100 * t['prefill_share']:.0f}%"]
+            for rows_, t in get("generate_profile")["timings"].items()]
+    body = table(["rows", "prefill", "one decode step", "per row and call", "prefill share"], rows)
+    return "".join(f"  {line}\n" for line in body.splitlines())
+
+
+def bench_trainer_vs_trl(get: Get) -> str:
+    d = get("trainer_vs_trl")
+    n = len(d["steps"]["memagent"])
+    rows = []
+    for name, label in (("memagent", "memagent"), ("trl", "TRL")):
+        t = d["totals"][name]
+        parts = [f"{t[p] / n:.3f} s ({100 * t[p] / t['step_s']:.0f}%)" for p in ("generate", "score", "update")]
+        rows.append([label, f"{t['tokens'] / n:.0f}", f"{t['step_s'] / n:.3f}", f"{t['tokens_per_s']:.0f}", *parts])
+    head = f"Per timed step (mean of {n}):\n\n"
+    return head + table(["trainer", "tokens", "s/step", "tokens/s", "generate", "score (no-grad forwards)",
+                         "update (the rest)"], rows)
+
+
+def bench_cost_model(get: Get) -> str:
+    rows = [[f"{r['tokens']:,}", str(r["chunks"]), f"{r['flops_ratio']:.2f}", f"{r['full_s']:.2f}",
+             f"{r['memagent_s']:.2f}", f"{r['time_ratio']:.2f}"] for r in get("cost_model")["runs"]]
+    return table(["tokens", "chunks", "FLOPs full / MemAgent", "full s", "MemAgent s", "time full / MemAgent"], rows)
+
+
+# --- docs/benchmarks.md, docs/throughput.md ----------------------------------------------------------------
+
+def docs_benchmarks(get: Get) -> str:
+    s, sc, pi, rep, ray, pk = (get(n) for n in ("summary", "scaling", "pipeline", "replicas", "ray", "packing"))
+    r0, r1 = rep["runs"][0], rep["runs"][1]
+    rows = [
+        ["log-log slope of `memagent ask` time vs length, 16K..1M tokens",
+         f"{sc['slope_wall']:.2f} end to end ({sc['slope_backend']:.2f} inside the backend)", "<= 1.05"],
+        ["peak RSS at 1M tokens / at 16K tokens", f"{s['rss_ratio_1m_16k']:.3f}", "<= 1.10"],
+        ["batch run time / time inside generate", f"{s['overhead_ratio']:.3f}", "<= 1.05"],
+        ["documents/s, 16 in flight vs one at a time", f"{s['batching_speedup']:.2f}x", ">= 3x"],
+        ["streaming chunker tokens/s vs in-memory encode", f"{s['chunker_ratio']:.2f}x", ">= 0.8x"],
+        ["Multi-Conv DAPO step tokens/s vs TRL GRPOTrainer (dapo)", f"{s['trainer_vs_trl']:.2f}x", ">= 1.0x"],
+        ["documents/s pipelined per document vs lock-step, 10% stragglers at 10x (`bench_pipeline.py`)",
+         f"{pi['headline']['pipeline_speedup']:.2f}x (no stragglers: {pi['headline']['pipeline_no_straggler_ratio']:.2f}x)",
+         ">= 2.5x (>= 0.95x)"],
+        ["client time per call, zero-latency server", f"{s['client_ms_per_call']:.2f} ms", "<= 5 ms"],
+        ["documents/s, 4 replicas vs 1, 8 requests at once each (`bench_replicas.py`)",
+         f"{r0['replica_scaling_4']:.2f}x at {r0['latency_s']:g} s a reply, {r1['replica_scaling_4']:.2f}x at "
+         f"{r1['latency_s']:g} s", ">= 3.5x"],
+        ["documents/s, 2 Ray workers vs 1 (`bench_ray.py`)",
+         f"{s['ray_scaling_2']:.2f}x, answers {'identical' if ray['same_answers'] else 'DIFFER'}", ">= 1.7x"],
+        ["update step tokens/s, packed (varlen attention) vs padded, lengths spread 10x (`bench_packing.py`)",
+         f"{s['packing_speedup']:.2f}x in the JSON's run; 1.63-1.69x quiet, three runs (sdpa block mask: "
+         f"{s['packing_speedup_sdpa_mask']:.2f}x; 1.38-1.40x)", ">= 1.5x"],
+        ["peak memory of a 4,096-token update, gradient checkpointing on / off",
+         f"{s['gradient_checkpointing_memory_ratio']:.3f} in the JSON's run; 0.24-0.47 over three runs", "< 1"],
+        ["rollout generation time, per-row seeded sampling / default (`bench_row_sampling.py`, 64 prompts x 32 tokens)",
+         f"{s['row_sampling_time_ratio']:.2f}", "about 1"],
+    ]
+    assert pk["memory"]["on"]["tokens"] == 4096  # the row's label says so
+    return table(["figure", "measured", "target"], rows)
+
+
+def docs_throughput(get: Get) -> str:
+    d = get("pipeline")
+    t = d["targets"]
+
+    def cell(r: dict) -> str:
+        return f"{r['seconds']:.1f} s, {r['docs_per_s']:.2f} docs/s"
+
+    def fig(key: str) -> str:
+        return f"`{key}` **{d['headline'][key]:.3f}** (target {t[key]})"
+    st, ns, zl = (d[k]["runs"] for k in ("stragglers", "no_stragglers", "zero_latency"))
+    rows = [["0.1 s a reply, 10% of prompts 1.0 s (10x)", cell(st["pipelined"]), cell(st["lockstep"]), fig("pipeline_speedup")],
+            ["0.1 s a reply, no stragglers", cell(ns["pipelined"]), cell(ns["lockstep"]), fig("pipeline_no_straggler_ratio")],
+            ["zero latency", f"{zl['pipelined']['seconds']:.1f} s for {zl['pipelined']['calls']} calls", "-",
+             fig("client_ms_per_call")]]
+    return table(["server", "pipelined", "lock-step", "figure"], rows)
+
+
+# --- the demo (README.md, docs/demo.md) --------------------------------------------------------------------
+
+def _demo_numerics(get: Get, setting: str) -> str:
+    s = get("demo_numerics")["settings"][setting]
+    return f"{s['no_rl_1x']:.1f} / {s['no_rl_4x']:.1f}"
+
+
+def seed0_table(results: dict) -> str:
+    """The table `memagent demo` prints (demo/report.py's print_table), as text."""
+    mults = list(next(iter(results["accuracy"].values())))
+    t = Table(title=f"toy QA accuracy (%), seed {results['seed']}; chance {100 * results['chance']:.0f}%")
+    t.add_column("method", no_wrap=True, min_width=14)
+    for m in mults:
+        t.add_column(f"{m}x\n{int(m) * results['config']['train_chunks']} chunks", justify="right", no_wrap=True)
+    for method, row in results["accuracy"].items():
+        t.add_row(method, *[f"{100 * row[m]:.1f}" for m in mults])
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None, force_terminal=False).print(t)
+    seconds = "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n" + seconds + "\n"
+
+
+def readme_default_seed(get: Get) -> str:
+    r = get("demo_seed0")
+    s = r["seconds"]
+    total = s["total"]
+    return ("```text\n" + seed0_table(r) + "```\n"
+            f"Alone on the 2 cores: {total:.0f} s ({int(total // 60)}:{int(total % 60):02d}: data {s['data']:.0f}, "
+            f"warm-up {s['warmup']:.0f}, RL {s['rl']:.0f}, full-context {s['full_context']:.0f}, evaluation "
+            f"{s['eval']:.0f}), peak\nRSS {r['peak_rss_mb']:.0f} MB. The 16x failure breakdown, per-key accuracy and "
+            "per-step error rates are in `runs/demo/results.md`.\n"
+            "Which cells a machine prints depends on Intel MKL's code path (threads and PyTorch's own kernels did not "
+            "move\nthe warm-up): the demo pins `MKL_CBWR` to AVX512, or AVX2 on a processor without AVX-512; the "
+            "table above is the\nAVX-512 branch's (an AVX2-only machine's warm-up gives no-RL "
+            f"{_demo_numerics(get, 'MKL_CBWR=AVX2')} at 1x / 4x: [demo.md](docs/demo.md)).\n")
+
+
+def _cell(c: dict) -> str:
+    return f"{c['mean']:.1f} ± {c['sd']:.1f} ({c['min']:.1f})"
+
+
+def _span(per: dict) -> str:
+    vals = list(per.values())
+    return f"{min(vals):.1f}-{max(vals):.1f}"
+
+
+def _mean(per: dict) -> float:
+    return sum(per.values()) / len(per)
+
+
+def readme_eval_seeds(get: Get) -> str:
+    s, p = get("demo_seeds"), get("demo_seeds_pure")
+    mults = list(s["accuracy"]["memagent-rl"])
+    rows = [["memagent-rl", *map(_cell, s["accuracy"]["memagent-rl"].values())],
+            ["memagent-rl, pure Multi-Conv DAPO (`--pure-dapo`)", *map(_cell, p["accuracy"]["memagent-rl"].values())]]
+    rows += [[m, *map(_cell, row.values())] for m, row in s["accuracy"].items() if m != "memagent-rl"]
+    c, fc = s["checks"], s["accuracy"]["full-context"]
+    fc1 = set(c["full_context_1x"].values())
+    worst = max(c["full_context_max_from_16x"], key=c["full_context_max_from_16x"].get)
+    seeds, rss = s["seeds"], s["peak_rss_mb"]
+    head = (f"Accuracy (%) on the evaluation seeds {seeds[0]}-{seeds[-1]} (never used to choose anything), mean ± sd "
+            "(min), with the pure\nMulti-Conv DAPO ablation (`--pure-dapo`) on the same seeds:\n\n")
+    return (head + table(["method", *[f"{m}x" for m in mults]], rows).replace("|---|---|---|---|---|---|",
+                                                                              "|---|" + "---:|" * len(mults))
+            + f"\nPer seed (points): RL − no-RL at 1x {_span(c['rl_minus_no_rl_1x'])} "
+            f"(mean {_mean(c['rl_minus_no_rl_1x']):.1f});\n"
+            f"RL's drop from 1x at 16x {_span(c['rl_drop_16x'])}, at 256x {_span(c['rl_drop_256x'])} "
+            f"(mean {_mean(c['rl_drop_256x']):.1f});\n"
+            f"full-context {'/'.join(f'{v:.1f}' for v in sorted(fc1))} at 1x on every seed and at most "
+            f"{c['full_context_max_from_16x'][worst]:.1f} from 16x on (seed {worst} at 16x; the mean is at most "
+            f"{max(fc[m]['mean'] for m in mults if int(m) >= 16):.1f}).\n"
+            f"The pure ablation: drop at 256x {_span(p['checks']['rl_drop_256x'])} "
+            f"(mean {_mean(p['checks']['rl_drop_256x']):.1f}); without the value-copy loss the copy is less precise at\n"
+            "length (e.g. seed 200: k5 and k9 at 68-69% by 256x). The weak seed of both is 202: key k3 is not learned\n"
+            f"(recipe: 4% at 16x, every other key 100%). Peak RSS ~{_mean(rss):.0f} MB a seed. Rerun: `memagent demo "
+            f"--seeds {','.join(map(str, seeds))}\n--jobs 2 --out runs/seeds` (and `--pure-dapo --out runs/seeds-pure`); "
+            "tables in [demo.md](docs/demo.md).\n")
+
+
+def seeds_markdown(summary: dict) -> str:
+    """`runs/seeds/seeds.md` as memagent.demo.seeds.markdown writes it (the JSON's seed keys are strings)."""
+    def ints(per: dict) -> dict:
+        return {int(k): v for k, v in per.items()}
+    fixed = {**summary, "checks": {k: ints(v) for k, v in summary["checks"].items()},
+             "seconds": ints(summary["seconds"]), "peak_rss_mb": ints(summary["peak_rss_mb"])}
+    return markdown(fixed)
+
+
+def demo_numerics_table(get: Get) -> str:
+    s = get("demo_numerics")["settings"]
+    rows = [  # label, the settings it stands for (their weights and numbers must agree)
+        ("MKL's own choice, 2 threads (as `make demo` ran before the pin)", ["ATEN_CPU_CAPABILITY=avx512"]),
+        ("1 thread", ["OMP_NUM_THREADS=1"]),
+        ("`ATEN_CPU_CAPABILITY=avx2` (PyTorch's own kernels)", ["ATEN_CPU_CAPABILITY=avx2"]),
+        ("`ONEDNN_MAX_CPU_ISA=AVX2` or `AVX512_CORE`", ["ONEDNN_MAX_CPU_ISA=AVX2", "ONEDNN_MAX_CPU_ISA=AVX512_CORE"]),
+        ("`MKL_CBWR=AVX512`, `AVX512_E1`, `AVX512_E2`, `AVX512_E3`",
+         ["MKL_CBWR=AVX512", "MKL_CBWR=AVX512_E1", "MKL_CBWR=AVX512_E2", "MKL_CBWR=AVX512_E3"]),
+        ("`MKL_CBWR=AVX2` (MKL's AVX2 path; also `MKL_ENABLE_INSTRUCTIONS=AVX2`, and set in-process after `import torch`)",
+         ["MKL_CBWR=AVX2", "MKL_ENABLE_INSTRUCTIONS=AVX2", "MKL_CBWR=AVX2 (set in-process after import torch)"]),
+        ("`MKL_CBWR=COMPATIBLE`", ["MKL_CBWR=COMPATIBLE"]),
+        ("`ATEN_CPU_CAPABILITY=default` (no vector kernels)", ["ATEN_CPU_CAPABILITY=default"]),
+    ]
+    names: dict[str, str] = {}  # the warm-up weights by letter, in the table's order
+    for _, keys in rows:
+        for k in keys:
+            names.setdefault(s[k]["weights"], "ABCDEFGH"[len(names)])
+    out = []
+    for label, keys in rows:
+        cells = {(names[s[k]["weights"]], f"{s[k]['no_rl_1x']:.1f}", f"{s[k]['no_rl_4x']:.1f}") for k in keys}
+        if len(cells) != 1:
+            raise ValueError(f"demo_numerics.json: the settings of row {label!r} disagree: {sorted(cells)}")
+        out.append([label, *cells.pop()])
+    return table(["setting", "warm-up weights", "no-RL 1x", "no-RL 4x"], out).replace(
+        "|---|---|---|---|", "|---|---|---:|---:|")
+
+
+def workflows_index(get: Get) -> str:
+    d = get("index")
+    pc, h, t = d["per_chunk"], d["headline"], d["targets"]
+    small, big = d["rss"][0], d["rss"][-1]
+    rows = [
+        [f"per-chunk cost, `lookup` (reading + index + one query call) / `memagent` (reading), {pc['tokens'] // 1024}K "
+         f"tokens ({pc['chunks']} chunks)",
+         f"{pc['per_chunk_ms']['lookup']:.2f} / {pc['per_chunk_ms']['memagent']:.2f} ms = {h['index_cost_ratio']:.3f}",
+         t["index_cost_ratio"]],
+        ["`ChunkIndex.add` alone, per chunk, as a share of `memagent`'s per-chunk time",
+         f"{pc['index_add_ms_per_chunk']:.3f} ms = {100 * h['index_add_share']:.1f}%",
+         f"{t['index_add_share'].split()[0]} {100 * float(t['index_add_share'].split()[1]):.0f}%"],
+        [f"peak RSS with the index, {big['tokens'] // 2 ** 20}M / {small['tokens'] // 1024}K tokens (a fresh process "
+         "each, the document streamed from a file)",
+         f"{big['peak_rss_mb']:.1f} / {small['peak_rss_mb']:.1f} MB = {h['index_rss_ratio_1m_16k']:.3f}",
+         t["index_rss_ratio_1m_16k"]],
+        [f"index file at {big['tokens'] // 2 ** 20}M tokens ({big['chunks']} chunks: text, ids, FTS5 index)",
+         f"{big['index_mb']:.1f} MB on disk", ""],
+    ]
+    return table(["figure", "measured", "target"], rows).replace(" |  |\n", " | |\n")
+
+
+REGIONS: dict[str, Callable[[Get], str]] = {
+    "workflows-index": workflows_index,
+    "bench-latest": bench_latest,
+    "bench-scaling": bench_scaling,
+    "bench-generate-profile": bench_generate_profile,
+    "bench-trainer-vs-trl": bench_trainer_vs_trl,
+    "bench-cost-model": bench_cost_model,
+    "benchmarks": docs_benchmarks,
+    "throughput-pipeline": docs_throughput,
+    "demo-default-seed": readme_default_seed,
+    "demo-eval-seeds": readme_eval_seeds,
+    "demo-numerics": demo_numerics_table,
+    "demo-seeds": lambda get: seeds_markdown(get("demo_seeds")),
+    "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
+}
+SOURCES = {  # what each region reads, for the report and the docs
+    "workflows-index": "index",
+    "bench-latest": "summary's sources: scaling overhead batching chunker trainer_vs_trl serve pipeline replicas ray packing",
+    "bench-scaling": "scaling", "bench-generate-profile": "generate_profile", "bench-trainer-vs-trl": "trainer_vs_trl",
+    "bench-cost-model": "cost_model", "benchmarks": "summary scaling pipeline replicas ray packing",
+    "throughput-pipeline": "pipeline", "demo-default-seed": "demo_seed0 demo_numerics",
+    "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
+    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
+}
+
+
+# --- rendering and checking pages --------------------------------------------------------------------------
+
+def format_like(value: float, found: str) -> str:
+    """`value` written as `found` is: the same number of decimals, a thousands separator if it has one."""
+    decimals = len(found.split(".")[1]) if "." in found else 0
+    return f"{value:{',' if ',' in found else ''}.{decimals}f}"
+
+
+def inline_value(get: Get, m: re.Match) -> str:
+    src, path, op, factor, found = m.groups()
+    value = float(at(get(src), path))
+    if op:
+        value = value * float(factor) if op == "*" else value / float(factor)
+    return m.group(0)[: -len(found)] + format_like(value, found)
+
+
+def render(text: str, get: Get) -> str:
+    """The page with every region and inline figure rendered from the JSON."""
+    def region(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in REGIONS:
+            raise KeyError(f"unknown figures region {name!r} (scripts/docs_figures.py REGIONS)")
+        return f"<!-- figures:{name} -->\n{REGIONS[name](get)}<!-- /figures:{name} -->"
+    return INLINE.sub(lambda m: inline_value(get, m), REGION.sub(region, text))
+
+
+def markers_problems(text: str, label: str) -> list[str]:
+    """Unclosed, unknown or nested region markers."""
+    problems, open_ = [], None
+    for i, line in enumerate(text.splitlines(), 1):
+        for close, name in OPEN.findall(line):
+            if name not in REGIONS:
+                if not close:
+                    problems.append(f"{label}:{i}: unknown figures region {name!r}")
+            elif not close and open_:
+                problems.append(f"{label}:{i}: region {name!r} opens inside {open_[0]!r} (line {open_[1]})")
+            elif not close:
+                open_ = (name, i)
+            elif not open_ or open_[0] != name:
+                problems.append(f"{label}:{i}: /figures:{name} closes no open region")
+            else:
+                open_ = None
+    if open_:
+        problems.append(f"{label}:{open_[1]}: region {open_[0]!r} is never closed")
+    return problems
+
+
+def line_at(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def differences(text: str, get: Get, label: str) -> list[str]:
+    """page:line, expected vs found: each line of a region that differs from its rendering, each inline figure."""
+    out = []
+    for m in REGION.finditer(text):
+        first = line_at(text, m.start(2))
+        found, expected = m.group(2).splitlines(), REGIONS[m.group(1)](get).splitlines()
+        out += [f"{label}:{first + i}: expected {e!r}, found {f!r}"
+                for i, (f, e) in enumerate(zip(found, expected)) if f != e]
+        if len(found) != len(expected):
+            i = min(len(found), len(expected))
+            out.append(f"{label}:{first + i}: region {m.group(1)!r} has {len(found)} lines, its rendering "
+                       f"{len(expected)}: expected {expected[i:i + 1]}, found {found[i:i + 1]}")
+    for m in INLINE.finditer(text):
+        new = inline_value(get, m)
+        if new != m.group(0):
+            expected, found = new[len(m.group(0)) - len(m.group(5)):], m.group(5)
+            out.append(f"{label}:{line_at(text, m.start())}: figure {m.group(1)}.{m.group(2)}: expected {expected}, "
+                       f"found {found}")
+    return out
+
+
+def check(paths: list[Path], get: Get, root: Path = ROOT) -> list[str]:
+    problems = []
+    for path in paths:
+        if not path.exists():
+            continue
+        label = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        text = path.read_text(encoding="utf-8")
+        found = markers_problems(text, label)
+        problems += found or differences(text, get, label)
+    return problems
+
+
+def used_regions(paths: list[Path]) -> set[str]:
+    return {n for p in paths if p.exists() for _, n in OPEN.findall(p.read_text(encoding="utf-8"))}
+
+
+def import_demo(path: Path, results: Path) -> Path:
+    """Copy what the pages quote of a `memagent demo` run's results.json into bench/results/demo_seed0.json."""
+    r = json.loads(path.read_text(encoding="utf-8"))
+    kept = {"source": f"imported from {path} by scripts/docs_figures.py --import-demo", "seed": r["seed"],
+            "chance": r["chance"], "accuracy": r["accuracy"], "seconds": r["seconds"], "peak_rss_mb": r["peak_rss_mb"],
+            "config": {"train_chunks": r["config"]["train_chunks"]},
+            "numerics": {"mkl_cbwr": (r.get("numerics") or {}).get("mkl_cbwr")}}
+    out = results / "demo_seed0.json"
+    out.write_text(json.dumps(kept, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def import_seeds(path: Path, results: Path, name: str) -> Path:
+    """Copy a `memagent demo --seeds ...` summary (OUT/seeds.json) into bench/results/NAME.json."""
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    out = results / f"{name}.json"
+    out.write_text(json.dumps({"source": f"imported from {path} by scripts/docs_figures.py", **summary}, indent=2)
+                   + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 naming page:line where they differ")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the results folder (bench/results)")
+    ap.add_argument("pages", nargs="*", type=Path, help="pages (default: README.md, bench/README.md, docs/*.md)")
+    ap.add_argument("--import-demo", type=Path, metavar="RESULTS_JSON", help="a seed-0 run's results.json first")
+    ap.add_argument("--import-seeds", type=Path, metavar="SEEDS_JSON", help="the evaluation seeds' seeds.json first")
+    ap.add_argument("--import-seeds-pure", type=Path, metavar="SEEDS_JSON", help="the --pure-dapo seeds.json first")
+    args = ap.parse_args(argv)
+    if args.import_demo:
+        print(f"wrote {import_demo(args.import_demo, args.results)}")
+    for src, name in ((args.import_seeds, "demo_seeds"), (args.import_seeds_pure, "demo_seeds_pure")):
+        if src:
+            print(f"wrote {import_seeds(src, args.results, name)}")
+    paths, get = [p.resolve() for p in args.pages] or pages(), loader(args.results)
+    if args.check:
+        problems = check(paths, get)
+        missing = sorted(set(REGIONS) - used_regions(paths)) if not args.pages else []
+        problems += [f"region {n!r} is on no page" for n in missing]
+        for p in problems:
+            print(p)
+        print(f"figures: {len(problems)} difference(s) in {len(paths)} page(s)")
+        return 1 if problems else 0
+    for path in paths:
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            problems = markers_problems(text, str(path))
+            if problems:
+                print("\n".join(problems))
+                return 1
+            new = render(text, get)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"rewrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The settings of an evaluation sweep (`SweepConfig`): which methods, the agent's budgets, the baselines'
+window and prompt, how many samples and repeats, the scoring, the workflows' own options.
+
+Every field not listed in `memagent.eval.records.NON_RESULT` is in the records' settings fingerprint, so a
+changed setting computes anew and an unchanged one resumes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from memagent.agent.registry import workflow_names
+from memagent.config import AgentConfig
+from memagent.eval.baselines import BASELINE_TEMPLATE, EvalError
+from memagent.eval.scoring import ScoreOptions
+from memagent.eval.workflow_runs import BASELINES, check_methods
+
+__all__ = ["BASELINES", "METHODS", "SweepConfig"]
+
+METHODS = ("memagent", "full-context", "rag-bm25")  # the default; any workflow name is a method too
+
+
+@dataclass
+class SweepConfig:
+    model_name: str  # the row label of the table (a model id or path)
+    methods: Sequence[str] = METHODS  # baselines and workflows (memagent.agent.registry) by name
+    agent: AgentConfig = field(default_factory=AgentConfig)  # MemAgent's budget; answer_tokens for all
+    window: int | None = None  # the baselines' context window (default: the backend's)
+    baseline_answer_tokens: int | None = None  # the baselines' max new tokens (default: agent.answer_tokens)
+    baseline_template: str = BASELINE_TEMPLATE  # the baselines' prompt: {question} and {context}
+    passage_tokens: int = 512  # rag-bm25 passage size
+    limit: int | None = None  # at most this many samples of each data file
+    repeats: int = 1  # runs of each sample, repeat r with seed agent.seed + r (base 0 when None)
+    scoring: ScoreOptions = field(default_factory=ScoreOptions)
+    backend_settings: dict[str, Any] = field(default_factory=dict)  # backend kind, dtype ...: they change replies
+    workflow_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # workflow name -> its own options
+    #   (in that workflow's record fingerprint: memagent.eval.workflow_runs.method_fingerprint)
+
+    def __post_init__(self) -> None:
+        unknown = check_methods(self.methods)
+        if unknown or not self.methods:
+            raise EvalError(f"unknown method(s) {unknown}; choose from the baselines {', '.join(BASELINES)} or the "
+                            f"workflows {', '.join(workflow_names())}")
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
+        for name in ("limit", "window", "passage_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise EvalError(f"{name} must be a positive integer, got {value!r}")
+
+    def seed(self, repeat: int) -> int:
+        """The sampling seed of repeat `repeat`: agent.seed (0 when None) + repeat."""
+        return (self.agent.seed or 0) + repeat
