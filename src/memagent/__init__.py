@@ -14,6 +14,7 @@ Base helpers, flat at the top (each imports at most other base modules):
     text.py       the one decoding rule for text (valid UTF-8, no surrogates)
     lock.py       one run per output (file locks)
     progress.py   progress on stderr: a bar on a terminal, plain lines in a log
+    model_shapes.py  shapes and parameter counts of known models (FLOPs, the training memory estimate)
     timeline/     the memory timeline of a trace: its rows, evidence steps and the `memagent report` HTML file
 
 The layers above:
