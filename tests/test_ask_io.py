@@ -7,7 +7,6 @@ import json
 import pytest
 
 import memagent.backends
-import memagent.run
 from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.cli import run
 from memagent.config import AgentConfig
@@ -116,7 +115,7 @@ def test_on_result_sees_each_result_when_its_document_finishes(tiny_backend):
     ({"question": "q", "context": "x", "id": True}, "field 'id': must be a string or an integer"),
 ])
 def test_input_line_fields_are_type_checked(tmp_path, line, message):
-    from memagent.ask_io import read_inputs
+    from memagent.ask.io import read_inputs
     from memagent.errors import MemAgentError
 
     p = tmp_path / "in.jsonl"

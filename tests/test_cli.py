@@ -104,7 +104,7 @@ def test_model_directory_settings_are_defaults_and_flags_override_them(run_cli, 
 
 def test_saved_agent_settings_read_back_as_the_same_config(tmp_path):
     from memagent.config import AgentConfig
-    from memagent.run import model_agent_settings, save_agent_settings
+    from memagent.protocol.resolve import model_agent_settings, save_agent_settings
 
     config = AgentConfig(chunk_tokens=9, memory_tokens=2, answer_tokens=3, query_tokens=4,
                          memory_template="M {memory} C {chunk} Q {question} >",

@@ -12,18 +12,21 @@ The layers, lowest first. A module may import from its own layer and from lower-
 the same rank (`rl` and `eval`) may not import each other.
 
     rank  layer     modules
-    0     base      errors, config, io, jsonl, lock, progress, flags, timeline, the package `memagent` itself
-                    (leaf helpers: each imports at most other base modules)
+    0     base      errors, config, io, jsonl, lock, progress, flags, bounded, text, agent.prompts (the paper's
+                    templates, the config's defaults), timeline/* (the memory timeline's rows and its HTML
+                    report), the package `memagent` itself (leaf helpers: each imports at most other base modules)
     1     backends  backends/*                   the model Protocol and its implementations, tokenizer loading
-    2     agent     agent/*                      chunking, prompts, the read-write loop, answer extraction
+    2     agent     agent/*                      chunking, the read-write loop, workflows, answer extraction
     3     tasks     tasks/*                      samples, data synthesis, released formats, metrics
     4     rl        rl/*                         training
-    4     eval      eval/*, run, ask_io, profile, reference, scale/*
-                                                 running the agent over inputs and scoring it (`ask` is an
-                                                 evaluation without gold answers; profiles set both)
+    4     eval      eval/*, profile, protocol/*, scale/*
+                                                 running the agent over inputs and scoring it; the protocol
+                                                 profile and its resolution (protocol/resolve), which every
+                                                 command (ask, eval, serve, the harnesses) resolves settings by
     5     demo      demo/*                       the toy experiment: trains (rl) and evaluates (eval)
-    6     app       cli (module or package), serve/*, report, harness/* (lm-eval, Inspect AI)
-                                                 commands and the HTTP service: they wire everything
+    6     app       cli (module or package), ask/*, serve/*, harness/* (lm-eval, Inspect AI)
+                                                 commands, their drivers (`ask`) and the HTTP service: they
+                                                 wire everything; nothing below imports them
 
 `PLACES` maps a module (or package prefix, longest wins) to its layer; a new module outside every prefix fails
 `test_every_module_has_a_layer` until it is placed here.
@@ -55,11 +58,12 @@ PLACES = {
                                         "sections")},
     "memagent.backends": "backends",
     "memagent.agent": "agent",
+    "memagent.agent.prompts": "base",  # the paper's templates, AgentConfig's defaults: imports nothing of memagent
     "memagent.tasks": "tasks",
     "memagent.rl": "rl",
-    **{f"memagent.{m}": "eval" for m in ("eval", "run", "ask_io", "profile", "reference", "scale")},
+    **{f"memagent.{m}": "eval" for m in ("eval", "profile", "protocol", "scale")},
     "memagent.demo": "demo",
-    **{f"memagent.{m}": "app" for m in ("cli", "serve", "report", "harness")},
+    **{f"memagent.{m}": "app" for m in ("cli", "serve", "ask", "harness")},
 }
 
 MERGING = pytest.mark.xfail(reason="issue 25 branches landing", strict=False)
@@ -406,7 +410,8 @@ def test_no_cycle_and_no_upward_import(graph):
 
 def test_errors_and_config_are_leaves(graph):
     assert graph["memagent.errors"] == set()
-    assert graph["memagent.config"] <= {"memagent.errors"}
+    assert graph["memagent.agent.prompts"] == set()  # the paper's templates: the config's defaults
+    assert graph["memagent.config"] <= {"memagent.errors", "memagent.agent.prompts"}
 
 
 # -- the checker fails on what it must catch --------------------------------------------------------------------
@@ -421,13 +426,13 @@ def test_checker_finds_a_cycle_and_names_it():
 
 
 def test_checker_finds_upward_and_sibling_imports():
-    g = {"memagent.config": {"memagent.agent.prompts"}, "memagent.agent.prompts": {"memagent.errors"},
+    g = {"memagent.config": {"memagent.agent.workflow"}, "memagent.agent.workflow": {"memagent.errors"},
          "memagent.rl.trainer": {"memagent.eval.records", "memagent.tasks.schema"},
          "memagent.tasks.schema": {"memagent.backends.tokenizer"}, "memagent.cli": {"memagent.demo.pipeline"}}
     found = [(s, d) for s, d, _ in layer_violations(g, PLACES, RANKS)]
-    assert found == [("memagent.config", "memagent.agent.prompts"), ("memagent.rl.trainer", "memagent.eval.records")]
+    assert found == [("memagent.config", "memagent.agent.workflow"), ("memagent.rl.trainer", "memagent.eval.records")]
     why = dict(((s, d), w) for s, d, w in layer_violations(g, PLACES, RANKS))
-    assert why[("memagent.config", "memagent.agent.prompts")] == "base (rank 0) imports the higher layer agent (rank 2)"
+    assert why[("memagent.config", "memagent.agent.workflow")] == "base (rank 0) imports the higher layer agent (rank 2)"
     assert "sibling" in why[("memagent.rl.trainer", "memagent.eval.records")]
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from memagent.profile import load_profile
-from memagent.reference import ReferenceError, profile_from_reference
+from memagent.protocol.reference import ReferenceError, profile_from_reference
 
 UTILS = "taskutils/memory_eval/utils"
 

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 import pytest
 
 from memagent.cli import run
-from memagent.report import json_for_script, report_data
+from memagent.timeline.report import json_for_script, report_data
 
 EVIL = 'keep <script>window.pwned = 1</script> & "q" </script><img src=x onerror=alert(1)>'
 

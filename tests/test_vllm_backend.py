@@ -101,7 +101,7 @@ def test_importing_the_package_and_cli_does_not_import_vllm():
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name.split('.')[0] == 'vllm': seen.append(name)\n"
             "sys.meta_path.insert(0, Spy())\n"
-            "import memagent.backends, memagent.backends.vllm, memagent.run, memagent.cli\n"
+            "import memagent.backends, memagent.backends.vllm, memagent.ask, memagent.cli\n"
             "print(seen, 'vllm' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"})

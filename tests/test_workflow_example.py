@@ -43,7 +43,7 @@ def test_ask_and_report_show_the_echo_call(echo_installed, run_cli, tiny_model_d
     assert code == 0, err
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["kind"] for r in records] == ["echo", "final"]  # two calls: the note, then the answer
-    from memagent.report import read_trace, report_data
+    from memagent.timeline.report import read_trace, report_data
 
     data = report_data(read_trace(trace))
     assert data["docs"][0]["rows"] == [] and [c["kind"] for c in data["docs"][0]["calls"]] == ["echo"]

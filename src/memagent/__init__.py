@@ -1,3 +1,37 @@
-"""MemAgent: long documents read chunk by chunk with an overwritten, fixed-size text memory."""
+"""MemAgent: long documents read chunk by chunk with an overwritten, fixed-size text memory.
+
+The package, lowest layer first (tests/test_layers.py keeps the order: a module imports only from its own
+layer and the layers before it).
+
+Base helpers, flat at the top (each imports at most other base modules):
+
+    errors.py     MemAgentError and InputError: what the CLI prints as one `error: ...` line
+    config.py     AgentConfig, the read-write loop's settings (the paper's defaults), and ConfigError
+    flags.py      the options ask, eval and serve share (budgets, sampling) and their checks
+    io.py         outputs checked before any work, the atomic writer, clear OS errors
+    jsonl.py      JSONL read line by line (`iter_jsonl`), a torn last line trimmed
+    bounded.py    the bounded JSON and YAML reader for everything users hand us
+    text.py       the one decoding rule for text (valid UTF-8, no surrogates)
+    lock.py       one run per output (file locks)
+    progress.py   progress on stderr: a bar on a terminal, plain lines in a log
+    model_shapes.py  shapes and parameter counts of known models (FLOPs, the training memory estimate)
+    timeline/     the memory timeline of a trace: its rows, evidence steps and the `memagent report` HTML file
+
+The layers above:
+
+    backends/     the model Protocol and its implementations (transformers, vLLM, OpenAI-compatible HTTP, tiny)
+    agent/        chunking, the paper's prompt templates (agent/prompts.py), the read-write loop, workflows
+    tasks/        samples, data synthesis, released formats, metrics
+    rl/           training (SFT, Multi-Conv DAPO)
+    eval/         the evaluation sweep, baselines, scoring, Table 1
+    profile.py    protocol profiles: every setting that changes a score, in one YAML file
+    protocol/     where a command's settings come from (`protocol.resolve`) and the official profile
+                  (`protocol.reference`)
+    scale/        Ray actors for ask and eval
+    demo/         the toy experiment on 2 CPU cores
+    ask/          `memagent ask`: its options, its run and its files
+    cli/, serve/, harness/
+                  the commands, the HTTP service and the lm-eval / Inspect AI integrations
+"""
 
 __version__ = "0.1.0"

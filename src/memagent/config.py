@@ -5,10 +5,9 @@ Every configuration dataclass of the project declares a field's rule beside the 
 class's `__post_init__`; `check_value` checks one value, e.g. a command-line flag, against the same rule).
 The loader of YAML and `key=value` overrides is `memagent.sections`.
 
-The values a config is checked against live here too, so that this module imports nothing above
-`memagent.errors`: the paper's prompt templates and their placeholders (filled by
-`memagent.agent.prompts.render`), the answer protocols and think modes (applied by
-`memagent.agent.answer`).
+The values a config is checked against live here too: `check_template` (the paper's templates, the defaults,
+and their placeholders are declared in `memagent.agent.prompts`, a leaf module, and stay importable from
+here), the answer protocols and think modes (applied by `memagent.agent.answer`).
 """
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from memagent.agent.prompts import FINAL_FIELDS, MEMORY_FIELDS, PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE, PLACEHOLDER
 from memagent.errors import MemAgentError
 
 
@@ -102,42 +102,6 @@ def optional_inner(tp: Any) -> Any:
 
 ANSWER_PROTOCOLS = ("boxed", "phrase")
 THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is
-
-# The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:".
-PAPER_MEMORY_TEMPLATE = """You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one.
-
-<problem>
-{question}
-</problem>
-
-<memory>
-{memory}
-</memory>
-
-<section>
-{chunk}
-</section>
-
-Updated memory:
-"""
-
-PAPER_FINAL_TEMPLATE = """You are given a problem and your memory of a long article. Answer the problem from the memory and put the final answer in \\boxed{}.
-
-<problem>
-{question}
-</problem>
-
-<memory>
-{memory}
-</memory>
-
-Your answer:
-"""
-
-MEMORY_FIELDS = ("question", "memory", "chunk")
-FINAL_FIELDS = ("question", "memory")
-PLACEHOLDER = re.compile(r"\{(question|memory|chunk)\}")
-
 
 def check_template(template: str, fields: tuple[str, ...], name: str) -> None:
     """Raise ConfigError unless `template` holds each of `fields` and no other placeholder."""

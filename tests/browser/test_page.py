@@ -181,7 +181,7 @@ PAIRS = [("a b c d e", "a X c d Y Z e"), ("", "one two"), ("one two", ""), ("x x
 
 
 def test_timeline_js_diff_matches_python(browser):
-    from memagent.report import STATIC
+    from memagent.timeline.report import STATIC
     from memagent.timeline import word_diff
 
     page = browser.new_page()

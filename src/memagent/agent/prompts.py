@@ -1,27 +1,55 @@
-"""Prompt templates of the read-write loop (paper: "The workflow", steps 3 and 4).
+"""Prompt templates of the read-write loop (paper: "The workflow", steps 3 and 4), in our wording.
 
 Templates are plain strings with named placeholders: `{question}`, `{memory}` and `{chunk}` for a
 memory update, `{question}` and `{memory}` for the final answer. Placeholders are substituted in a
 single pass, so a document that itself contains the text "{memory}" is left alone, and braces
-elsewhere (`\\boxed{}`) need no escaping. The paper's templates and the placeholder check are
-declared in `memagent.config` (the config's defaults and validation) and re-exported here.
+elsewhere (`\\boxed{}`) need no escaping.
+
+A leaf module (it imports nothing from memagent), placed in the base layer: `memagent.config.AgentConfig`
+takes the paper's templates as its defaults, and `memagent.config.check_template` (which raises `ConfigError`)
+checks a template's placeholders.
 """
 from __future__ import annotations
 
-from memagent.config import (
-    FINAL_FIELDS,
-    MEMORY_FIELDS,
-    PAPER_FINAL_TEMPLATE,
-    PAPER_MEMORY_TEMPLATE,
-    PLACEHOLDER,
-    ConfigError,
-    check_template,
-)
+import re
 
-TemplateError = ConfigError  # the error a bad template raises
+__all__ = ["FINAL_FIELDS", "LOOKUP_QUERY_TEMPLATE", "MEMORY_FIELDS", "PAPER_FINAL_TEMPLATE", "PAPER_MEMORY_TEMPLATE",
+           "PLACEHOLDER", "render"]
 
-__all__ = ["FINAL_FIELDS", "MEMORY_FIELDS", "PAPER_FINAL_TEMPLATE", "PAPER_MEMORY_TEMPLATE", "TemplateError",
-           "check_template", "render"]
+# The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:".
+PAPER_MEMORY_TEMPLATE = """You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one.
+
+<problem>
+{question}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+<section>
+{chunk}
+</section>
+
+Updated memory:
+"""
+
+PAPER_FINAL_TEMPLATE = """You are given a problem and your memory of a long article. Answer the problem from the memory and put the final answer in \\boxed{}.
+
+<problem>
+{question}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+Your answer:
+"""
+
+MEMORY_FIELDS = ("question", "memory", "chunk")
+FINAL_FIELDS = ("question", "memory")
+PLACEHOLDER = re.compile(r"\{(question|memory|chunk)\}")
 
 
 def render(template: str, **values: str) -> str:

@@ -7,13 +7,13 @@ from typing import Optional
 
 import typer
 
+from memagent.ask import AskOptions, run_ask
 from memagent.cli.app import app
 from memagent.cli.params import options_command
 from memagent.flags import flag
 from memagent.io import given_path
-from memagent.report import write_report
-from memagent.run import AskOptions, run_ask
 from memagent.serve.main import ServeOptions, run_serve
+from memagent.timeline.report import write_report
 
 
 @app.command()

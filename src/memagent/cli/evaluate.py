@@ -15,7 +15,7 @@ from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
 from memagent.flags import flag
 from memagent.io import check_not_input, check_output_dir, check_output_file
 from memagent.profile import write_profile
-from memagent.reference import check_reference_out, profile_from_reference
+from memagent.protocol.reference import check_reference_out, profile_from_reference
 from memagent.scale.executor import ray_executor
 
 profile_app = typer.Typer(no_args_is_help=True, help="Protocol profiles: every setting that changes a score, in one YAML file.")

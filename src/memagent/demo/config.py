@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memagent.config import AgentConfig
+from memagent.eval.baselines import render_baseline
+from memagent.io import OutputError, check_output_dir, folder_holds
 from memagent.tasks.toy import ToySpec
 
 # Templates: the question comes last, next to where the model starts writing (docs/experiments.md says why).
@@ -65,8 +68,6 @@ class DemoConfig:
 
 def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256) -> Any:
     """The demo's AgentConfig: one toy chunk a call, a two-token memory, the demo's templates."""
-    from memagent.config import AgentConfig
-
     return AgentConfig(chunk_tokens=spec.chunk_tokens, memory_tokens=2, answer_tokens=3, query_tokens=4,
                        memory_template=MEMORY_TEMPLATE, final_template=FINAL_TEMPLATE, empty_memory=EMPTY_MEMORY,
                        temperature=temperature, max_batch_docs=batch_docs)
@@ -74,8 +75,6 @@ def agent_config(spec: ToySpec, temperature: float = 0.0, batch_docs: int = 256)
 
 def full_prompt(question: str, context: str) -> str:
     """The full-context baseline's prompt over a whole (already cut) document."""
-    from memagent.eval.baselines import render_baseline
-
     return render_baseline(question, context, FULL_TEMPLATE)
 
 
@@ -88,8 +87,6 @@ def check_demo_out(out: str) -> Path:
     """`demo --out`, checked before any work: given (an empty path is not the working folder), a folder that
     can be written, and not a model's folder (the demo writes results.json and model/ there; `train` refuses
     a model's folder the same way). An earlier demo's folder is fine: a rerun writes over its results."""
-    from memagent.io import OutputError, check_output_dir, folder_holds
-
     p = check_output_dir(out, "--out")
     if folder_holds(p) == "a model":
         raise OutputError(f"--out {out} holds a model; the demo writes its run there (results.json, model/, ...). "

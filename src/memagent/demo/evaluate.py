@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from memagent.agent.answer import extract_boxed
+from memagent.agent.registry import AgentInput, build_workflow, run_workflow
+from memagent.backends.base import SamplingParams
 from memagent.demo.config import EMPTY_MEMORY, METHODS, DemoConfig, agent_config, full_prompt
+from memagent.demo.diagnose import update_errors
 from memagent.demo.failures import accuracy, accuracy_by_key, failure_kinds
+from memagent.eval.baselines import middle_truncate
 from memagent.tasks.toy import ToySpec
 
 
 def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
     """The transformers backend over a demo model: plain prompts (the toy tokenizer has no chat template)."""
-    from memagent.backends.hf import TransformersBackend
+    from memagent.backends.hf import TransformersBackend  # lazy: torch
 
     return TransformersBackend(model.eval(), tokenizer, use_chat_template=False, max_batch_size=max_batch_size)
 
@@ -21,8 +26,6 @@ def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec
                  workflow_options: dict[str, Any] | None = None) -> list[Any]:
     """The greedy workflow (by name, memagent.agent.registry; the paper's by default) over toy samples: one
     AgentResult each, in order (with every model call kept when `keep_conversations`, for demo/failures.py)."""
-    from memagent.agent.registry import AgentInput, build_workflow, run_workflow
-
     backend = toy_backend(model, tokenizer, len(samples))
     agent = build_workflow(workflow, backend, agent_config(spec, batch_docs=len(samples)), progress=True,
                            keep_conversations=keep_conversations, **(workflow_options or {}))
@@ -30,10 +33,6 @@ def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec
 
 
 def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int) -> float:
-    from memagent.agent.answer import extract_boxed
-    from memagent.backends.base import SamplingParams
-    from memagent.eval.baselines import middle_truncate
-
     backend = toy_backend(model, tokenizer, 64)
     prompts = [full_prompt(s["question"], middle_truncate(s["context"], tokenizer, window).context) for s in samples]
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=3))
@@ -41,8 +40,6 @@ def eval_full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]],
 
 
 def update_step_errors(model: Any, tokenizer: Any, spec: ToySpec, n: int, seed: int) -> dict[str, dict[str, float]]:
-    from memagent.demo.diagnose import update_errors
-
     return update_errors(toy_backend(model, tokenizer, 256), spec, agent_config(spec), n=n, seed=seed + 20_000)
 
 

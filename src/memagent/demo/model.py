@@ -15,7 +15,7 @@ import torch
 def build_demo_model(vocab_size: int, pad_id: int, eos_id: int, *, hidden: int = 64, seed: int = 0,
                      layers: tuple[str, ...] = ("conv", "full_attention", "conv", "full_attention"),
                      heads: int = 4, max_positions: int = 4096) -> Any:
-    from transformers import Lfm2Config, Lfm2ForCausalLM
+    from transformers import Lfm2Config, Lfm2ForCausalLM  # lazy: transformers
 
     torch.manual_seed(seed)
     cfg = Lfm2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,

@@ -53,8 +53,8 @@ def pin_mkl_branch(environ: MutableMapping[str, str] = os.environ, flags: set[st
 
 def numerics() -> dict[str, Any]:
     """What decides the demo's float sums, for results.json: MKL branch, ATen kernels, threads, versions."""
-    import torch
-    import transformers
+    import torch  # lazy: torch
+    import transformers  # lazy: transformers
 
     return {"mkl_cbwr": os.environ.get("MKL_CBWR"), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "transformers": transformers.__version__}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,14 +27,18 @@ from typing import Any, Callable
 from memagent.demo.config import (  # noqa: F401  (DemoConfig and agent_config: imported from here by the CLI)
     EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, METHODS, DemoConfig, agent_config, boxed, full_prompt,
 )
+from memagent.agent.prompts import render
 from memagent.demo.evaluate import evaluate
+from memagent.demo.numerics import numerics
+from memagent.demo.report import markdown_table, plot_accuracy, print_table
+from memagent.protocol.resolve import save_agent_settings
 from memagent.tasks.toy import build_toy_tokenizer, chunk_text, make_samples, random_chunk
 
 
 def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
     """`rl.sft.encode_conversation` for many (prompt, response) pairs at once (one batched tokenizer
     call each way): the prompt as the backend renders it (no chat template here), the response + EOS."""
-    from memagent.rl.sft import encode_conversation
+    from memagent.rl.sft import encode_conversation  # lazy: torch
 
     if getattr(tokenizer, "chat_template", None):  # not the toy tokenizer: keep the general path
         return [encode_conversation(tokenizer, p, r) for p, r in pairs]
@@ -48,8 +53,6 @@ def demonstrations(cfg: DemoConfig, rng: random.Random, n: int) -> list[tuple[st
     SOME fact of the chunk (chosen without looking at the question), and answer with the value the
     memory holds. `copied` is False where the value does not follow from the key written: an answer from an
     empty memory (its value is drawn at random), or a chunk holding the memory's key with another value."""
-    from memagent.agent.prompts import render
-
     spec, out = cfg.spec, []
     for _ in range(n):
         q = rng.choice(spec.keys)
@@ -138,9 +141,9 @@ def make_data(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> DemoData:
 
 def warm_up(cfg: DemoConfig, tokenizer: Any, warm: list[tuple[list[int], list[int]]], out: Path) -> Any:
     """Phase 2: a fresh demo model trained on the warm-up rows (the paper's "workflow without RL")."""
-    from memagent.demo.model import build_demo_model
-    from memagent.rl.config import OptimConfig
-    from memagent.rl.sft import SFTConfig, train_sft
+    from memagent.demo.model import build_demo_model  # lazy: torch
+    from memagent.rl.config import OptimConfig  # lazy: torch
+    from memagent.rl.sft import SFTConfig, train_sft  # lazy: torch
 
     model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden, heads=cfg.heads,
                              seed=cfg.seed)
@@ -154,7 +157,7 @@ def warm_up(cfg: DemoConfig, tokenizer: Any, warm: list[tuple[list[int], list[in
 
 def rl_train_config(cfg: DemoConfig, out: Path) -> Any:
     """The TrainConfig of the demo's Multi-Conv DAPO phase."""
-    from memagent.rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig, UpdateConfig
+    from memagent.rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig, UpdateConfig  # lazy: torch
 
     spec = cfg.spec
     return TrainConfig(out_dir=str(out / "rl"), seed=cfg.seed, total_steps=cfg.rl_steps, save_every=0, device="cpu",
@@ -172,7 +175,7 @@ def rl_train_config(cfg: DemoConfig, out: Path) -> Any:
 def train_rl(cfg: DemoConfig, model: Any, tokenizer: Any, data: DemoData, out: Path) -> None:
     """Phase 3: Multi-Conv DAPO on the warmed-up model, in place (plus the value-copy objective when its
     rows are given)."""
-    from memagent.rl.trainer import train
+    from memagent.rl.trainer import train  # lazy: torch
 
     rl_cfg = rl_train_config(cfg, out)
     rl_data, copy_rows = data.rl_data, data.copy_rows
@@ -181,9 +184,9 @@ def train_rl(cfg: DemoConfig, model: Any, tokenizer: Any, data: DemoData, out: P
 
 def train_full_context(cfg: DemoConfig, tokenizer: Any, fc: list[tuple[list[int], list[int]]], out: Path) -> Any:
     """Phase 4: the full-context baseline, a fresh model of the same architecture (init seed + 1)."""
-    from memagent.demo.model import build_demo_model
-    from memagent.rl.config import OptimConfig
-    from memagent.rl.sft import SFTConfig, train_sft
+    from memagent.demo.model import build_demo_model  # lazy: torch
+    from memagent.rl.config import OptimConfig  # lazy: torch
+    from memagent.rl.sft import SFTConfig, train_sft  # lazy: torch
 
     fc_model = build_demo_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, hidden=cfg.hidden,
                                 heads=cfg.heads, seed=cfg.seed + 1)
@@ -197,12 +200,6 @@ def train_full_context(cfg: DemoConfig, tokenizer: Any, fc: list[tuple[list[int]
 def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: dict[str, Any],
                  seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
     """The RL model (loadable by `memagent ask`), results.json, results.md, the printed table and accuracy.png."""
-    import resource
-
-    from memagent.demo.numerics import numerics
-    from memagent.demo.report import markdown_table, plot_accuracy, print_table
-    from memagent.run import save_agent_settings
-
     spec = cfg.spec
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
@@ -226,7 +223,7 @@ def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: 
 
 def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole demo (module doc): data, warm-up, Multi-Conv DAPO, full-context baseline, evaluation, results."""
-    import torch
+    import torch  # lazy: torch
 
     out = prepare_out(cfg)
     seconds: dict[str, float] = {}

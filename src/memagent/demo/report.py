@@ -4,6 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from memagent.demo.failures import toy_key_order
 
 
@@ -18,9 +21,6 @@ def accuracy_rows(results: dict[str, Any], cfg: Any) -> tuple[str, list[tuple[st
 
 
 def print_table(results: dict[str, Any], cfg: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     title, columns, rows = accuracy_rows(results, cfg)
     t = Table(title=title)
     t.add_column("method", no_wrap=True, min_width=14)
@@ -66,10 +66,10 @@ def markdown_table(results: dict[str, Any], cfg: Any) -> str:
 
 
 def plot_accuracy(results: dict[str, Any], cfg: Any, path: Path) -> Path:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, row in results["accuracy"].items():

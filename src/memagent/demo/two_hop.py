@@ -22,12 +22,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
+from memagent.agent.answer import extract_boxed
+from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
+from memagent.backends.base import SamplingParams
 from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
+from memagent.demo.evaluate import run_memagent, toy_backend
+from memagent.demo.failures import accuracy
+from memagent.demo.numerics import numerics
+from memagent.demo.pipeline import (demonstrations, encode_rows, prepare_out, rl_train_config, train_full_context,
+                                    value_copy_rows, warm_up)
+from memagent.demo.report import markdown_table, plot_accuracy, print_table
+from memagent.eval.baselines import middle_truncate
+from memagent.protocol.resolve import save_agent_settings
 from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 ORDERS = ("value-first", "pointer-first")
@@ -69,8 +82,6 @@ def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[
     """n (prompt, response) demonstrations of lookup's query call, NOT question-aware: the query is one word
     of the memory (`query_word`: its key or its value at random, or always its second word); from an empty
     memory, a random key."""
-    from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
-
     spec, out = cfg.spec, []
     for _ in range(n):
         memory = EMPTY_MEMORY
@@ -87,8 +98,6 @@ def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[
 def warmup_pairs(cfg: TwoHopConfig, rng: random.Random, with_query: bool) -> list[tuple[str, str]]:
     """`cfg.warmup_rows` demonstrations: the main demo's (demo/pipeline.py `demonstrations`) and, for the
     lookup model, `query_share` of them query calls."""
-    from memagent.demo.pipeline import demonstrations
-
     n_query = round(cfg.warmup_rows * cfg.query_share) if with_query else 0
     pairs = [(p, r) for p, r, _ in demonstrations(cfg, rng, cfg.warmup_rows - n_query)]
     pairs += query_demonstrations(cfg, rng, n_query)
@@ -109,8 +118,7 @@ def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str,
 # -- phases 2-4: training ----------------------------------------------------------------------------------
 def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random.Random, out: Path) -> Any:
     """Warm-up then Multi-Conv DAPO of one model rolled out with `workflow` (memagent or lookup)."""
-    from memagent.demo.pipeline import encode_rows, rl_train_config, value_copy_rows, warm_up
-    from memagent.rl.trainer import train
+    from memagent.rl.trainer import train  # lazy: torch
 
     warm = encode_rows(tokenizer, warmup_pairs(cfg, rng, with_query=workflow == "lookup"))
     model = warm_up(cfg, tokenizer, warm, out / workflow)
@@ -126,8 +134,6 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
 # -- phase 5: evaluation --------------------------------------------------------------------------------
 def by_order(results: list[Any], samples: list[dict[str, Any]]) -> dict[str, float | None]:
     """{order: accuracy over the samples of that order (None where there is none), "all": over all}."""
-    from memagent.demo.failures import accuracy
-
     out: dict[str, float | None] = {}
     for order in ORDERS:
         picked = [(r, s) for r, s in zip(results, samples, strict=True) if s["order"] == order]
@@ -140,9 +146,6 @@ def evaluate_two_hop(cfg: TwoHopConfig, models: dict[str, Any], tokenizer: Any,
                      evals: dict[int, list[dict[str, Any]]], log: Callable[[str], None]) -> dict[str, Any]:
     """accuracy {method: {order | "all": {multiple: share}}} and calls {method: {multiple: calls per document}}
     (full-context: one call); `models`: lookup-rl, memagent-rl, full-context."""
-    from memagent.demo.evaluate import run_memagent
-    from memagent.eval.baselines import middle_truncate
-
     spec = cfg.spec
     runs = {"lookup-rl": (models["lookup-rl"], "lookup", cfg.lookup_options()),
             "memagent-rl": (models["memagent-rl"], "memagent", {}),
@@ -174,12 +177,6 @@ def evaluate_two_hop(cfg: TwoHopConfig, models: dict[str, Any], tokenizer: Any,
 
 def _full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], window: int, cut: Any) -> list[Any]:
     """The full-context baseline's answers as result-like objects (`.answer`), greedy, cut to `window`."""
-    from types import SimpleNamespace
-
-    from memagent.agent.answer import extract_boxed
-    from memagent.backends.base import SamplingParams
-    from memagent.demo.evaluate import toy_backend
-
     prompts = [full_prompt(s["question"], cut(s["context"], tokenizer, window).context) for s in samples]
     gens = toy_backend(model, tokenizer, 64).generate(prompts, SamplingParams(max_new_tokens=3))
     return [SimpleNamespace(answer=extract_boxed(g.text)) for g in gens]
@@ -195,11 +192,6 @@ def table_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
 def save_two_hop(cfg: TwoHopConfig, out: Path, found: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
     """results.json, results.md, the printed table and accuracy.png (demo/report.py's forms, a row per method
     and order), plus calls and seconds per document."""
-    import resource
-
-    from memagent.demo.numerics import numerics
-    from memagent.demo.report import markdown_table, plot_accuracy, print_table
-
     seconds["total"] = sum(seconds.values())
     results = {"task": "two-hop", **found, "seconds": {k: round(v, 1) for k, v in seconds.items()},
                "seed": cfg.seed, "chance": 1 / cfg.spec.n_values,
@@ -222,9 +214,7 @@ def save_two_hop(cfg: TwoHopConfig, out: Path, found: dict[str, Any], seconds: d
 
 def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole two-hop demo (module doc); returns what results.json holds."""
-    import torch
-
-    from memagent.demo.pipeline import encode_rows, prepare_out, train_full_context
+    import torch  # lazy: torch
 
     out = prepare_out(cfg)
     seconds: dict[str, float] = {}
@@ -249,7 +239,5 @@ def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[s
     seconds["eval"] = time.perf_counter() - t
     models["lookup-rl"].save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
-    from memagent.run import save_agent_settings
-
     save_agent_settings(out / "model", agent_config(cfg.spec))  # `memagent ask --model OUT/model --workflow lookup`
     return save_two_hop(cfg, out, found, seconds)

@@ -20,6 +20,7 @@ from memagent.eval.workflow_runs import method_fingerprint
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
 from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME, run_lock
+from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
 
 if TYPE_CHECKING:
@@ -87,11 +88,8 @@ _LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
 def eval_profile(o: EvalOptions) -> "Profile":
     """The settings `eval` runs with, by `ask`'s rule: the built-in profile, the model's memagent.json, --profile,
     then the flags."""
-    from memagent.profile import resolve_profile
-    from memagent.run import model_settings_profile
-
-    return resolve_profile(o.profile, model_settings_profile(o.model), window=o.window, **flag_values(o.budgets), **flag_values(o.sampling),
-                           **{k: getattr(o, k) for k in _LATER_FLAGS})
+    return resolve_model_profile(o.model, o.profile, window=o.window, **flag_values(o.budgets),
+                                 **flag_values(o.sampling), **{k: getattr(o, k) for k in _LATER_FLAGS})
 
 
 def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:

@@ -64,7 +64,7 @@ class MemAgentAPI(ModelAPI):
 def _to_sample_metadata(timeline: dict[str, Any]) -> None:
     """Put the timeline in the running sample's metadata (Inspect keeps no public setter for it)."""
     try:
-        from inspect_ai.solver._task_state import sample_state
+        from inspect_ai.solver._task_state import sample_state  # lazy: inspect_ai
     except ImportError:
         return
     state = sample_state()

@@ -49,7 +49,7 @@ class MemAgentLM(LM):
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> "MemAgentLM":
-        from lm_eval.utils import simple_parse_args_string
+        from lm_eval.utils import simple_parse_args_string  # lazy: lm_eval
 
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import sys
 
+from memagent.errors import MemAgentError
+
 
 def main() -> None:
-    from memagent.errors import MemAgentError
-
     try:
-        import memagent.harness.lm_eval  # noqa: F401  (registers the model)
+        # importing it registers the model with lm-eval
+        import memagent.harness.lm_eval  # noqa: F401  # lazy: lm_eval
     except MemAgentError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    from lm_eval.__main__ import cli_evaluate
+    from lm_eval.__main__ import cli_evaluate  # lazy: lm_eval
 
     cli_evaluate()
 

@@ -14,11 +14,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from memagent.agent.prompts import render
+from memagent.agent.registry import build_workflow, get_workflow
 from memagent.agent.split_prompt import SplitRule, parse_rule, split_prompt
 from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.flags import BudgetOptions, SamplingOptions, check_flags
+from memagent.profile import open_backend
+from memagent.protocol.resolve import model_profile
+from memagent.timeline import evidence_steps
 
 _BACKEND = {"backend": "name", "base_url": "base_url", "tokenizer": "tokenizer", "device": "device", "dtype": "dtype",
             "tensor_parallel": "tensor_parallel", "max_concurrency": "max_concurrency",
@@ -47,9 +51,6 @@ class Harness:
     """A backend and agent settings built from a harness's model arguments; see the module docstring."""
 
     def __init__(self, model: str, **args: Any) -> None:
-        from memagent.profile import open_backend
-        from memagent.run import model_profile
-
         unknown = sorted(set(args) - set(ARGS))
         if unknown:
             raise InputError(f"unknown memagent model argument(s) {', '.join(unknown)}; known: {', '.join(ARGS)}")
@@ -59,8 +60,6 @@ class Harness:
         self.batch_docs = int(args.get("batch_docs") or 16)
         self.errors = str(args.get("errors") or "strict")
         self.workflow = str(args.get("workflow") or "memagent")  # a reading workflow by name (memagent.agent.registry)
-        from memagent.agent.registry import get_workflow
-
         get_workflow(self.workflow)  # an unknown name lists the valid ones, before the model loads
         check_flags(dict(backend.flags(), **dataclasses.asdict(budgets), **dataclasses.asdict(sampling),
                          batch_docs=self.batch_docs, errors=self.errors))
@@ -82,8 +81,6 @@ class Harness:
     def run(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[AgentResult, dict[str, Any]]]:
         """Each (document, question) through the loop, as one batch: (result, timeline) per pair."""
         records: dict[str, list[dict[str, Any]]] = {str(i): [] for i in range(len(pairs))}
-        from memagent.agent.registry import build_workflow
-
         agent = build_workflow(self.workflow, self.backend, self.config, errors=self.errors, keep_conversations=True,
                                on_step=lambda r: records[str(r["doc_id"])].append(r))
         results = agent.run([AgentInput(q, d, str(i)) for i, (d, q) in enumerate(pairs)])
@@ -112,7 +109,7 @@ class Harness:
 
 def continuation_score(backend: Any, prompt: str, continuation: str) -> tuple[float, bool]:
     """(sum of log p(continuation token | prompt, earlier ones), every token the argmax) by one forward pass."""
-    import torch
+    import torch  # lazy: torch
 
     prompt_ids = backend.encode(prompt)  # [P], chat template and generation prompt included
     cont_ids = list(backend.tokenizer(continuation, add_special_tokens=False)["input_ids"])  # [C]
@@ -131,8 +128,6 @@ def continuation_score(backend: Any, prompt: str, continuation: str) -> tuple[fl
 def _timeline(result: AgentResult, records: list[dict[str, Any]], empty_memory: str) -> dict[str, Any]:
     """A sample's memory timeline: each chunk's offset, size and the memory after it; the final answer;
     evidence (the steps whose words survive into the final memory); calls and tokens."""
-    from memagent.timeline import evidence_steps
-
     steps = [{k: r.get(k) for k in ("step", "chunk_start", "chunk_tokens", "memory", "memory_tokens", "prompt_tokens",
                                     "truncated")} for r in records if r.get("kind") != "final"]
     convs = result.conversations

@@ -26,7 +26,7 @@ from memagent.errors import InputError, MemAgentError
 from memagent.flags import MODEL_HELP, BudgetOptions, check_flags, flag, flag_values
 from memagent.lock import run_lock
 from memagent.profile import open_backend
-from memagent.run import model_profile
+from memagent.protocol.resolve import model_profile
 from memagent.serve import require_serve_deps
 from memagent.serve.backend import SharedBackend
 from memagent.serve.documents import DocumentStore

@@ -17,6 +17,10 @@ from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.errors import InputError
 from memagent.io import check_output_file, check_side_files, existing_files, is_sink
 from memagent.jsonl import iter_jsonl, trim_torn_tail
+from memagent.lock import lock_path_for
+from memagent.tasks.base import DataError
+from memagent.tasks.released import check_context, check_lazy, check_text
+from memagent.tasks.schema import read_samples, sample_document
 
 
 def read_inputs(path: Path) -> list[AgentInput]:
@@ -28,8 +32,6 @@ def read_inputs(path: Path) -> list[AgentInput]:
     exist, and ids must be unique (a rerun skips the ids already answered). A record without an id takes its
     line number.
     """
-    from memagent.tasks.schema import read_samples, sample_document
-
     path = Path(path)
     if not path.exists():
         raise InputError(f"input file not found: {path}")
@@ -45,9 +47,6 @@ def read_inputs(path: Path) -> list[AgentInput]:
 def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dict]:
     """The check of one `ask --input` record (fields shared with eval's samples are checked as eval does);
     returns the record with its id (default: its line number) and its document as a resolved Path."""
-    from memagent.tasks.released import check_context, check_lazy, check_text
-    from memagent.tasks.schema import DataError
-
     def check(rec: dict, where: Callable[[str | None], str]) -> dict:
         if "question" not in rec:
             raise DataError(f"{where(None)}: sample lacks question")
@@ -75,8 +74,6 @@ def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dic
 
 def _document_path(name: Any, path: Path, where: Callable[[str | None], str]) -> Path:
     """The file a record's 'document' names (relative to the input file); it must exist."""
-    from memagent.tasks.schema import DataError
-
     if not isinstance(name, str) or not name.strip():
         raise DataError(f"{where('document')}: must be a file path (a string)")
     doc = Path(name) if Path(name).is_absolute() else path.parent / name
@@ -91,8 +88,6 @@ def check_ask_outputs(output: Optional[Path], trace: Optional[Path], model: str,
     and none of the inputs (the --input file, the documents, --profile, the model's own files); the side files
     of --output (its X.profile.yaml and its lock) none of them either; an existing --output a result file of
     an earlier run. A sink (/dev/null, a FIFO) is written in place, without side files."""
-    from memagent.lock import lock_path_for
-
     guarded = dict(inputs)
     guarded.update({f"model file {f.name}": f for f in existing_files(model)})
     if output is not None:

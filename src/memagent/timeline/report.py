@@ -6,6 +6,9 @@ the model can close the block; the JS renders every text with textContent. A Con
 the file from loading anything. Per document: one row per chunk (token offset, the memory after it, the
 words added and removed, a cut flag, the chunk's text when the trace holds it), the final answer and its
 evidence steps (`memagent.timeline.evidence_steps`).
+
+The CSS and JS are the service page's own files (`memagent/serve/static/`), read from there: the report and
+the page show a timeline with the same code and look, from one copy.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 from memagent.errors import InputError
 from memagent.io import atomic_write_text, check_output_file
 from memagent.jsonl import iter_jsonl
-from memagent.timeline import evidence_steps, group_by_doc, is_memory, other_calls, timeline_rows
+from memagent.timeline.rows import evidence_steps, group_by_doc, is_memory, other_calls, timeline_rows
 
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
         "base-uri 'none'; form-action 'none'")
@@ -99,7 +102,7 @@ def json_for_script(data: Any) -> str:
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-STATIC = Path(__file__).parent / "serve" / "static"  # the page's files, inlined into each report
+STATIC = Path(__file__).parents[1] / "serve" / "static"  # the page's files, inlined into each report
 
 
 def _static(name: str) -> str:

@@ -1,7 +1,7 @@
 """The memory timeline of a run: one row per chunk read, what changed, and where the final memory came from.
 
 Pure functions over trace records (see `memagent.agent.trace`): the service (`memagent serve`), its page and
-`memagent report` all show the same rows.
+`memagent report` (`memagent.timeline.report`) all show the same rows. Import them from `memagent.timeline`.
 
 - `word_diff(old, new)`: the words `new` added to `old` and the words it removed, as runs of consecutive
   words (whitespace-split tokens joined by one space). The diff trims the common prefix and suffix, then

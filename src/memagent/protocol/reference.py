@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memagent.config import AgentConfig, ConfigError
+from memagent.io import OutputError, check_output_file
 from memagent.profile import Profile, profile_from_dict
 
 UTILS = "taskutils/memory_eval/utils"
@@ -124,8 +125,6 @@ def _require(root: Path, rel: str, names: tuple[str, ...]) -> dict[str, Any]:
 def check_reference_out(root: str | Path, out: str | Path) -> Path:
     """Before reading: `out` (the profile to write) is a writable file outside the checkout at `root`; this
     command reads that checkout and never writes into it (an `--out TREE/.../envs.py` destroyed its source)."""
-    from memagent.io import OutputError, check_output_file
-
     p = check_output_file(out, "--out", {"the checkout": root})
     tree, target = Path(root).resolve(), p.resolve()
     if Path(root).is_dir() and (target == tree or tree in target.parents):

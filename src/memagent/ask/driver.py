@@ -1,7 +1,11 @@
-"""`memagent ask`: build the backend and the agent from CLI options and run one or many questions."""
+"""`memagent ask`: build the backend and the agent from CLI options and run one or many questions.
+
+The settings come from `memagent.protocol.resolve.model_profile` (built-in profile, the model's memagent.json,
+--profile, the flags); the files (--input, --output, the output checks) from `memagent.ask.io`.
+"""
 from __future__ import annotations
 
-import json
+import errno
 import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -10,16 +14,17 @@ from typing import Any, Iterator, Optional
 
 from memagent.agent.chunking import open_document
 from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, get_workflow, run_workflow
-from memagent.ask_io import (ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for,  # noqa: F401
-                             read_inputs)
+from memagent.agent.split_prompt import parse_rule, split_prompt
+from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
-from memagent.config import AgentConfig
 from memagent.errors import InputError
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values
-from memagent.io import atomic_write_text, is_sink, read_text
+from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
-from memagent.profile import Profile, open_backend, profile_from_dict, resolve_profile, write_profile
+from memagent.profile import Profile, open_backend, write_profile
+from memagent.protocol.resolve import model_profile
 from memagent.scale.options import RayOptions
+from memagent.scale.runs import ray_ask
 
 
 @dataclass
@@ -55,57 +60,6 @@ class AskOptions:
     workflow: str = field(default=DEFAULT_WORKFLOW, metadata=flag(
         "Reading workflow: memagent (the paper's overwrite loop), lookup, skim, or one a package registers."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
-
-
-AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
-_SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
-                 "final_template", "empty_memory")
-
-
-def model_agent_settings(model: str) -> dict[str, Any]:
-    """The AgentConfig fields saved beside a model (`memagent.json`), e.g. by `memagent demo`; {} if none."""
-    path = Path(model) / AGENT_SETTINGS_FILE
-    if not path.is_file():
-        return {}
-    from memagent.bounded import CONFIG_CHARS, loads_json
-
-    data = loads_json(read_text(path, "model settings file", InputError), str(path), InputError, CONFIG_CHARS,
-                      syntax="{where} is not valid JSON ({reason}); fix it or remove it")
-    if not isinstance(data, dict):
-        raise InputError(f"{path} must be a JSON object of settings ({', '.join(_SETTING_KEYS)})")
-    unknown = sorted(set(data) - set(_SETTING_KEYS))
-    if unknown:
-        raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(_SETTING_KEYS)}")
-    for key, value in data.items():
-        if key.endswith("_tokens"):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
-        elif not isinstance(value, str):
-            raise InputError(f"{path}: {key} must be a string, got {type(value).__name__}")
-    return dict(data)
-
-
-def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
-    """Write `config`'s prompt settings beside a saved model, where `model_agent_settings` reads them."""
-    path = Path(model_dir) / AGENT_SETTINGS_FILE
-    return atomic_write_text(path, json.dumps({k: getattr(config, k) for k in _SETTING_KEYS}, indent=2) + "\n")
-
-
-def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
-                  sampling: SamplingOptions = SamplingOptions()) -> Profile:
-    """The settings `ask` and `serve` run with: built-in profile, the model's memagent.json, --profile, then
-    the flags."""
-    return resolve_profile(profile, model_settings_profile(model), **flag_values(budgets), **flag_values(sampling))
-
-
-def model_settings_profile(model: str) -> Profile:
-    """The built-in profile with the prompts and budgets of the model's memagent.json (none: the built-in one):
-    the base that `ask`, `serve` and `eval` all resolve their settings from."""
-    settings = model_agent_settings(model)
-    sections = dict(prompts=("memory_template", "final_template", "empty_memory"),
-                    budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
-    return profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in sections.items()},
-                             source=str(Path(model) / AGENT_SETTINGS_FILE))
 
 
 def run_ask(o: AskOptions) -> None:
@@ -153,8 +107,6 @@ def run_ask(o: AskOptions) -> None:
 
 def _ask_prompt(o: AskOptions) -> None:
     """`ask --prompt FILE`: split the one-message prompt by --prompt-split, then answer it as one question."""
-    from memagent.agent.split_prompt import parse_rule, split_prompt
-
     rule = parse_rule(o.prompt_split)
     if rule.kind == "messages":
         raise InputError("--prompt-split messages is for chat requests; for --prompt use auto, paragraph, line or "
@@ -184,8 +136,6 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
-        from memagent.scale.runs import ray_ask
-
         with _open_trace(o.trace, append=bool(results.done)) as trace, results:
             ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,
                     trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow)
@@ -217,8 +167,6 @@ def _open_trace(path: Optional[Path], append: bool) -> Any:
 @contextmanager
 def _trace_file(path: Path, append: bool) -> Iterator[Any]:
     """The open --trace file; a full disk (or device, /dev/full) while writing it names the file."""
-    import errno
-
     if not is_sink(path):
         path.parent.mkdir(parents=True, exist_ok=True)
     try:

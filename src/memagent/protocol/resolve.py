@@ -1,0 +1,80 @@
+"""The settings a command runs with, resolved in one order for `ask`, `eval`, `serve` and the harnesses:
+
+    1. the built-in profile (`memagent.profile.Profile()`, the paper's settings);
+    2. the prompts and budgets saved beside the model (`memagent.json`, written by `memagent demo` and
+       `save_agent_settings`);
+    3. the `--profile` YAML file;
+    4. the command-line flags that were given (`memagent.profile.FLAG_KEYS`).
+
+`resolve_model_profile` is that order; `model_profile` is it for the budget and sampling flags `ask`, `serve`
+and the harnesses share. `memagent.json` holds only AgentConfig fields (`SETTING_KEYS`), each type-checked.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from memagent.bounded import CONFIG_CHARS, loads_json
+from memagent.config import AgentConfig
+from memagent.errors import InputError
+from memagent.flags import BudgetOptions, SamplingOptions, flag_values
+from memagent.io import atomic_write_text, read_text
+from memagent.profile import Profile, profile_from_dict, resolve_profile
+
+__all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile", "model_settings_profile",
+           "resolve_model_profile", "save_agent_settings"]
+
+AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
+SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
+                "final_template", "empty_memory")
+_SECTIONS = dict(prompts=("memory_template", "final_template", "empty_memory"),
+                 budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
+
+
+def model_agent_settings(model: str) -> dict[str, Any]:
+    """The AgentConfig fields saved beside a model (`memagent.json`), e.g. by `memagent demo`; {} if none."""
+    path = Path(model) / AGENT_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    data = loads_json(read_text(path, "model settings file", InputError), str(path), InputError, CONFIG_CHARS,
+                      syntax="{where} is not valid JSON ({reason}); fix it or remove it")
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must be a JSON object of settings ({', '.join(SETTING_KEYS)})")
+    unknown = sorted(set(data) - set(SETTING_KEYS))
+    if unknown:
+        raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(SETTING_KEYS)}")
+    for key, value in data.items():
+        if key.endswith("_tokens"):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+        elif not isinstance(value, str):
+            raise InputError(f"{path}: {key} must be a string, got {type(value).__name__}")
+    return dict(data)
+
+
+def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
+    """Write `config`'s prompt settings beside a saved model, where `model_agent_settings` reads them."""
+    path = Path(model_dir) / AGENT_SETTINGS_FILE
+    return atomic_write_text(path, json.dumps({k: getattr(config, k) for k in SETTING_KEYS}, indent=2) + "\n")
+
+
+def model_settings_profile(model: str) -> Profile:
+    """Steps 1 and 2: the built-in profile with the prompts and budgets of the model's memagent.json (none: the
+    built-in one)."""
+    settings = model_agent_settings(model)
+    return profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in _SECTIONS.items()},
+                             source=str(Path(model) / AGENT_SETTINGS_FILE))
+
+
+def resolve_model_profile(model: str, profile: Optional[str | Path], **flags: Any) -> Profile:
+    """Steps 1 to 4: the built-in profile, the model's memagent.json, the `--profile` file (None: none), then
+    `flags` (keys of `memagent.profile.FLAG_KEYS`; None: not given)."""
+    return resolve_profile(profile, model_settings_profile(model), **flags)
+
+
+def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
+                  sampling: SamplingOptions = SamplingOptions()) -> Profile:
+    """The settings `ask`, `serve` and the harnesses run with: `resolve_model_profile` with their budget and
+    sampling flags."""
+    return resolve_model_profile(model, profile, **flag_values(budgets), **flag_values(sampling))
