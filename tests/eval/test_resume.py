@@ -374,7 +374,7 @@ def test_a_task_name_matplotlib_would_parse_plots(tmp_path):
 
 def test_eval_writes_its_report_then_fails_with_the_count_of_failed_samples(tokenizer, data, tmp_path, monkeypatch):
     broken = Scripted(tokenizer, fail_on="item 5")
-    monkeypatch.setattr("memagent.profile.open_backend", lambda *a, **k: broken)
+    monkeypatch.setattr("memagent.eval.command.open_backend", lambda *a, **k: broken)
     o = _options(data, tmp_path / "out")
     with pytest.raises(EvalError, match=r"^1 of 3 samples failed; see the records with status \"error\" in .*"
                                         r"results.jsonl .*rerun with --retry-failed$"):
@@ -384,5 +384,5 @@ def test_eval_writes_its_report_then_fails_with_the_count_of_failed_samples(toke
     assert (tmp_path / "out" / "table.md").is_file()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["records"]["failed"] == 1
-    monkeypatch.setattr("memagent.profile.open_backend", lambda *a, **k: Scripted(tokenizer))
+    monkeypatch.setattr("memagent.eval.command.open_backend", lambda *a, **k: Scripted(tokenizer))
     assert "(n=3)" in run_eval(dataclasses.replace(o, retry_failed=True))  # healed: exit 0

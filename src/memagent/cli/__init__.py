@@ -14,6 +14,15 @@ from typing import Optional
 
 import typer
 
+try:  # typer's own parser (older typer versions run on click)
+    import click
+except ImportError:  # pragma: no cover - newer typer carries its own copy
+    click = None
+try:  # the click copy newer typer versions carry (typer >= 0.2x)
+    from typer._click import exceptions as vendored_click
+except ImportError:
+    vendored_click = None
+
 from memagent.cli import ask, data, evaluate, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
 from memagent.backends.openai_http import redact
@@ -98,20 +107,12 @@ def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
     """(usage errors, aborts) of click and of the click copy newer typer versions carry (typer._click)."""
     usage: list[type[BaseException]] = []
     aborts: list[type[BaseException]] = [typer.Abort]
-    try:
-        import click
-
+    if click is not None:
         usage.append(click.exceptions.ClickException)
         aborts.append(click.exceptions.Abort)
-    except ImportError:
-        pass
-    try:
-        from typer._click import exceptions as vendored  # typer >= 0.2x
-
-        usage.append(vendored.ClickException)
-        aborts.append(getattr(vendored, "Abort", typer.Abort))
-    except ImportError:
-        pass
+    if vendored_click is not None:
+        usage.append(vendored_click.ClickException)
+        aborts.append(getattr(vendored_click, "Abort", typer.Abort))
     return tuple(usage), tuple(aborts)
 
 

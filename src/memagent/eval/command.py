@@ -20,6 +20,7 @@ from memagent.eval.workflow_runs import method_fingerprint
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
 from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME, run_lock
+from memagent.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
 
@@ -131,8 +132,6 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
     must be given (this layer does not import the Ray runner)."""
-    from memagent.profile import open_backend, write_profile
-
     check_flags(flag_values(o))  # as `ask` checks its own
     o.ray.check()
     profile = eval_profile(o)

@@ -66,7 +66,7 @@ def offload_policy(opts: ModelOptions, strategy: str, device: str = "auto") -> A
         raise ConfigError("model.cpu_offload needs GPUs (FSDP2 copies the offloaded shards to an accelerator); "
                           "on the CPU the parameters are in host memory already: set model.cpu_offload=false")
     try:
-        from torch.distributed.fsdp import CPUOffloadPolicy
+        from torch.distributed.fsdp import CPUOffloadPolicy  # lazy: torch (FSDP2 only)
     except ImportError:
         raise ConfigError(f"model.cpu_offload: torch {torch.__version__} has no FSDP2 CPUOffloadPolicy; "
                           "set model.cpu_offload=false or upgrade torch") from None

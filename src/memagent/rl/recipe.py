@@ -336,7 +336,7 @@ class MetricsLog:
             raise TrainOutputError(f"cannot write {self.path}: {e}; free disk space or choose another out_dir") from None
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter  # lazy: tensorboard
+                from torch.utils.tensorboard import SummaryWriter  # lazy: torch (its tensorboard writer needs the optional tensorboard package)
             except ImportError:
                 raise ImportError("tensorboard=true needs the tensorboard package: pip install 'memagent[tensorboard]'") from None
             self._tb = SummaryWriter(str(Path(out_dir) / "tb"))
