@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from memagent.demo.numerics import cpu_flags, mkl_branch, pin_mkl_branch
+from memagent.demo.numerics import cpu_flags, cpu_vendor, mkl_branch, pin_mkl_branch
 
 
 def test_the_widest_branch_the_processor_has():
@@ -26,9 +26,11 @@ def test_pin_sets_the_variable_and_leaves_a_users_choice_alone():
 
 def test_cpu_flags_reads_the_flags_line(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t: fpu\n")
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: X\nflags\t\t: fpu sse2 avx2 fma\n\n"
+                    "processor\t: 1\nflags\t: fpu\n")
     assert cpu_flags(info) == {"fpu", "sse2", "avx2", "fma"}
     assert cpu_flags(tmp_path / "missing") == set()
+    assert cpu_vendor(info) == "AuthenticAMD" and cpu_vendor(tmp_path / "missing") is None
 
 
 def test_the_demo_command_pins_before_it_runs(monkeypatch, tmp_path, capsys):
@@ -50,7 +52,9 @@ a, b = torch.randn(96, 3000), torch.randn(3000, 96)
 print(sum(float(x) for x in (a @ b).flatten()[:64]).hex())"""
 
 
-@pytest.mark.skipif(not {"avx2", "avx512f"} <= cpu_flags(), reason="needs a processor with both AVX2 and AVX-512")
+@pytest.mark.skipif(not {"avx2", "avx512f"} <= cpu_flags() or cpu_vendor() != "GenuineIntel",
+                    reason="needs an Intel processor with both AVX2 and AVX-512 (MKL's branches are Intel's: on an "
+                           "AMD EPYC with AVX-512 both settings gave the same bits)")
 def test_the_branch_decides_the_bits_and_a_pinned_branch_repeats_them():
     """Why the pin matters: the same matrix product in MKL's AVX2 and AVX-512 paths rounds differently."""
     def bits(branch: str) -> str:

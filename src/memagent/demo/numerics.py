@@ -32,6 +32,19 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The processor's vendor (`GenuineIntel`, `AuthenticAMD`, ...; Linux /proc/cpuinfo), None where unknown.
+    MKL's `MKL_CBWR` branches are Intel's: on an AMD processor the same setting was measured to give the same bits
+    for AVX2 and AVX512 (bench/results/demo_seed0_amd_epyc.json: another warm-up than either Intel branch)."""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def mkl_branch(flags: set[str]) -> str | None:
     """The MKL_CBWR branch for a processor with these flags: AVX512, AVX2, or None (leave MKL's choice)."""
     if "avx512f" in flags:
@@ -56,5 +69,5 @@ def numerics() -> dict[str, Any]:
     import torch  # lazy: torch
     import transformers  # lazy: transformers
 
-    return {"mkl_cbwr": os.environ.get("MKL_CBWR"), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"mkl_cbwr": os.environ.get("MKL_CBWR"), "cpu_vendor": cpu_vendor(), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "transformers": transformers.__version__}
