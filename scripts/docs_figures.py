@@ -277,8 +277,14 @@ def readme_default_seed(get: Get) -> str:
             "per-step error rates are in `runs/demo/results.md`.\n"
             "Which cells a machine prints depends on Intel MKL's code path (threads and PyTorch's own kernels did not "
             "move\nthe warm-up): the demo pins `MKL_CBWR` to AVX512, or AVX2 on a processor without AVX-512; the "
-            "table above is the\nAVX-512 branch's (an AVX2-only machine's warm-up gives no-RL "
-            f"{_demo_numerics(get, 'MKL_CBWR=AVX2')} at 1x / 4x: [demo.md](docs/demo.md)).\n")
+            "table above is the\nIntel AVX-512 branch's (an Intel AVX2-only machine's warm-up gives no-RL "
+            f"{_demo_numerics(get, 'MKL_CBWR=AVX2')} at 1x / 4x; an AMD EPYC host, where MKL takes neither\n"
+            f"branch, no-RL {_amd_no_rl(get)} at 1x / 4x: [demo.md](docs/demo.md)).\n")
+
+
+def _amd_no_rl(get: Get) -> str:
+    acc = get("demo_seed0_amd_epyc")["accuracy"]["memagent-no-rl"]
+    return f"{100 * acc['1']:.1f} / {100 * acc['4']:.1f}"
 
 
 def _cell(c: dict) -> str:
