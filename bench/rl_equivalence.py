@@ -12,6 +12,11 @@ Scenarios (all on CPU, the tiny model of `memagent tiny-model`, data written her
     sft        `train_sft`: 3 optimiser steps of supervised warm-up
 Each scenario keeps its metrics.jsonl records without the timing fields and a SHA-256 of the final
 weights; `compare` requires every float and every hash to be identical.
+
+A record is of one machine: float sums round by the processor's BLAS path, so compare records made on the same
+kind of processor. bench/results/rl_equivalence_before.json was recorded on an Intel Xeon (AVX-512),
+bench/results/rl_equivalence_before_amd.json on an AMD EPYC (AVX-512), both at commit fe7c060 (before round 3's
+middle-layer refactor); the two differ in the last digits (e.g. grad_norm 8.699734687805176 vs 8.69973373413086).
 """
 from __future__ import annotations
 
