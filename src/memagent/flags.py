@@ -1,82 +1,95 @@
 """Checks of command-line values where they enter: counts, finite numbers, names, devices.
 
-`check_flags(values)` takes a command's parsed options ({parameter name: value}) and refuses
-nonsense with an `InputError` naming the flag: a negative or zero count, a NaN or infinite
-temperature or timeout, an unknown dtype, a device this machine does not have. The rules are keyed
-by parameter name, so every command that has a `--samples` checks it the same way.
+Every option is a dataclass field (`flag(...)` metadata, turned into a typer option by
+`memagent.cli.params.options_command`), and its rule sits beside it: `memagent.config.rule(min=..., max=...,
+choices=...)` in the same metadata, plus, where a bound needs its reason in the message, `why=` (the reason of
+the whole interval: "must be in 1..1024, got 0 (REASON)") or `over=` (the reason of the upper limit: "--samples
+10000000 is over the limit of 1,000,000 REASON; ask for less"), and `check=` (a function of (value, flag), e.g.
+`check_device`). `check_options(options)` checks them all, in one place, nested option groups included; a list
+value (a parsed `--chunks 4,16`) is checked item by item.
 
 The options `ask`, `eval` and `serve` share are one type per concern: `BudgetOptions` and `SamplingOptions` are
 made from AgentConfig's own fields (their type, rule and help declared once, in memagent.config); the backend's
-are `memagent.backends.options.BackendOptions`. Each field that is a command-line option carries its help in
-`flag(...)` metadata, and the CLI turns those fields into options.
+are `memagent.backends.options.BackendOptions`.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import typing
 from dataclasses import field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
-from memagent.config import AgentConfig, ConfigError, check_value, hints_of, optional_inner
+from memagent.config import AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
 from memagent.errors import InputError
 
-POSITIVE_INTS = ("samples", "repeats", "limit", "window", "batch_docs", "max_concurrency", "passage_tokens", "tensor_parallel", "keys", "values", "slots")
-NON_NEGATIVE_INTS = ("seed", "max_retries", "facts")
-POSITIVE_FLOATS = ("request_timeout",)
-CHOICES = {
-    "backend": ("transformers", "openai", "vllm"),
-    "filter_backend": ("transformers", "openai", "vllm"),
-    "dtype": ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"),
-    "errors": ("strict", "replace"),
-}
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
-# Upper bounds of the sizes a flag can ask for, each with its reason: past them a run never finishes or fills
-# the disk (`eval --repeats 10**9`, `data toy --chunks 10**9`). A list flag (--chunks 4,16) checks each value.
-MAXIMA: dict[str, tuple[int, str]] = {
-    "samples": (1_000_000, "samples per length (the paper's test sets have 128; its training set 32,768)"),
-    "repeats": (1_000, "repeats of every sample (the paper reports the mean of a few)"),
-    "chunks": (100_000, "chunks per toy document (the paper's longest document, 3.5M tokens, is 700 chunks of "
-               "5,000)"),
-    "tokens": (4_000_000, "context tokens per sample (the paper's longest context is 3.5M tokens)"),
-    "num_docs": (1_000_000, "paragraphs per sample (the paper's longest RULER-HQA context has 25,600)"),
-}
+BACKENDS = ("transformers", "openai", "vllm")
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+ERRORS = ("strict", "replace")  # how invalid UTF-8 in a document is read (ask, the harnesses)
+SEED_MAX = 2**32 - 1  # NumPy's seeds are below 2**32
 
 
-def flag_name(param: str) -> str:
-    return "--" + param.replace("_", "-")
+def seed_rule(**more: Any) -> dict[str, Any]:
+    """The rule of a --seed option (NumPy's seeds: 0 .. 2**32 - 1), for every command that has one."""
+    return {**rule(min=0, max=SEED_MAX), "over": "(NumPy's seeds are below 2**32)", **more}
 
 
-def check_flags(values: Mapping[str, Any]) -> None:
-    """Raise InputError for the first option value in `values` that breaks its rule; None values are unset."""
-    for name, value in values.items():
-        if isinstance(value, (list, tuple)) and name in MAXIMA:  # a parsed list flag: each value
-            for item in value:
-                check_flags({name: item})
-            continue
-        if value is None or isinstance(value, bool):
-            continue
-        flag = flag_name(name)
-        if name in MAXIMA and isinstance(value, int) and value > MAXIMA[name][0]:
-            limit, why = MAXIMA[name]
-            raise InputError(f"{flag} {value} is over the limit of {limit:,} {why}; ask for less")
-        if name in POSITIVE_INTS and value <= 0:
-            raise InputError(f"{flag} must be a positive integer, got {value}")
-        if name in NON_NEGATIVE_INTS and value < 0:
-            raise InputError(f"{flag} must be >= 0, got {value}")
-        if name == "seed" and value >= 2**32:
-            raise InputError(f"{flag} must be below 2**32 (NumPy's limit), got {value}")
-        if name in FIELD_RULES:  # a flag made from a config field: the field's own rule
-            try:
-                check_value(flag, value, *FIELD_RULES[name])
-            except ConfigError as e:
-                raise InputError(str(e)) from None
-        if name in POSITIVE_FLOATS and not (math.isfinite(value) and value > 0):
-            raise InputError(f"{flag} must be a finite number of seconds > 0, got {value}")
-        if name in CHOICES and value not in CHOICES[name]:
-            raise InputError(f"unknown {name.replace('_', ' ')} {value!r} ({flag}); choose one of: "
-                             f"{', '.join(CHOICES[name])}")
-        if name == "device":
-            check_device(value, flag)
+def limited(maximum: int, over: str, minimum: int = 1) -> dict[str, Any]:
+    """The rule of a size option: at least `minimum`, at most `maximum`, `over` saying why (past it a run never
+    finishes or fills the disk: `eval --repeats 10**9`, `data toy --chunks 10**9`)."""
+    return {**rule(min=minimum, max=maximum), "over": over}
+
+
+def check_flag(name: str, value: Any, meta: Any, integer: bool) -> None:
+    """InputError unless `value` of the option `name` (e.g. "--samples") keeps the rule of its field metadata
+    `meta` (see the module docstring); a list or tuple value: each item. None is unset."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            check_flag(name, item, meta, integer)
+        return
+    if value is None:
+        return
+    limits = meta.get("rule") or {}
+    low, high = limits.get("min"), limits.get("max")
+    if integer and isinstance(value, int) and not isinstance(value, bool):
+        if meta.get("why") and ((low is not None and value < low) or (high is not None and value > high)):
+            span = f"in {low}..{high}" if high is not None else f">= {low}"
+            raise InputError(f"{name} must be {span}, got {value!r} ({meta['why']}); give a value in that range")
+        if meta.get("over") and high is not None and value > high:
+            raise InputError(f"{name} {value} is over the limit of {high:,} {meta['over']}; ask for less")
+    if meta.get("over"):  # the upper limit is checked above, with its reason
+        limits = {k: v for k, v in limits.items() if k != "max"}
+    if limits:
+        try:
+            check_value(name, value, limits, integer)
+        except ConfigError as e:
+            raise InputError(str(e)) from None
+    if meta.get("check"):
+        meta["check"](value, name)
+
+
+def check_options(options: Any) -> None:
+    """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
+    rule declared beside it, named by its flag."""
+    hints = hints_of(type(options))
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if "flag" in f.metadata:
+            kind = optional_inner(hints[f.name])
+            integer = kind is int or typing.get_args(kind) == (int,)  # list[int]: each item
+            check_flag(flag_decls(f)[0].split("/")[0], value, f.metadata, integer)
+        elif dataclasses.is_dataclass(value):
+            check_options(value)
+
+
+def check_as(cls: type, **values: Any) -> None:
+    """Check `values` ({field name: value}) by the rules of the same-named flag fields of the options type
+    `cls`, e.g. a harness's model arguments by `memagent ask`'s options (the same rules, declared once)."""
+    hints = hints_of(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in values and "flag" in f.metadata:
+            check_flag(flag_decls(f)[0].split("/")[0], values[f.name], f.metadata,
+                       optional_inner(hints[f.name]) is int)
 
 
 def check_device(device: str, flag: str = "--device") -> None:
@@ -129,22 +142,6 @@ def flag_key(f: dataclasses.Field) -> str:
     return flag_decls(f)[0].split("/")[0].lstrip("-").replace("-", "_").lower()
 
 
-def check_options(options: Any) -> None:
-    """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
-    rule declared beside it (`memagent.config.rule` metadata), named by its flag."""
-    hints = hints_of(type(options))
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        if "flag" in f.metadata and f.metadata.get("rule") and value is not None:
-            try:
-                check_value(flag_decls(f)[0].split("/")[0], value, f.metadata["rule"],
-                            optional_inner(hints[f.name]) is int)
-            except ConfigError as e:
-                raise InputError(str(e)) from None
-        elif dataclasses.is_dataclass(value):
-            check_options(value)
-
-
 def flag_values(options: Any) -> dict[str, Any]:
     """{parameter name: value} of every flag of an options object, its nested option groups included."""
     out: dict[str, Any] = {}
@@ -164,18 +161,17 @@ def _shown(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _agent_flags(name: str, sections: tuple[str, ...], doc: str) -> type:
+def _agent_flags(name: str, sections: tuple[str, ...], doc: str, seed: dict[str, Any] | None = None) -> type:
     """Option type `name`: one optional flag per AgentConfig field of `sections` that has a `cli` help, with
-    that field's type, rule and help (declared once, in memagent.config); None: the profile's value."""
+    that field's type, rule and help (declared once, in memagent.config); None: the profile's value. `seed`:
+    the --seed option's rule (AgentConfig's seed has none; a profile's sampling.seed is checked by the profile)."""
     hints = hints_of(AgentConfig)
-    own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={**f.metadata, **flag(
-        f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
+    own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={
+        **f.metadata, **(seed if f.name == "seed" and seed else {}), **flag(
+            f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
         for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in sections and f.metadata.get("cli")]
     return dataclasses.make_dataclass(name, own, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
 
 
 BudgetOptions = _agent_flags("BudgetOptions", ("budgets",), "The token budgets of the read-write loop.")
-SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.")
-# flag name -> (its rule, whether an integer): the rules of the flags made from AgentConfig's fields
-FIELD_RULES = {f.name: (f.metadata["rule"], optional_inner(hints_of(cls)[f.name]) is int)
-               for cls in (BudgetOptions, SamplingOptions) for f in dataclasses.fields(cls) if f.metadata.get("rule")}
+SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.", seed=seed_rule())

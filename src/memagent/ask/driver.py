@@ -18,7 +18,8 @@ from memagent.agent.split_prompt import parse_rule, split_prompt
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
-from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values
+from memagent.config import rule
+from memagent.flags import ERRORS, MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
 from memagent.profile import Profile, open_backend, write_profile
@@ -53,9 +54,9 @@ class AskOptions:
     trace: Optional[Path] = field(default=None, metadata=flag("Write one JSONL record per model call."))
     trace_chunks: bool = field(default=False, metadata=flag(
         "With --trace: also write each chunk's text (chunk_text), for `memagent report`."))
-    errors: str = field(default="strict", metadata=flag(
-        "strict: invalid UTF-8 is an error; replace: substitute U+FFFD."))
-    batch_docs: int = field(default=16, metadata=flag("Documents in flight at once."))
+    errors: str = field(default="strict", metadata={**rule(choices=ERRORS), **flag(
+        "strict: invalid UTF-8 is an error; replace: substitute U+FFFD.")})
+    batch_docs: int = field(default=16, metadata={**rule(min=1), **flag("Documents in flight at once.")})
     progress: bool = field(default=True, metadata=flag("Progress bar on stderr.", "--progress/--no-progress"))
     workflow: str = field(default=DEFAULT_WORKFLOW, metadata=flag(
         "Reading workflow: memagent (the paper's overwrite loop), lookup, skim, or one a package registers."))
@@ -64,7 +65,7 @@ class AskOptions:
 
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
-    check_flags({k: v for k, v in flag_values(o).items() if k != "input"})
+    check_options(o)  # each option's rule, beside its field
     get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     if o.prompt is not None:
         if o.question is not None or o.document is not None or o.input is not None:

@@ -9,7 +9,8 @@ from memagent import backends
 from memagent.backends.base import Backend
 from memagent.backends.replicas import split_base_urls
 from memagent.errors import InputError
-from memagent.flags import flag, flag_values
+from memagent.config import rule
+from memagent.flags import BACKENDS, DTYPES, check_device, flag, flag_values
 
 log = logging.getLogger(__name__)
 
@@ -30,28 +31,31 @@ class BackendOptions:
     An option that belongs to another backend than the chosen one is an error, not ignored.
     """
 
-    name: str = field(default="transformers", metadata=flag("transformers | openai | vllm", "--backend"))
+    name: str = field(default="transformers", metadata={**rule(choices=BACKENDS), **flag(
+        "transformers | openai | vllm", "--backend")})
     base_url: Optional[str] = field(default=None, metadata=flag(
         "openai backend: server URL, e.g. http://localhost:8000/v1; replicas of one server as URL1,URL2,... "
         "(each request goes to the least loaded; a failing one is rested)", parse=_base_url))
     tokenizer: Optional[str] = field(default=None, metadata=flag(
         "openai (and vllm) backend: the served model's tokenizer for chunking (HF id or path); default the model "
         "name."))
-    device: str = field(default="auto", metadata=flag("transformers backend: auto | cpu | cuda | mps"))
-    dtype: str = field(default="auto", metadata=flag(
-        "transformers / vllm backend: auto | float32 | bfloat16 | float16"))
-    tensor_parallel: int = field(default=1, metadata=flag("vllm backend: tensor-parallel size (GPUs)."))
-    max_concurrency: int = field(default=8, metadata=flag("openai backend: requests in flight at once."))
-    request_timeout: float = field(default=600.0, metadata=flag(
-        "openai backend: seconds one try may take in all (connect, send, every byte of the reply)."))
-    max_retries: int = field(default=4, metadata=flag(
-        "openai backend: retries on 5xx, 429, timeouts and refused connections."))
+    device: str = field(default="auto", metadata={"check": check_device, **flag(
+        "transformers backend: auto | cpu | cuda | mps")})
+    dtype: str = field(default="auto", metadata={**rule(choices=DTYPES), **flag(
+        "transformers / vllm backend: auto | float32 | bfloat16 | float16")})
+    tensor_parallel: int = field(default=1, metadata={**rule(min=1), **flag(
+        "vllm backend: tensor-parallel size (GPUs).")})
+    max_concurrency: int = field(default=8, metadata={**rule(min=1), **flag(
+        "openai backend: requests in flight at once.")})
+    request_timeout: float = field(default=600.0, metadata={**rule(above=0), **flag(
+        "openai backend: seconds one try may take in all (connect, send, every byte of the reply).")})
+    max_retries: int = field(default=4, metadata={**rule(min=0), **flag(
+        "openai backend: retries on 5xx, 429, timeouts and refused connections.")})
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # from the profile
     yarn_factor: float | None = None  # from the profile: YaRN rope scaling (transformers, vllm)
 
     def flags(self) -> dict[str, Any]:
-        """The command-line options these came from ({parameter name: value}, `backend` for `name`), for
-        `memagent.flags.check_flags`."""
+        """The command-line options these came from ({parameter name: value}, `backend` for `name`)."""
         return flag_values(self)
 
     def kwargs(self) -> dict[str, Any]:

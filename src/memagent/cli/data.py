@@ -1,7 +1,7 @@
 """`memagent data ...`: synthesize evaluation and training data (JSONL), or import released files."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +10,8 @@ import typer
 from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
 from memagent.errors import InputError
-from memagent.flags import check_flags, flag
+from memagent.config import rule
+from memagent.flags import BACKENDS, flag, limited, seed_rule
 from memagent.io import check_output_file
 from memagent.tasks.ruler import write_ruler
 from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
@@ -21,22 +22,16 @@ data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and tra
 app.add_typer(data_app, name="data")
 
 
-_LIST_FLAGS = {"chunks": "--chunks", "tokens": "--tokens", "num_docs": "--num-docs"}
 TOY_MAX_CHUNKS = 10_000_000  # --samples x the sum of --chunks: about 300 MB of toy text
+# the rules of the sizes a data command asks for (each option's counts are checked by its field's rule)
+SAMPLES = limited(1_000_000, "samples per length (the paper's test sets have 128; its training set 32,768)")
+TOKENS = limited(4_000_000, "context tokens per sample (the paper's longest context is 3.5M tokens)")
 
 
-def _check_data_flags(values: dict, inputs: dict) -> None:
-    """A data command's counts (lists too, each within its bound) and its --out: writable and none of its
-    input files."""
-    scalars = {k: v for k, v in values.items() if k not in inputs and k != "out" and k not in _LIST_FLAGS}
-    lists = {k: int_list(values[k], flag) for k, flag in _LIST_FLAGS.items() if k in values}
-    check_flags({**scalars, **lists})
-    if "chunks" in lists and values["samples"] * sum(lists["chunks"]) > TOY_MAX_CHUNKS:
-        raise InputError(f"--samples {values['samples']} x --chunks {values['chunks']} is "
-                         f"{values['samples'] * sum(lists['chunks']):,} chunks, over the limit of {TOY_MAX_CHUNKS:,} "
-                         "(about 300 MB of text); ask for fewer samples or shorter documents")
-    if values["out"] != "-":
-        check_output_file(values["out"], "--out", inputs)
+def _check_out(out: str, inputs: dict) -> None:
+    """A data command's --out: writable and none of its input files (the counts: each field's rule)."""
+    if out != "-":
+        check_output_file(out, "--out", inputs)
 
 
 @dataclass(frozen=True)
@@ -45,15 +40,19 @@ class RulerHqaOptions:
 
     source: str = field(metadata=flag("HotpotQA-format JSON (e.g. hotpot_dev_distractor_v1.json)."))
     out: str = field(metadata=flag("JSONL file to write (- for stdout)."))
-    num_docs: Optional[str] = field(default=None, metadata=flag("Documents per sample, e.g. 50,100,200 (paper: 50 ... 25600)."))
-    tokens: Optional[str] = field(default=None, metadata=flag("Or context tokens per sample, e.g. 7000,14000 (needs --tokenizer)."))
+    num_docs: Optional[list[int]] = field(default=None, metadata={**limited(
+        1_000_000, "paragraphs per sample (the paper's longest RULER-HQA context has 25,600)"), **flag(
+        "Documents per sample, e.g. 50,100,200 (paper: 50 ... 25600).", parse=int_list)})
+    tokens: Optional[list[int]] = field(default=None, metadata={**TOKENS, **flag(
+        "Or context tokens per sample, e.g. 7000,14000 (needs --tokenizer).", parse=int_list)})
     tokenizer: Optional[str] = field(default=None, metadata=flag("HF id, local path or 'tiny'; lengths are counted in its tokens."))
-    samples: int = field(default=128, metadata=flag("Questions per length (paper test sets: 128)."))
-    seed: int = field(default=0, metadata=flag("Same seed, same file, byte for byte."))
+    samples: int = field(default=128, metadata={**SAMPLES, **flag("Questions per length (paper test sets: 128).")})
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("Same seed, same file, byte for byte.")})
     placement: str = field(default="random", metadata=flag("random: own permutation per sample (ours); fixed: one seeded permutation per length, the question's paragraphs in the same slots (official; --seed 4 is its permutation)."))
     select: str = field(default="shuffle", metadata=flag("shuffle: questions in a seeded order (ours); first: in file order, filtered in that order (official)."))
     filter_model: Optional[list[str]] = field(default=None, metadata=flag("Drop questions this model answers without context; repeatable (official: a base and an instruct model)."))
-    filter_backend: str = field(default="transformers", metadata=flag("Backend of the --filter-model models."))
+    filter_backend: str = field(default="transformers", metadata={**rule(choices=BACKENDS), **flag(
+        "Backend of the --filter-model models.")})
     filter_base_url: Optional[list[str]] = field(default=None, metadata=flag("openai backend: server URL of the filter models (one for all, or repeat: one per --filter-model)."))
     filter_replies: int = field(default=1, metadata=flag("Sampled replies per model and question (official: 2)."))
     filter_temperature: float = field(default=0.0, metadata=flag("Filter sampling temperature (official: 1.0)."))
@@ -66,13 +65,13 @@ class RulerHqaOptions:
 @options_command(RulerHqaOptions)
 def data_ruler_hqa(o: RulerHqaOptions) -> None:
     """RULER-HotpotQA: each question's gold and distractor paragraphs among paragraphs of other questions."""
-    _check_data_flags(asdict(o), {"--source": o.source})
+    _check_out(o.out, {"--source": o.source})
     filt = FilterOptions(models=tuple(o.filter_model or ()), backend=o.filter_backend,
                          base_urls=tuple(o.filter_base_url or ()), replies=o.filter_replies,
                          temperature=o.filter_temperature, top_p=o.filter_top_p, max_tokens=o.filter_max_tokens,
                          rules=tuple(o.filter_rule or ("sub_em",)))
-    n = write_ruler_hqa(o.source, o.out, samples=o.samples, seed=o.seed, num_docs=int_list(o.num_docs, "--num-docs"),
-                        tokens=int_list(o.tokens, "--tokens"), tokenizer=o.tokenizer, filter=filt,
+    n = write_ruler_hqa(o.source, o.out, samples=o.samples, seed=o.seed, num_docs=o.num_docs,
+                        tokens=o.tokens, tokenizer=o.tokenizer, filter=filt,
                         placement=o.placement, select=o.select)
     typer.echo(f"wrote {n} samples to {o.out}", err=True)
 
@@ -82,11 +81,11 @@ class RulerOptions:
     """The options of `memagent data ruler`."""
 
     task: str = field(metadata=flag("niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_squad."))
-    tokens: str = field(metadata=flag("Context tokens per sample, e.g. 8192,16384."))
+    tokens: list[int] = field(metadata={**TOKENS, **flag("Context tokens per sample, e.g. 8192,16384.", parse=int_list)})
     tokenizer: str = field(metadata=flag("HF id, local path or 'tiny'."))
     out: str = field(metadata=flag("JSONL file to write (- for stdout)."))
-    samples: int = field(default=100, metadata=flag("Samples per length."))
-    seed: int = field(default=0, metadata=flag(""))
+    samples: int = field(default=100, metadata={**SAMPLES, **flag("Samples per length.")})
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("")})
     haystack_file: Optional[str] = field(default=None, metadata=flag("Text file for the essay haystack."))
     haystack: Optional[str] = field(default=None, metadata=flag("Override a niah task's haystack: noise | essay | needle."))
     source: Optional[str] = field(default=None, metadata=flag("qa_squad: SQuAD-format JSON."))
@@ -96,8 +95,8 @@ class RulerOptions:
 @options_command(RulerOptions)
 def data_ruler(o: RulerOptions) -> None:
     """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
-    _check_data_flags(asdict(o), {"--source": o.source, "--haystack-file": o.haystack_file})
-    n = write_ruler(o.task, o.out, tokens=int_list(o.tokens, "--tokens"), samples=o.samples, seed=o.seed,
+    _check_out(o.out, {"--source": o.source, "--haystack-file": o.haystack_file})
+    n = write_ruler(o.task, o.out, tokens=o.tokens, samples=o.samples, seed=o.seed,
                     tokenizer=o.tokenizer, haystack_file=o.haystack_file, haystack=o.haystack, source=o.source)
     typer.echo(f"wrote {n} samples to {o.out}", err=True)
 
@@ -115,7 +114,7 @@ class ImportOptions:
 @options_command(ImportOptions)
 def data_import(o: ImportOptions) -> None:
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
-    _check_data_flags(dict(out=o.out), {"--source": o.source})  # --out = SRC is refused by import_released itself
+    _check_out(o.out, {"--source": o.source})  # --out = SRC is refused by import_released itself
     n, kind = import_released(o.src, o.out, o.source)
     typer.echo(f"read {o.src} as {kind}; wrote {n} samples to {o.out}", err=True)
 
@@ -124,14 +123,16 @@ def data_import(o: ImportOptions) -> None:
 class ToyOptions:
     """The options of `memagent data toy`."""
 
-    chunks: str = field(metadata=flag("Document lengths in chunks, e.g. 4,16,64."))
+    chunks: list[int] = field(metadata={**limited(100_000, "chunks per toy document (the paper's longest document, "
+                                                  "3.5M tokens, is 700 chunks of 5,000)"), **flag(
+        "Document lengths in chunks, e.g. 4,16,64.", parse=int_list)})
     out: str = field(metadata=flag("JSONL file to write (- for stdout)."))
-    samples: int = field(default=100, metadata=flag("Samples per length."))
-    seed: int = field(default=0, metadata=flag(""))
-    facts: int = field(default=1, metadata=flag("Facts ('fact KEY VALUE') per chunk."))
-    slots: int = field(default=3, metadata=flag("Three-word slots per chunk (facts + filler)."))
-    keys: int = field(default=10, metadata=flag("Number of keys (the demo's task has 10)."))
-    values: int = field(default=50, metadata=flag("Number of values: chance is 1/values."))
+    samples: int = field(default=100, metadata={**SAMPLES, **flag("Samples per length.")})
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("")})
+    facts: int = field(default=1, metadata={**rule(min=0), **flag("Facts ('fact KEY VALUE') per chunk.")})
+    slots: int = field(default=3, metadata={**rule(min=1), **flag("Three-word slots per chunk (facts + filler).")})
+    keys: int = field(default=10, metadata={**rule(min=1), **flag("Number of keys (the demo's task has 10).")})
+    values: int = field(default=50, metadata={**rule(min=1), **flag("Number of values: chance is 1/values.")})
     two_hop: bool = field(default=False, metadata=flag("Two-hop questions: a pointer fact 'fact A B' and a value fact 'fact B V' in two random chunks; each sample records its order."))
 
 
@@ -139,12 +140,16 @@ class ToyOptions:
 @options_command(ToyOptions)
 def data_toy(o: ToyOptions) -> None:
     """The toy long-context QA family of the CPU-scale demo (each word one token of the toy tokenizer)."""
-    _check_data_flags(asdict(o), {})
+    if o.samples * sum(o.chunks) > TOY_MAX_CHUNKS:
+        raise InputError(f"--samples {o.samples} x --chunks {','.join(map(str, o.chunks))} is "
+                         f"{o.samples * sum(o.chunks):,} chunks, over the limit of {TOY_MAX_CHUNKS:,} "
+                         "(about 300 MB of text); ask for fewer samples or shorter documents")
+    _check_out(o.out, {})
     try:
         spec = ToySpec(n_keys=o.keys, n_values=o.values, facts=o.facts, slots=o.slots)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    lengths = int_list(o.chunks, "--chunks")
+    lengths = o.chunks
     if o.two_hop and (min(lengths, default=2) < 2 or o.keys < o.facts + 2):
         raise typer.BadParameter("--two-hop needs --chunks of at least 2 (one chunk per fact) and --keys of at "
                                  "least --facts + 2")

@@ -44,20 +44,28 @@ def profile_from_reference_cmd(o: FromReferenceOptions) -> None:
     typer.echo(f"wrote the official {o.protocol} profile to {write_profile(profile, out)}")
 
 
+@dataclass(frozen=True)
+class FlopsOptions:
+    """The options of `memagent flops`."""
+
+    model: list[str] = field(default_factory=lambda: ["qwen2.5-7b"], metadata=flag(
+        "Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."))
+    lengths: Optional[list[int]] = field(default=None, metadata=flag(
+        "Context lengths (default 8K ... 4M, doubling).", parse=int_list))
+    as_json: bool = field(default=False, metadata=flag("Print JSON instead of a table.", "--json"))
+    plot: Optional[Path] = field(default=None, metadata=flag("Write a PNG of FLOPs against length."))
+
+
 @app.command()
-def flops(
-    model: list[str] = typer.Option(["qwen2.5-7b"], "--model", help="Preset (qwen2.5-7b, qwen2.5-14b) or a config.json / model dir; repeatable."),
-    lengths: Optional[str] = typer.Option(None, "--lengths", help="Context lengths (default 8K ... 4M, doubling)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of FLOPs against length."),
-) -> None:
+@options_command(FlopsOptions)
+def flops(o: FlopsOptions) -> None:
     """The paper's FLOP comparison of full attention and MemAgent."""
-    if plot is not None:
-        check_output_file(plot, "--plot", {f"--model {m}": _model_config(m) for m in model})
-        if plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
-            raise typer.BadParameter(f"{plot.name}: write a .png, .pdf or .svg", param_hint="--plot")
-    report = flops_report(model, int_list(lengths, "--lengths") or DEFAULT_LENGTHS, as_json, plot)
-    if as_json:
+    if o.plot is not None:
+        check_output_file(o.plot, "--plot", {f"--model {m}": _model_config(m) for m in o.model})
+        if o.plot.suffix.lower() not in ("", ".png", ".pdf", ".svg"):
+            raise typer.BadParameter(f"{o.plot.name}: write a .png, .pdf or .svg", param_hint="--plot")
+    report = flops_report(o.model, o.lengths or DEFAULT_LENGTHS, o.as_json, o.plot)
+    if o.as_json:
         typer.echo(report)
     else:
         Console().print(report)

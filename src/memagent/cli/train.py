@@ -16,7 +16,7 @@ from memagent.demo.numerics import pin_mkl_branch
 from memagent.demo.pipeline import DemoConfig, run_demo
 from memagent.demo.seeds import markdown, run_seeds
 from memagent.demo.two_hop import TwoHopConfig, run_two_hop
-from memagent.flags import check_flags, flag
+from memagent.flags import flag, seed_rule
 from memagent.io import check_output_dir, refuse_files, refuse_occupied
 from memagent.lock import run_lock
 from memagent.profile import dump_profile, load_profile, training_profile
@@ -27,19 +27,23 @@ TINY_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors"
                     "merges.txt")  # what build_tiny_model writes into DIR
 
 
-@app.command("tiny-model")
-def tiny_model(
-    out_dir: str = typer.Argument(..., help="Directory to write the model and tokenizer to."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
-    force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in DIR."),
-) -> None:
-    """Write a tiny randomly initialised Qwen2 model + byte-level tokenizer (safetensors)."""
+@dataclass(frozen=True)
+class TinyModelOptions:
+    """The options of `memagent tiny-model`."""
 
-    check_flags(dict(seed=seed))
-    out = check_output_dir(out_dir, "DIR")
-    refuse_occupied(out, "DIR", force)
-    refuse_files(out, TINY_MODEL_FILES, "DIR", force)  # e.g. an unrelated config.json there
-    path = build_tiny_model(out, seed=seed)
+    out_dir: str = field(metadata=flag("Directory to write the model and tokenizer to.", argument=True))
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("Seed of the random weights.")})
+    force: bool = field(default=False, metadata=flag("Overwrite a model or run already in DIR."))
+
+
+@app.command("tiny-model")
+@options_command(TinyModelOptions)
+def tiny_model(o: TinyModelOptions) -> None:
+    """Write a tiny randomly initialised Qwen2 model + byte-level tokenizer (safetensors)."""
+    out = check_output_dir(o.out_dir, "DIR")
+    refuse_occupied(out, "DIR", o.force)
+    refuse_files(out, TINY_MODEL_FILES, "DIR", o.force)  # e.g. an unrelated config.json there
+    path = build_tiny_model(out, seed=o.seed)
     typer.echo(f"wrote a tiny model to {path}")
 
 
@@ -89,7 +93,7 @@ class DemoOptions:
     """The options of `memagent demo`, one flag per field."""
 
     quick: bool = field(default=False, metadata=flag("The reduced version (CI): fewer lengths, documents and steps."))
-    seed: int = field(default=0, metadata=flag("Seed of data, initialisation and sampling."))
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("Seed of data, initialisation and sampling.")})
     out: str = field(default="runs/demo", metadata=flag("Directory for results.json, accuracy.png and model/."))
     seeds: Optional[list[int]] = field(default=None, metadata=flag(
         "Run every seed of this list (e.g. 200,201,202,203,204, the evaluation seeds, "
@@ -118,7 +122,6 @@ def demo(o: DemoOptions) -> None:
                             pure_dapo=o.pure_dapo)
         typer.echo(markdown(summary))
         return
-    check_flags(dict(seed=o.seed))
     with run_lock(out, "demo"):  # one demo per --out
         if o.task == "two-hop":
             run_two_hop(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
@@ -126,17 +129,24 @@ def demo(o: DemoOptions) -> None:
         run_demo(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
 
 
+@dataclass(frozen=True)
+class MergeLoraOptions:
+    """The options of `memagent merge-lora`."""
+
+    checkpoint: Path = field(metadata=flag(
+        "A LoRA run's checkpoint (RUN/checkpoints/step_*) or its model/ folder.", argument=True))
+    out_dir: Path = field(metadata=flag("Directory to write the merged model (save_pretrained) to.", argument=True))
+    base: Optional[str] = field(default=None, metadata=flag(
+        "The base model (default: the one the adapters name, else the `model` of the run's config.json)."))
+    force: bool = field(default=False, metadata=flag("Overwrite a model or run already in OUT_DIR."))
+
+
 @app.command("merge-lora")
-def merge_lora_cmd(
-    checkpoint: Path = typer.Argument(..., help="A LoRA run's checkpoint (RUN/checkpoints/step_*) or its model/ folder."),
-    out_dir: Path = typer.Argument(..., help="Directory to write the merged model (save_pretrained) to."),
-    base: Optional[str] = typer.Option(None, "--base", help="The base model (default: the one the adapters name, "
-                                       "else the `model` of the run's config.json)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite a model or run already in OUT_DIR."),
-) -> None:
+@options_command(MergeLoraOptions)
+def merge_lora_cmd(o: MergeLoraOptions) -> None:
     """Merge a LoRA run's adapters into its base model: a full checkpoint that loads with from_pretrained."""
     from memagent.rl.lora import merge_lora  # lazy: torch
 
-    check_output_dir(out_dir, "OUT_DIR", {"CHECKPOINT": checkpoint})
-    refuse_occupied(out_dir, "OUT_DIR", force)
-    typer.echo(f"wrote the merged model to {merge_lora(checkpoint, out_dir, base)}")
+    check_output_dir(o.out_dir, "OUT_DIR", {"CHECKPOINT": o.checkpoint})
+    refuse_occupied(o.out_dir, "OUT_DIR", o.force)
+    typer.echo(f"wrote the merged model to {merge_lora(o.checkpoint, o.out_dir, o.base)}")

@@ -17,7 +17,8 @@ from memagent.eval.report import write_report
 from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
 from memagent.eval.workflow_runs import method_fingerprint
-from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values, split_list
+from memagent.config import rule
+from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
 from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME, run_lock
 from memagent.profile import open_backend, write_profile
@@ -50,19 +51,21 @@ class EvalOptions:
         "OUT/profile.yaml."))
     budgets: BudgetOptions = field(default_factory=BudgetOptions)  # None: the profile's value
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
-    batch_docs: int = field(default=16, metadata=flag("Samples per batch (and per flush of results)."))
-    window: Optional[int] = field(default=None, metadata=flag(
-        "Baselines' context window (default: the profile's budgets.baseline_window, else the model's)."))
-    passage_tokens: int = field(default=512, metadata=flag("rag-bm25 passage size."))
-    limit: Optional[int] = field(default=None, metadata=flag("At most this many samples per data file."))
+    batch_docs: int = field(default=16, metadata={**rule(min=1), **flag("Samples per batch (and per flush of results).")})
+    window: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
+        "Baselines' context window (default: the profile's budgets.baseline_window, else the model's).")})
+    passage_tokens: int = field(default=512, metadata={**rule(min=1), **flag("rag-bm25 passage size.")})
+    limit: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
+        "At most this many samples per data file.")})
     progress: bool = field(default=True, metadata=flag("One line per finished sample on stderr.",
                                                        "--progress/--no-progress"))
-    repeats: Optional[int] = field(default=None, metadata=flag(
+    repeats: Optional[int] = field(default=None, metadata={**limited(
+        1_000, "repeats of every sample (the paper reports the mean of a few)"), **flag(
         "[default: the profile's, 1] Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± "
-        "standard error."))
+        "standard error.")})
     retry_failed: bool = field(default=False, metadata=flag("Run again the samples recorded as failed."))
-    max_failures: Optional[int] = field(default=None, metadata=flag(
-        "Stop once this many samples have failed in this run."))
+    max_failures: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
+        "Stop once this many samples have failed in this run.")})
     rescore: bool = field(default=False, metadata=flag(
         "Recompute every score from the stored replies; no model is loaded."))
     golds: Optional[str] = field(default=None, metadata=flag(
@@ -132,12 +135,10 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
     must be given (this layer does not import the Ray runner)."""
-    check_flags(flag_values(o))  # as `ask` checks its own
+    check_options(o)  # each option's rule, beside its field (as `ask` checks its own)
     o.ray.check()
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
-    if o.max_failures is not None and o.max_failures < 1:
-        raise EvalError(f"--max-failures must be at least 1, got {o.max_failures}")
     if o.ray.address is not None and executor is None:
         raise EvalError("--ray needs the Ray executor: run `memagent eval --ray`, or pass "
                         "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")

@@ -9,7 +9,6 @@ final memory (the answer prompt): what multiple-choice tasks need.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -17,9 +16,10 @@ from memagent.agent.prompts import render
 from memagent.agent.registry import build_workflow, get_workflow
 from memagent.agent.split_prompt import SplitRule, parse_rule, split_prompt
 from memagent.agent.workflow import AgentInput, AgentResult
+from memagent.ask.driver import AskOptions
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
-from memagent.flags import BudgetOptions, SamplingOptions, check_flags
+from memagent.flags import BudgetOptions, SamplingOptions, check_as, check_options
 from memagent.profile import open_backend
 from memagent.protocol.resolve import model_profile
 from memagent.timeline import evidence_steps
@@ -61,8 +61,9 @@ class Harness:
         self.errors = str(args.get("errors") or "strict")
         self.workflow = str(args.get("workflow") or "memagent")  # a reading workflow by name (memagent.agent.registry)
         get_workflow(self.workflow)  # an unknown name lists the valid ones, before the model loads
-        check_flags(dict(backend.flags(), **dataclasses.asdict(budgets), **dataclasses.asdict(sampling),
-                         batch_docs=self.batch_docs, errors=self.errors))
+        for options in (backend, budgets, sampling):
+            check_options(options)
+        check_as(AskOptions, batch_docs=self.batch_docs, errors=self.errors)  # `memagent ask`'s rules
         self.rule: SplitRule = parse_rule(args.get("prompt_split") or "auto")
         profile = model_profile(model, args.get("profile"), budgets, sampling)
         self.config = profile.agent_config(max_batch_docs=self.batch_docs)

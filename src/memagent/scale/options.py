@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from memagent.errors import InputError
-from memagent.flags import flag
+from memagent.config import rule
+from memagent.flags import check_options, flag
 
 LOCAL = "local"  # `--ray` alone: start a Ray instance on this machine (Ray's own name for it)
 
@@ -19,16 +20,15 @@ class RayOptions:
     address: Optional[str] = field(default=None, metadata=flag(
         "Shard the samples over Ray actors: --ray alone starts a local Ray instance, --ray auto joins the "
         "cluster of `ray start`, or give its address (host:port, ray://host:port).", "--ray"))
-    workers: Optional[int] = field(default=None, metadata=flag(
+    workers: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
         "With --ray: actors to run (default: one per --base-url endpoint for openai; one per GPU of the "
-        "cluster for transformers/vllm, or 1 without GPUs).", "--ray-workers"))
+        "cluster for transformers/vllm, or 1 without GPUs).", "--ray-workers")})
 
     def check(self) -> None:
         """Refuse a --ray-workers without --ray, a count below 1, or an empty address."""
         if self.workers is not None and self.address is None:
             raise InputError("--ray-workers is for --ray; add --ray (a local instance) or --ray ADDRESS")
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--ray-workers must be a positive integer, got {self.workers}")
+        check_options(self)  # --ray-workers >= 1, beside its field
         if self.address is not None and not self.address.strip():
             raise InputError("--ray ADDRESS is empty; give auto, host:port, or --ray alone for a local instance")
 

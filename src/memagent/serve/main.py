@@ -7,7 +7,6 @@ render, budgets over the model's window.
 """
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import logging
 import os
@@ -21,9 +20,9 @@ from memagent.agent.split_prompt import parse_rule
 from memagent.agent.workflow import MemoryAgent
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
-from memagent.config import AgentConfig
+from memagent.config import AgentConfig, rule
 from memagent.errors import InputError, MemAgentError
-from memagent.flags import MODEL_HELP, BudgetOptions, check_flags, flag, flag_values
+from memagent.flags import MODEL_HELP, BudgetOptions, check_options, flag
 from memagent.lock import run_lock
 from memagent.profile import open_backend
 from memagent.protocol.resolve import model_profile
@@ -39,9 +38,10 @@ log = logging.getLogger(__name__)
 
 
 def bounds(low: int, high: int | None, why: str) -> dict[str, Any]:
-    """Field metadata: the option's value must lie in [low, high] (high None: no upper bound); `why` says
-    what the bound is for (the message's second half). Checked by `ServeOptions.__post_init__`."""
-    return {"bounds": (low, high, why)}
+    """Field metadata: the option's rule, its value in [low, high] (high None: no upper bound), and `why`, what
+    the bound is for (the message's second half). Checked by `memagent.flags.check_options`, as the options
+    are built (`ServeOptions.__post_init__`)."""
+    return {**rule(min=low, max=high), "why": why}
 
 
 @dataclass
@@ -81,15 +81,7 @@ class ServeOptions:
         "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if "bounds" not in f.metadata:
-                continue
-            low, high, why = f.metadata["bounds"]
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-                span = f"in {low}..{high}" if high is not None else f">= {low}"
-                raise InputError(f"--{f.name.replace('_', '-')} must be {span}, got {value!r} ({why}); "
-                                 "give a value in that range")
+        check_options(self)  # each option's rule, beside its field
 
 
 def is_loopback(host: str) -> bool:
@@ -165,11 +157,9 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
 def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
     require_serve_deps()
-    check_flags(flag_values(o))
+    check_options(o)
     get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
-    if not 0 < o.port < 65536:
-        raise InputError(f"--port must be in 1..65535, got {o.port}")
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)
     config = profile.agent_config()
