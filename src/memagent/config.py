@@ -100,6 +100,9 @@ def optional_inner(tp: Any) -> Any:
 
 
 
+# the rule of every --seed option (NumPy's seeds are below 2**32), as `rule` metadata with its reason (`over`, see
+# memagent.flags); AgentConfig's seed carries it as `cli_rule`: its flag's, while a profile checks sampling.seed
+SEED_RULE = {"rule": {"min": 0, "max": 2**32 - 1}, "over": "(NumPy's seeds are below 2**32)"}
 ANSWER_PROTOCOLS = ("boxed", "phrase")
 THINK_MODES = ("strip", "keep")  # strip: drop everything up to the last </think>; keep: use the reply as is
 
@@ -147,7 +150,7 @@ class AgentConfig:
     #   (evaluation); the paper's rollouts use 1.0; the reference evaluation samples at 0.7
     top_p: float = field(default=1.0, metadata=rule(above=0, max=1, section="sampling", cli="Nucleus sampling"))
     #   the reference evaluation: 0.95
-    seed: int | None = field(default=None, metadata=rule(section="sampling", cli="Sampling seed"))  # base seed;
+    seed: int | None = field(default=None, metadata=rule(section="sampling", cli="Sampling seed", cli_rule=SEED_RULE))  # base seed;
     #   repeat r of a sample uses its own seed derived from it
     max_batch_docs: int = field(default=16, metadata=rule(min=1))  # documents in flight at once; their prompts
     #   share one backend batch

@@ -19,19 +19,18 @@ import typing
 from dataclasses import field
 from typing import Any, Optional
 
-from memagent.config import AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
+from memagent.config import SEED_RULE, AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
 from memagent.errors import InputError
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 BACKENDS = ("transformers", "openai", "vllm")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ERRORS = ("strict", "replace")  # how invalid UTF-8 in a document is read (ask, the harnesses)
-SEED_MAX = 2**32 - 1  # NumPy's seeds are below 2**32
 
 
-def seed_rule(**more: Any) -> dict[str, Any]:
-    """The rule of a --seed option (NumPy's seeds: 0 .. 2**32 - 1), for every command that has one."""
-    return {**rule(min=0, max=SEED_MAX), "over": "(NumPy's seeds are below 2**32)", **more}
+def seed_rule() -> dict[str, Any]:
+    """The rule of a --seed option (NumPy's seeds: 0 .. 2**32 - 1, `memagent.config.SEED_RULE`)."""
+    return {**rule(), **SEED_RULE}
 
 
 def limited(maximum: int, over: str, minimum: int = 1) -> dict[str, Any]:
@@ -161,17 +160,17 @@ def _shown(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _agent_flags(name: str, sections: tuple[str, ...], doc: str, seed: dict[str, Any] | None = None) -> type:
+def _agent_flags(name: str, sections: tuple[str, ...], doc: str) -> type:
     """Option type `name`: one optional flag per AgentConfig field of `sections` that has a `cli` help, with
-    that field's type, rule and help (declared once, in memagent.config); None: the profile's value. `seed`:
-    the --seed option's rule (AgentConfig's seed has none; a profile's sampling.seed is checked by the profile)."""
+    that field's type, rule (or its `cli_rule`, the flag's own) and help, declared once, in memagent.config;
+    None: the profile's value."""
     hints = hints_of(AgentConfig)
     own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={
-        **f.metadata, **(seed if f.name == "seed" and seed else {}), **flag(
+        **f.metadata, **f.metadata.get("cli_rule", {}), **flag(
             f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
         for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in sections and f.metadata.get("cli")]
     return dataclasses.make_dataclass(name, own, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
 
 
 BudgetOptions = _agent_flags("BudgetOptions", ("budgets",), "The token budgets of the read-write loop.")
-SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.", seed=seed_rule())
+SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.")

@@ -96,6 +96,7 @@ def options_command(cls: type) -> Callable[[Callable[[Any], Any]], Callable[...,
         del command.__wrapped__  # typer reads the signature below, not fn's
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
+        command.options_type = cls  # type: ignore[attr-defined]  # what the command's options come from
         return command
 
     return wrap
