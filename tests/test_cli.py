@@ -53,7 +53,7 @@ def test_jsonl_input_runs_as_one_batch(run_cli, tmp_path, tiny_model_dir, tiny_t
         ("text", ["--document", "{tmp}/doc.txt", "--question", "why " * 2000], "over its budget"),
         ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "0"], "--chunk-tokens must be a positive"),
         ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--chunk-tokens", "20000"], "window"),
-        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--backend", "nope"], "unknown backend"),
+        ("text", ["--document", "{tmp}/doc.txt", "--question", "q", "--backend", "nope"], "--backend must be one of transformers, openai, vllm; got 'nope'"),
         ("text", ["--document", "{tmp}/doc.txt"], "give --question"),
         ("badjsonl", ["--input", "{tmp}/in.jsonl"], "in.jsonl:2"),
     ],
