@@ -21,7 +21,7 @@ from memagent.errors import InputError
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_flags, flag, flag_values
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
-from memagent.profile import Profile, open_backend, write_profile
+from memagent.protocol.profile import Profile, open_backend, write_profile
 from memagent.protocol.resolve import model_profile
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask
