@@ -21,7 +21,7 @@ from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.backends.options import BackendOptions
 from memagent.backends.tiny import build_tokenizer
 from memagent.config import AgentConfig
-from memagent.profile import Profile, open_backend
+from memagent.protocol.profile import Profile, open_backend
 
 DOCS, CHUNKS, CHUNK_TOKENS = 32, 7, 64
 LATENCY, SERVER_SLOTS = 0.1, 4  # 40 calls/s a server at most

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from memagent.profile import Profile, load_profile
+from memagent.protocol.profile import Profile, load_profile
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ the same rank (`rl` and `eval`) may not import each other.
     2     agent     agent/*                      chunking, the read-write loop, workflows, answer extraction
     3     tasks     tasks/*                      samples, data synthesis, released formats, metrics
     4     rl        rl/*                         training
-    4     eval      eval/*, profile, protocol/*
+    4     eval      eval/*, protocol/* (the profile, its resolution, the official reference)
                                                  running the agent over inputs and scoring it; the protocol
                                                  profile and its resolution (protocol/resolve), which every
                                                  command (ask, eval, serve, the harnesses) resolves settings by
@@ -64,7 +64,7 @@ PLACES = {
     "memagent.agent.prompts": "base",  # the paper's templates, AgentConfig's defaults: imports nothing of memagent
     "memagent.tasks": "tasks",
     "memagent.rl": "rl",
-    **{f"memagent.{m}": "eval" for m in ("eval", "profile", "protocol")},
+    **{f"memagent.{m}": "eval" for m in ("eval", "protocol")},
     "memagent.scale": "scale",
     "memagent.scale.options": "base",  # the --ray flags and the worker plan: imports only errors and flags
     "memagent.demo": "demo",

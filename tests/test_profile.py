@@ -8,7 +8,7 @@ import yaml
 
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.scoring import ScoreOptions
-from memagent.profile import (
+from memagent.protocol.profile import (
     Profile, apply_flags, dump_profile, load_profile, profile_from_dict, resolve_profile, train_config_with_profile,
     write_profile,
 )

@@ -1,4 +1,4 @@
-"""The reading workflow as a field of the protocol profile (memagent.profile.WorkflowChoice): resolved like the
+"""The reading workflow as a field of the protocol profile (memagent.protocol.profile.WorkflowChoice): resolved like the
 other fields (base, file, flag), checked against the workflow registry, written with the profile; and its
 options in the eval records' fingerprint (memagent.eval.workflow_runs.method_fingerprint)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import yaml
 
 from memagent.config import ConfigError
 from memagent.eval.workflow_runs import method_fingerprint
-from memagent.profile import Profile, WorkflowChoice, dump_profile, load_profile, profile_from_dict, resolve_profile
+from memagent.protocol.profile import Profile, WorkflowChoice, dump_profile, load_profile, profile_from_dict, resolve_profile
 
 
 def test_default_is_memagent_without_options():

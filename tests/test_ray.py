@@ -15,7 +15,7 @@ from memagent.backends.options import BackendOptions  # noqa: E402
 from memagent.config import AgentConfig  # noqa: E402
 from memagent.eval.executor import Executor  # noqa: E402
 from memagent.eval.sweep import SweepConfig, plan, run_sweep, sweep  # noqa: E402
-from memagent.profile import Profile  # noqa: E402
+from memagent.protocol.profile import Profile  # noqa: E402
 from memagent.scale.executor import RayExecutor  # noqa: E402
 from memagent.scale.options import RayOptions  # noqa: E402
 

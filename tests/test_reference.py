@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from memagent.profile import load_profile
+from memagent.protocol.profile import load_profile
 from memagent.protocol.reference import ReferenceError, profile_from_reference
 
 UTILS = "taskutils/memory_eval/utils"

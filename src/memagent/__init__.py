@@ -24,8 +24,8 @@ The layers above:
     tasks/        samples, data synthesis, released formats, metrics
     rl/           training (SFT, Multi-Conv DAPO)
     eval/         the evaluation sweep, baselines, scoring, Table 1
-    profile.py    protocol profiles: every setting that changes a score, in one YAML file
-    protocol/     where a command's settings come from (`protocol.resolve`) and the official profile
+    protocol/     protocol profiles: every setting that changes a score, in one YAML file (`protocol.profile`),
+                  where a command's settings come from (`protocol.resolve`) and the official profile
                   (`protocol.reference`)
     scale/        Ray actors for ask and eval
     demo/         the toy experiment on 2 CPU cores

@@ -134,7 +134,7 @@ def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_ba
     """`memagent train --profile P` writes P's chat_template_kwargs into out_dir/profile.yaml, so the rollouts
     render with them (Qwen3 with enable_thinking false: the empty think block), as `ask` and `eval` do
     (`TrainConfig.chat_template_kwargs`; a known gap until it was added, then an xfail here)."""
-    from memagent.profile import Profile, train_config_with_profile
+    from memagent.protocol.profile import Profile, train_config_with_profile
     from memagent.rl.config import load_config
     from memagent.rl.distributed import DistInfo
     from memagent.rl.rollout import PolicyRollout

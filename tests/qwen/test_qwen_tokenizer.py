@@ -133,7 +133,7 @@ def test_enable_thinking_false_writes_the_empty_think_block_and_changes_the_repl
 
 def test_a_profile_passes_chat_template_kwargs_to_the_backend(qwen_model_dir):
     from memagent.backends.options import BackendOptions
-    from memagent.profile import Profile, open_backend
+    from memagent.protocol.profile import Profile, open_backend
 
     backend = open_backend(str(qwen_model_dir), BackendOptions(device="cpu", dtype="float32"),
                            Profile(chat_template_kwargs={"enable_thinking": False}))

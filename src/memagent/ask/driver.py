@@ -22,7 +22,7 @@ from memagent.config import rule
 from memagent.flags import ERRORS, MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
-from memagent.profile import Profile, open_backend, write_profile
+from memagent.protocol.profile import Profile, open_backend, write_profile
 from memagent.protocol.resolve import model_profile
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask

@@ -26,7 +26,7 @@ def _base_url(text: Optional[str], flag: str) -> Optional[str]:
 @dataclass
 class BackendOptions:
     """The backend and its options (one field per command-line option, plus two a profile sets: use
-    `memagent.profile.open_backend` to load one with them).
+    `memagent.protocol.profile.open_backend` to load one with them).
 
     An option that belongs to another backend than the chosen one is an error, not ignored.
     """

@@ -14,7 +14,7 @@ from memagent.eval.command import EvalOptions, run_eval
 from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
 from memagent.flags import flag
 from memagent.io import check_not_input, check_output_dir, check_output_file
-from memagent.profile import write_profile
+from memagent.protocol.profile import write_profile
 from memagent.protocol.reference import check_reference_out, profile_from_reference
 from memagent.scale.executor import ray_executor
 

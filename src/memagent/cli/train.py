@@ -19,7 +19,7 @@ from memagent.demo.two_hop import TwoHopConfig, run_two_hop
 from memagent.flags import flag, seed_rule
 from memagent.io import check_output_dir, refuse_files, refuse_occupied
 from memagent.lock import run_lock
-from memagent.profile import dump_profile, load_profile, training_profile
+from memagent.protocol.profile import dump_profile, load_profile, training_profile
 
 
 TINY_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",

@@ -21,12 +21,12 @@ from memagent.config import rule
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
 from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME, run_lock
-from memagent.profile import open_backend, write_profile
+from memagent.protocol.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
 
 if TYPE_CHECKING:
-    from memagent.profile import Profile
+    from memagent.protocol.profile import Profile
 
 __all__ = ["EvalOptions", "eval_profile", "run_eval", "sweep_config"]
 

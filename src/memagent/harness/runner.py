@@ -20,7 +20,7 @@ from memagent.ask.driver import AskOptions
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.flags import BudgetOptions, SamplingOptions, check_as, check_options
-from memagent.profile import open_backend
+from memagent.protocol.profile import open_backend
 from memagent.protocol.resolve import model_profile
 from memagent.timeline import evidence_steps
 

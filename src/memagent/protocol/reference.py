@@ -29,7 +29,7 @@ from typing import Any
 
 from memagent.config import AgentConfig, ConfigError
 from memagent.io import OutputError, check_output_file
-from memagent.profile import Profile, profile_from_dict
+from memagent.protocol.profile import Profile, profile_from_dict
 
 UTILS = "taskutils/memory_eval/utils"
 FILES = {

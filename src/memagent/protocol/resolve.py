@@ -1,10 +1,10 @@
 """The settings a command runs with, resolved in one order for `ask`, `eval`, `serve` and the harnesses:
 
-    1. the built-in profile (`memagent.profile.Profile()`, the paper's settings);
+    1. the built-in profile (`memagent.protocol.profile.Profile()`, the paper's settings);
     2. the prompts and budgets saved beside the model (`memagent.json`, written by `memagent demo` and
        `save_agent_settings`);
     3. the `--profile` YAML file;
-    4. the command-line flags that were given (`memagent.profile.FLAG_KEYS`).
+    4. the command-line flags that were given (`memagent.protocol.profile.FLAG_KEYS`).
 
 `resolve_model_profile` is that order; `model_profile` is it for the budget and sampling flags `ask`, `serve`
 and the harnesses share. `memagent.json` holds only AgentConfig fields (`SETTING_KEYS`), each type-checked.
@@ -20,7 +20,7 @@ from memagent.config import AgentConfig
 from memagent.errors import InputError
 from memagent.flags import BudgetOptions, SamplingOptions, flag_values
 from memagent.io import atomic_write_text, read_text
-from memagent.profile import Profile, profile_from_dict, resolve_profile
+from memagent.protocol.profile import Profile, profile_from_dict, resolve_profile
 
 __all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile", "model_settings_profile",
            "resolve_model_profile", "save_agent_settings"]
@@ -69,7 +69,7 @@ def model_settings_profile(model: str) -> Profile:
 
 def resolve_model_profile(model: str, profile: Optional[str | Path], **flags: Any) -> Profile:
     """Steps 1 to 4: the built-in profile, the model's memagent.json, the `--profile` file (None: none), then
-    `flags` (keys of `memagent.profile.FLAG_KEYS`; None: not given)."""
+    `flags` (keys of `memagent.protocol.profile.FLAG_KEYS`; None: not given)."""
     return resolve_profile(profile, model_settings_profile(model), **flags)
 
 

@@ -387,7 +387,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def build_train_config(path: str | Path | None, overrides: list[str] | None = None, *, resume: bool = False,
                        force: bool = False, profile: Any = None) -> TrainConfig:
     """The TrainConfig of `memagent train`: the YAML file, the `key=value` overrides, --resume and --force, then a
-    protocol profile's prompts and budgets in `agent` (a `memagent.profile.Profile`; explicit `agent.*=...`
+    protocol profile's prompts and budgets in `agent` (a `memagent.protocol.profile.Profile`; explicit `agent.*=...`
     overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
     cfg = load_config(path, flags)

@@ -15,7 +15,7 @@ from memagent.errors import MemAgentError
 from memagent.eval.sweep_config import SweepConfig
 from memagent.eval.unit_run import check_settings, run_unit
 from memagent.eval.units import Unit
-from memagent.profile import open_backend
+from memagent.protocol.profile import open_backend
 from memagent.scale.pool import Raised
 from memagent.tasks.schema import ParagraphCache
 

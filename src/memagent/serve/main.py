@@ -24,7 +24,7 @@ from memagent.config import AgentConfig, rule
 from memagent.errors import InputError, MemAgentError
 from memagent.flags import MODEL_HELP, BudgetOptions, check_options, flag
 from memagent.lock import run_lock
-from memagent.profile import open_backend
+from memagent.protocol.profile import open_backend
 from memagent.protocol.resolve import model_profile
 from memagent.serve import require_serve_deps
 from memagent.serve.backend import SharedBackend
