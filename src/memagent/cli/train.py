@@ -95,10 +95,10 @@ class DemoOptions:
     quick: bool = field(default=False, metadata=flag("The reduced version (CI): fewer lengths, documents and steps."))
     seed: int = field(default=0, metadata={**seed_rule(), **flag("Seed of data, initialisation and sampling.")})
     out: str = field(default="runs/demo", metadata=flag("Directory for results.json, accuracy.png and model/."))
-    seeds: Optional[list[int]] = field(default=None, metadata=flag(
+    seeds: Optional[list[int]] = field(default=None, metadata={**seed_rule(), **flag(
         "Run every seed of this list (e.g. 200,201,202,203,204, the evaluation seeds, "
         "memagent.demo.seeds.EVALUATION_SEEDS) into OUT/seed-S and write OUT/seeds.md: mean ± sd (min).",
-        parse=_seed_list))
+        parse=_seed_list)})
     jobs: int = field(default=1, metadata={**rule(min=1), **flag(
         "With --seeds: seeds run at once (the cores are shared out).")})
     pure_dapo: bool = field(default=False, metadata=flag(
