@@ -234,6 +234,7 @@ LAZY_PACKAGES = {
     "starlette": "optional (extra `serve`, under fastapi)",
     "uvicorn": "optional (extra `serve`)",
     "httpx": "the HTTP client under the openai backend; only when a server is called",
+    "openai": "0.6-0.9 s to import (measured: its types and aiohttp); only when a server is called",
     "matplotlib": "about 0.5 s to import; only when a PNG is drawn",
     "numpy": "only the synthesis steps and plots that compute with arrays",
     "yaml": "only when a YAML config or profile is read",

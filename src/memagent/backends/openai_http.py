@@ -25,22 +25,19 @@ log, record or answer made from a reply can carry the key.
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
 import random
-import re
 import threading
 import time
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Coroutine
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from memagent.backends.base import BackendError
+from memagent.backends.redact import public_url, redact, redact_tree  # noqa: F401  (re-exported: the old place)
 from memagent.backends.replicas import Router
 from memagent.bounded import CONFIG_CHARS, loads_json
 
@@ -53,80 +50,6 @@ except ImportError:  # pragma: no cover - older SDKs
                        Timeout as _Timeout)
 
 MAX_REPLY_BYTES = 32 << 20  # a reply of 32K tokens with log-probs is about 5 MB; an endless body stops here
-
-
-@functools.lru_cache(maxsize=256)  # called per reply, with the few URLs of the replicas
-def public_url(url: str) -> str:
-    """`url` (or a comma-separated list of URLs) without user:password@ and without a query string, safe to
-    print; never raises (a URL that does not parse is shown with its credentials and query cut out)."""
-    if "," in url:
-        return ",".join(public_url(u.strip()) for u in url.split(","))
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-    except ValueError:  # a port over 65535, a broken [IPv6] literal: the text without what may be secret
-        return re.sub(r"//[^/?#]*@", "//", url).split("?")[0].split("#")[0]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-# -- redaction of the API key -------------------------------------------------------------------------
-_KEY_PREFIX = 6  # a run of the key's first 6+ letters and digits is taken for the key (a cut echo of it)
-_FUZZY_MIN = 8  # keys of fewer letters and digits ("EMPTY", "unused") are only replaced where exact
-_SEP = r"[\W_]{0,4}"  # what a hostile echo may put between the key's characters: spaces, dashes, dots
-_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s\"',;)}\]]+")
-
-
-@functools.lru_cache(maxsize=8)
-def _key_pattern(key: str) -> tuple[re.Pattern[str], str] | None:
-    """(a pattern of the key's first letters and digits with any separators between, case-insensitive;
-    all of the key's letters and digits, lower-cased), or None for a short key."""
-    chars = "".join(c for c in key if c.isalnum()).lower()
-    if len(chars) < _FUZZY_MIN:
-        return None
-    return re.compile(_SEP.join(re.escape(c) for c in chars[:_KEY_PREFIX]), re.IGNORECASE), chars
-
-
-def redact(text: str, key: str | None, bearer: bool = True) -> str:
-    """`text` with the API key replaced by "***" wherever it appears: in any case, with any spacing or
-    punctuation between its characters, or only a prefix of it (6+ letters and digits, e.g. an echo cut
-    at a length limit); and (`bearer`) every `Bearer TOKEN` as `Bearer ***`, whatever the token. Run it
-    before any cut of the text. A reply's own text is redacted of the key only (`bearer=False`)."""
-    if key:
-        text = text.replace(key, "***")
-        found = _key_pattern(key)
-        if found is not None:
-            text = _redact_fuzzy(text, *found)
-    if bearer and "bearer" in text.lower():
-        text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-    return text
-
-
-def _redact_fuzzy(text: str, prefix: re.Pattern[str], chars: str) -> str:
-    """Each match of the key's prefix, extended over as many of the key's further characters as follow it
-    (separators allowed between them), replaced by "***". A short piece inside a word ("risk probe" for a key
-    "sk-probe...") is left alone; the whole key, or 12+ of its first characters, is taken anywhere."""
-    out, last = [], 0
-    for m in prefix.finditer(text):
-        if m.start() < last:
-            continue
-        end, j = m.end(), _KEY_PREFIX
-        while j < len(chars):
-            k = end
-            while k < len(text) and k - end < 4 and not text[k].isalnum():
-                k += 1
-            if k < len(text) and text[k].lower() == chars[j]:
-                end, j = k + 1, j + 1
-            else:
-                break
-        in_word = m.start() > 0 and text[m.start() - 1].isalnum()
-        if in_word and j < min(len(chars), 2 * _KEY_PREFIX):
-            continue
-        out += [text[last:m.start()], "***"]
-        last = end
-    return "".join(out) + text[last:] if out else text
 
 
 # -- reading a reply within bounds ----------------------------------------------------------------------
@@ -186,20 +109,6 @@ def reply_json(data: bytes, where: str) -> Any:
 
 class NotJSON(BackendError):
     """A reply body that is not JSON (the caller says what it held)."""
-
-
-def redact_tree(value: Any, key: str) -> Any:
-    """A decoded reply with every string (object keys included) redacted of `key`; depth already checked.
-    A short key ("EMPTY", the vLLM convention for none) is no secret: the reply is left as it is."""
-    if _key_pattern(key) is None:
-        return value
-    if isinstance(value, str):
-        return redact(value, key, bearer=False)
-    if isinstance(value, list):
-        return [redact_tree(v, key) for v in value]
-    if isinstance(value, dict):
-        return {redact(k, key, bearer=False): redact_tree(v, key) for k, v in value.items()}
-    return value
 
 
 def retryable(status: int) -> bool:

@@ -25,7 +25,7 @@ except ImportError:
 
 from memagent.cli import ask, data, evaluate, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
-from memagent.backends.openai_http import redact
+from memagent.backends.redact import redact
 from memagent.errors import MemAgentError
 from memagent.io import os_error_message
 from memagent.scale.options import bare_ray_flag

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import memagent
-from memagent.backends.openai_http import public_url
+from memagent.backends.redact import public_url
 from memagent.eval.records import atomic_write_lines
 
 __all__ = ["git_revision", "versions", "write_summary"]

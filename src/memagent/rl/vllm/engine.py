@@ -40,7 +40,6 @@ from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from memagent.backends.base import BackendError
-from memagent.backends.openai import OpenAIBackend
 from memagent.backends.vllm import VLLMBackend
 from memagent.config import ConfigError
 from memagent.rl.config import TrainConfig
@@ -270,6 +269,8 @@ class ServerRollout:
             raise BackendError("rollout.engine=vllm-server needs `model` (as the server serves it) and "
                                "vllm.server_url (e.g. http://gpu7:8000)")
         if backend is None:
+            from memagent.backends.openai import OpenAIBackend  # lazy: openai (only for an external vLLM server)
+
             backend = OpenAIBackend(cfg.model, base_url=v.server_url.rstrip("/") + "/v1", tokenizer=tokenizer,
                                     timeout=v.timeout, max_concurrency=64, request_token_ids=True,
                                     want_logprobs=cfg.update.old_logprobs == "rollout",
