@@ -17,6 +17,17 @@ from memagent.config import AgentConfig
 SMALL = dict(chunk_tokens=16, memory_tokens=8, answer_tokens=8, query_tokens=64)
 
 
+def wait_done(url: str, job: str, timeout: float = 60.0, poll: float = 0.02) -> dict:
+    """GET /v1/jobs/{job} until it is no longer queued or running; its view (AssertionError after `timeout` s)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        view = httpx.get(f"{url}/v1/jobs/{job}").json()
+        if view["state"] not in ("queued", "running"):
+            return view
+        time.sleep(poll)
+    raise AssertionError(f"job {job} did not finish")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

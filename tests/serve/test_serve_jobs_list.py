@@ -4,7 +4,6 @@ workflow kept in SQLite across a restart, and a version-1 state database migrate
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import httpx
 import pytest
@@ -12,7 +11,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fakes import ScriptedBackend  # noqa: E402
-from serve_helpers import SMALL, ThreadServer, words  # noqa: E402
+from serve_helpers import SMALL, ThreadServer, wait_done, words  # noqa: E402
 
 from memagent.agent.chunking import iter_chunks  # noqa: E402
 from memagent.serve.store import SCHEMA_VERSION, Store  # noqa: E402
@@ -20,16 +19,6 @@ from memagent.serve.store import SCHEMA_VERSION, Store  # noqa: E402
 
 def _backend(tok) -> ScriptedBackend:
     return ScriptedBackend(tok, lambda prompt, i: f"m{i % 7} \\boxed{{v{i % 5}}}")
-
-
-def _wait(url: str, job: str, timeout: float = 60) -> dict:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        view = httpx.get(f"{url}/v1/jobs/{job}").json()
-        if view["state"] not in ("queued", "running"):
-            return view
-        time.sleep(0.02)
-    raise AssertionError(f"job {job} did not finish")
 
 
 def _submit(url: str, doc: str, question: str, **extra) -> str:
@@ -41,9 +30,9 @@ def _submit(url: str, doc: str, question: str, **extra) -> str:
 def test_api_jobs_are_listed_newest_first_and_open_by_id(tiny_tokenizer, tmp_path):
     with ThreadServer(_backend(tiny_tokenizer), tmp_path / "state") as s:
         a = _submit(s.url, words(40), "first question?")
-        _wait(s.url, a)
+        wait_done(s.url, a)
         b = _submit(s.url, words(40, seed=1), "second question?", workflow="skim")
-        _wait(s.url, b)
+        wait_done(s.url, b)
         listed = httpx.get(s.url + "/v1/jobs").json()
         assert listed["object"] == "list" and [j["id"] for j in listed["data"]] == [b, a]
         first = listed["data"][1]
@@ -64,7 +53,7 @@ def test_chunk_text_is_the_exact_chunk_the_job_read(tiny_tokenizer, tmp_path):
     chunks = list(iter_chunks(doc, tiny_tokenizer, SMALL["chunk_tokens"], errors="replace"))
     with ThreadServer(_backend(tiny_tokenizer), tmp_path / "state") as s:
         job = _submit(s.url, doc, "Which river?")
-        steps = _wait(s.url, job)["questions"][0]["steps"]
+        steps = wait_done(s.url, job)["questions"][0]["steps"]
         assert len(steps) == len(chunks) >= 5
         for k in (0, 3, len(chunks) - 1):
             got = httpx.get(f"{s.url}/v1/jobs/{job}/chunks/{k}").json()
@@ -101,7 +90,7 @@ def test_the_workflow_survives_a_restart(tiny_tokenizer, tmp_path):
     state = tmp_path / "state"
     with ThreadServer(_backend(tiny_tokenizer), state) as s:
         done = _submit(s.url, words(40), "Which river?", workflow="lookup")
-        _wait(s.url, done)
+        wait_done(s.url, done)
     # an unfinished job the stopped server left: the next server resumes it with ITS workflow, not the server's
     store = Store(state / "serve.sqlite3")
     doc_id = next((state / "documents").iterdir()).stem
@@ -110,7 +99,7 @@ def test_the_workflow_survives_a_restart(tiny_tokenizer, tmp_path):
     with ThreadServer(_backend(tiny_tokenizer), state) as s:  # the server's workflow: memagent
         assert {j["id"]: j["workflow"] for j in httpx.get(s.url + "/v1/jobs").json()["data"]} == \
             {done: "lookup", "job_" + "0" * 32: "lookup"}
-        view = _wait(s.url, "job_" + "0" * 32)
+        view = wait_done(s.url, "job_" + "0" * 32)
         assert view["state"] == "done" and view["workflow"] == "lookup"
         assert any(r.get("kind") == "query" for r in view["questions"][0]["steps"])  # lookup's own call
 

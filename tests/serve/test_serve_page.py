@@ -9,7 +9,9 @@ chromium or playwright it skips naming the package, except under CI (env CI set)
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import httpx
 import pytest
@@ -46,6 +48,19 @@ def _playwright():
     return expect, sync_playwright
 
 
+@contextmanager
+def _page(pw: Any) -> Iterator[tuple[Any, list[str]]]:
+    """A page in Debian's chromium and the list its script errors are collected into; the browser closed after."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+    try:
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        yield page, errors
+    finally:
+        browser.close()
+
+
 def test_page_lists_an_api_job_opens_its_link_and_fetches_a_chunk(tiny_tokenizer, tmp_path):
     expect, sync_playwright = _playwright()
     # the model's memory and answer carry markup: it must stay text
@@ -55,11 +70,7 @@ def test_page_lists_an_api_job_opens_its_link_and_fetches_a_chunk(tiny_tokenizer
     with ThreadServer(backend, tmp_path / "state") as server, sync_playwright() as pw:
         job = httpx.post(server.url + "/v1/jobs", json={"document": doc, "questions": [f"Which {SCRIPT}?"],
                                                          "workflow": "memagent"}).json()["id"]
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+        with _page(pw) as (page, errors):
             page.goto(server.url + "/")
             item = page.locator(f"#job-list [data-job='{job}']")
             expect(item).to_have_count(1)
@@ -82,8 +93,6 @@ def test_page_lists_an_api_job_opens_its_link_and_fetches_a_chunk(tiny_tokenizer
             assert page.locator("b").count() == 0 and page.locator("script").count() == 2
             assert errors == []
             page.screenshot(path=str(tmp_path / "page-jobs.png"), full_page=True)
-        finally:
-            browser.close()
 
 
 @pytest.mark.slow
@@ -93,11 +102,7 @@ def test_page_over_the_real_service(tiny_backend, tmp_path):
     text = " ".join(f"river{i} city{i}" for i in range(40)) + f" {SCRIPT} " + " ".join(f"album{i}" for i in range(20))
     doc.write_text(text, encoding="utf-8")
     with ThreadServer(tiny_backend, tmp_path / "state") as server, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+        with _page(pw) as (page, errors):
             page.goto(server.url + "/")
             page.set_input_files("#doc-file", str(doc))
             page.fill("#questions", "Which river?")
@@ -120,5 +125,3 @@ def test_page_over_the_real_service(tiny_backend, tmp_path):
             assert errors == []
             page.screenshot(path=str(tmp_path / "page-real-service.png"), full_page=True)
             assert (tmp_path / "page-real-service.png").stat().st_size > 10_000
-        finally:
-            browser.close()

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from serve_helpers import free_port, start_subprocess, wait_up, words  # noqa: E402
+from serve_helpers import free_port, start_subprocess, wait_done, wait_up, words  # noqa: E402
 
 
 def _calls(url: str) -> int:
@@ -19,16 +19,6 @@ def _calls(url: str) -> int:
         if line.startswith("memagent_model_calls_total "):
             return int(line.split()[1])
     raise AssertionError("no memagent_model_calls_total in /metrics")
-
-
-def _wait_done(url: str, job: str, timeout: float = 120) -> dict:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        view = httpx.get(f"{url}/v1/jobs/{job}").json()
-        if view["state"] not in ("queued", "running"):
-            return view
-        time.sleep(0.05)
-    raise AssertionError(f"job {job} did not finish")
 
 
 @pytest.mark.slow
@@ -54,14 +44,14 @@ def test_killed_server_resumes_the_job_at_its_last_finished_chunk(tiny_model_dir
     proc = start_subprocess(tiny_model_dir, state, port)
     try:
         wait_up(url, proc=proc)
-        resumed = _wait_done(url, job)
+        resumed = wait_done(url, job, timeout=120, poll=0.05)
         assert resumed["state"] == "done"
         assert _calls(url) == (total - done) + 1  # the remaining chunks, then the answer
         steps = resumed["questions"][0]["steps"]
         assert [s["step"] for s in steps] == list(range(total))
         # the same document and question, uninterrupted, on the same server
         again = httpx.post(url + "/v1/jobs", json={"document": doc, "questions": ["Which river?"]}).json()["id"]
-        fresh = _wait_done(url, again)["questions"][0]
+        fresh = wait_done(url, again, timeout=120, poll=0.05)["questions"][0]
         assert fresh["raw_answer"] == resumed["questions"][0]["raw_answer"]
         assert [s["memory"] for s in fresh["steps"]] == [s["memory"] for s in steps]
         assert _calls(url) == (total - done) + 1 + total + 1
