@@ -26,6 +26,9 @@ from typing import Any
 
 from memagent.errors import InputError
 
+_STEPS_TABLE = """CREATE TABLE IF NOT EXISTS steps (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx, seq))"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, state TEXT NOT NULL, document_id TEXT NOT NULL, error TEXT,
@@ -34,11 +37,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS questions (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, question TEXT NOT NULL, chunks_total INTEGER,
     final TEXT, PRIMARY KEY (job_id, idx));
-CREATE TABLE IF NOT EXISTS steps (
-    job_id TEXT NOT NULL, idx INTEGER NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (job_id, idx, seq));
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created);
-"""
+""" + _STEPS_TABLE + ";\n"
 UNFINISHED = ("queued", "running")
 SCHEMA_VERSION = 3  # PRAGMA user_version of the databases this code writes (0: written before it was set)
 READS = (0, 1, 2, SCHEMA_VERSION)  # the versions it opens (0 to 2 are migrated to 3)
@@ -98,7 +98,7 @@ class Store:
                 self._db.execute("ALTER TABLE jobs ADD COLUMN workflow TEXT")
             if "seq" not in steps:
                 self._db.execute("ALTER TABLE steps RENAME TO steps_v2")
-                self._db.execute(_SCHEMA.split(";")[2])  # the version-3 steps table (execute: executescript would commit)
+                self._db.execute(_STEPS_TABLE)  # execute, not executescript: that would commit the transaction
                 self._db.execute("INSERT INTO steps (job_id, idx, seq, step, record) "
                                  "SELECT job_id, idx, step, step, record FROM steps_v2")
                 self._db.execute("DROP TABLE steps_v2")
