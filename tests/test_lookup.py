@@ -54,7 +54,11 @@ def one_fact_reader(prompt: str, call: int, query: str | None = None) -> str:
                 memory = f"{memory}; {fact}"
         return memory
     if "Search query:" in prompt:
-        return query if query is not None else prompt.split("<memory>\n", 1)[1].split("\n</memory>", 1)[0]
+        if query is not None:
+            return query
+        if "<memory>\n" in prompt:  # the built-in template
+            return prompt.split("<memory>\n", 1)[1].split("\n</memory>", 1)[0]
+        return prompt.split("M:", 1)[1].split("|", 1)[0]  # test_a_query_template_of_ones_own_...
     m = re.search(r"\|M:k3 points to (k\d+); \1 is (v\d+)\|", prompt)
     return f"\\boxed{{{m.group(2) if m else 'unknown'}}}"
 
@@ -196,10 +200,26 @@ def test_the_window_check_counts_the_query_call_exactly(tiny_tokenizer):
     (dict(hits=0), "hits must be an integer from 1 to 8"), (dict(hits=MAX_HITS + 1), "hits"),
     (dict(hits="two"), "hits"), (dict(hits=True), "hits"), (dict(lookup_tokens=257), "lookup_tokens"),
     (dict(k=3), r"workflow lookup has no option k; its options are lookups, hits"),
+    (dict(query_template="Q:{question} only"), r"lookup query template lacks the placeholder\(s\) \{memory\}"),
+    (dict(query_template="{question}{memory}{chunk}"), r"lookup query template has placeholder\(s\) \{chunk\}"),
+    (dict(query_template=7), "query_template must be a string, got int"),
 ])
 def test_options_are_bounded_and_checked(tiny_tokenizer, options, message):
     with pytest.raises(ConfigError, match=message):
         build_workflow("lookup", ScriptedBackend(tiny_tokenizer, one_fact_reader), _config(), **options)
+
+
+def test_a_query_template_of_ones_own_is_the_query_calls_prompt(tiny_tokenizer):
+    """The query call renders `query_template` (the demo's toy models use a short one); the run is the default
+    template's otherwise: the same hits read, the same answer."""
+    doc, _ = _two_hop(tiny_tokenizer, value_first=True)
+    template = "Search query: M:{memory}|Q:{question}|"  # the scripted reader queries on "Search query:"
+    res, records, backend = _run(tiny_tokenizer, doc, hits=2, query_template=template)
+    base, _, _ = _run(tiny_tokenizer, doc, hits=2)
+    query = [p for b in backend.batches for p in b if p.startswith("Search query:")]
+    assert query == [render(template, question="what does k3 point to? give its value", memory="k3 points to k7")]
+    assert res.answer == base.answer == "v5"
+    assert [(c.kind, c.step) for c in res.conversations] == [(c.kind, c.step) for c in base.conversations]
 
 
 def test_options_from_a_command_line_are_read_as_integers(tiny_tokenizer):

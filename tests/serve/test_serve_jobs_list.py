@@ -48,6 +48,27 @@ def test_api_jobs_are_listed_newest_first_and_open_by_id(tiny_tokenizer, tmp_pat
             assert r.status_code == 400 and "limit must be a whole number in 1..500" in r.json()["error"]["message"]
 
 
+def test_a_chat_completion_names_its_own_workflow(tiny_tokenizer, tmp_path):
+    """`workflow` in a chat body runs that workflow (skim: k + 1 calls, not one per chunk), is listed with the
+    job, and an unknown name is a 400 listing the valid ones, before any document is saved."""
+    doc = words(200)
+    n_chunks = len(list(iter_chunks(doc, tiny_tokenizer, SMALL["chunk_tokens"], errors="replace")))
+    with ThreadServer(_backend(tiny_tokenizer), tmp_path / "state") as s:
+        def chat(**extra):
+            return httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+                "model": "m", "messages": [{"role": "user", "content": doc}, {"role": "user", "content": "Which?"}],
+                **extra})
+        plain, skim = chat(), chat(workflow="skim")
+        assert plain.status_code == skim.status_code == 200, (plain.text, skim.text)
+        assert plain.json()["usage"]["calls"] == n_chunks + 1 > 5
+        assert skim.json()["usage"]["calls"] == 4 + 1  # skim's default k = 4, then the answer
+        listed = httpx.get(s.url + "/v1/jobs").json()["data"]
+        assert [(j["workflow"], j["chat"]) for j in listed] == [("skim", True), ("memagent", True)]
+        bad = chat(workflow="overwrite-twice")
+        assert bad.status_code == 400 and "memagent" in bad.json()["error"]["message"]
+        assert len(httpx.get(s.url + "/v1/jobs").json()["data"]) == 2  # no job was made
+
+
 def test_chunk_text_is_the_exact_chunk_the_job_read(tiny_tokenizer, tmp_path):
     doc = words(70) + " <script>window.pwned = 1</script> " + words(20, seed=3)
     chunks = list(iter_chunks(doc, tiny_tokenizer, SMALL["chunk_tokens"], errors="replace"))

@@ -33,11 +33,12 @@ from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conve
 from memagent.agent.scheduler import Call
 from memagent.agent.workflow import DocState, MemoryAgent, template_overhead
 from memagent.backends.base import Backend, Generation, SamplingParams
-from memagent.config import AgentConfig, ConfigError
+from memagent.config import AgentConfig, ConfigError, check_template
 
 MAX_LOOKUPS = 4  # rounds of query + hits; each costs 1 + hits calls
 MAX_HITS = 8  # chunks read per lookup
 MAX_LOOKUP_TOKENS = 256  # new tokens of a query reply: a query is a few keywords
+QUERY_FIELDS = ("question", "memory")  # the placeholders of a query template
 
 
 def bounded_int(workflow: str, name: str, value: Any, low: int, high: int) -> int:
@@ -90,21 +91,26 @@ class _LookupDoc:
 
 class LookupAgent:
     """The workflow "lookup" (module doc). Own options: lookups (1..4, default 1), hits (1..8, default 2),
-    lookup_tokens (new tokens of a query, 1..256, default 32), index_dir (a folder for the index files, e.g.
-    the run's; None: a temporary folder per document), keep_index (leave the files). The rest are the shared
-    run options (memagent.agent.protocol.WorkflowOptions)."""
+    lookup_tokens (new tokens of a query, 1..256, default 32), query_template (the query call's prompt, with
+    {question} and {memory}; default prompts.LOOKUP_QUERY_TEMPLATE), index_dir (a folder for the index files,
+    e.g. the run's; None: a temporary folder per document), keep_index (leave the files). The rest are the
+    shared run options (memagent.agent.protocol.WorkflowOptions)."""
 
     name = "lookup"
-    OPTIONS = ("lookups", "hits", "lookup_tokens", "index_dir", "keep_index")
+    OPTIONS = ("lookups", "hits", "lookup_tokens", "query_template", "index_dir", "keep_index")
 
     def __init__(self, backend: Backend, config: AgentConfig | None = None, *, lookups: int = 1, hits: int = 2,
-                 lookup_tokens: int = 32, index_dir: str | Path | None = None, keep_index: bool = False,
-                 **run_options: Any) -> None:
+                 lookup_tokens: int = 32, query_template: str = LOOKUP_QUERY_TEMPLATE,
+                 index_dir: str | Path | None = None, keep_index: bool = False, **run_options: Any) -> None:
         self.reader = MemoryAgent(backend, config, **run_options)  # reads chunks and hits, answers
         self.backend, self.config, self.options = backend, self.reader.config, self.reader.options
         self.lookups = bounded_int(self.name, "lookups", lookups, 1, MAX_LOOKUPS)
         self.hits = bounded_int(self.name, "hits", hits, 1, MAX_HITS)
         self.lookup_tokens = bounded_int(self.name, "lookup_tokens", lookup_tokens, 1, MAX_LOOKUP_TOKENS)
+        if not isinstance(query_template, str):
+            raise ConfigError(f"workflow lookup: query_template must be a string, got {type(query_template).__name__}")
+        check_template(query_template, QUERY_FIELDS, "lookup query")
+        self.query_template = query_template
         self.index_dir, self.keep_index = index_dir, bool(keep_index)
         self.stats = RunStats()
         self._window_checked: AgentConfig | None = None
@@ -117,7 +123,7 @@ class LookupAgent:
             return
         cfg, window = self.config, self.backend.max_window
         if window is not None:
-            overhead = template_overhead(self.backend, LOOKUP_QUERY_TEMPLATE)
+            overhead = template_overhead(self.backend, self.query_template)
             need = overhead + cfg.query_tokens + cfg.memory_tokens + self.lookup_tokens
             if need > window:
                 raise BudgetError(f"the lookup query call needs up to {need} tokens (template {overhead} + query "
@@ -144,7 +150,7 @@ class LookupAgent:
         """A memory update while a chunk (first pass) or a hit is next; a query while lookups are left; the
         final answer."""
         if d.inner.next_chunk is None and d.lookups_done < self.lookups and len(d.index):
-            prompt = render(LOOKUP_QUERY_TEMPLATE, question=d.item.question, memory=d.inner.memory)
+            prompt = render(self.query_template, question=d.item.question, memory=d.inner.memory)
             return Call("query", prompt, self.lookup_tokens)
         return self.reader.next_call(d.inner)
 

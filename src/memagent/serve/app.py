@@ -21,13 +21,11 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from memagent.agent.registry import get_workflow, workflow_names
-from memagent.errors import MemAgentError
 from memagent.serve.chat import chat_routes
 from memagent.serve.errors import ApiError
 from memagent.serve.http import declared_over, error_response, read_json, upload_blocks
 from memagent.serve.jobs import MAX_LIST, JobManager
-from memagent.serve.requests import ServeSettings, check_questions, document_of
+from memagent.serve.requests import ServeSettings, check_questions, document_of, workflow_of
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -120,27 +118,13 @@ def _document_routes(app: FastAPI, manager: JobManager) -> None:
         return {"id": doc_id, "bytes": manager.docs.size(doc_id)}
 
 
-def _workflow_of(body: dict[str, Any]) -> str | None:
-    """The job's own `workflow` (a known name; 400 listing the valid ones otherwise), or None: the server's."""
-    name = body.get("workflow")
-    if name is None:
-        return None
-    if not isinstance(name, str):
-        raise ApiError(400, f"workflow must be a name; valid workflows: {', '.join(workflow_names())}")
-    try:
-        get_workflow(name[:200])
-    except MemAgentError as e:
-        raise ApiError(400, str(e)) from None
-    return name
-
-
 def _job_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> None:
     @app.post("/v1/jobs")
     async def create_job(request: Request) -> JSONResponse:
         body = await read_json(request, settings.max_body_bytes)
         questions = check_questions(body.get("questions"), manager, settings)
         manager.check_room()  # before a document is saved for nothing
-        job_id, _ = manager.submit(document_of(body, manager), questions, workflow=_workflow_of(body))
+        job_id, _ = manager.submit(document_of(body, manager), questions, workflow=workflow_of(body))
         return JSONResponse({"id": job_id}, status_code=201)
 
     @app.get("/v1/jobs")

@@ -3,7 +3,8 @@ before it (or a `document` / `document_id` field of the body) the document. A ch
 (document and question together, as harnesses send it) is split by the prompt rule
 (`memagent.agent.split_prompt`: the server's `--prompt-split`, or the body's `prompt_split`). The reply's `usage`
 counts every model call of the run (`usage.calls` the number of calls). With `stream: true` the reply
-is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip.
+is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip. A `workflow`
+field names the reading workflow of this request (default: the server's `--workflow`), as in POST /v1/jobs.
 A client that goes away cancels its job.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from memagent.errors import MemAgentError
 from memagent.serve.errors import ApiError
 from memagent.serve.http import read_json
 from memagent.serve.jobs import JobManager, Live
-from memagent.serve.requests import ServeSettings, check_questions, document_of
+from memagent.serve.requests import ServeSettings, check_questions, document_of, workflow_of
 
 
 def _text(content: Any, where: str) -> str:
@@ -79,9 +80,10 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
                 raise
             raise ApiError(e.status, f"{e.message} (the question found by prompt_split {str(rule)!r}: "
                                      f"{rule.describe()}); choose a rule that finds a shorter question") from None
+        workflow = workflow_of(body)
         manager.check_room()  # before a document is saved for nothing
         doc_id = document_of(body if text is None else {"document": text}, manager)
-        job_id, live = manager.submit(doc_id, [question], chat=True)
+        job_id, live = manager.submit(doc_id, [question], chat=True, workflow=workflow)
         model = body.get("model") if isinstance(body.get("model"), str) else settings.model_name
         head = dict(id=f"chatcmpl-{job_id[4:]}", created=int(time.time()), model=model)
         if body.get("stream"):

@@ -1,11 +1,14 @@
 """What the job API and the chat API both check in a request: the server's limits (`ServeSettings`), the
-questions, and the document (an uploaded one's id, or text saved as a new document)."""
+questions, the document (an uploaded one's id, or text saved as a new document) and the job's own reading
+workflow (a `workflow` field)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from memagent.agent.registry import get_workflow, workflow_names
 from memagent.agent.split_prompt import SplitRule
+from memagent.errors import MemAgentError
 from memagent.serve.errors import ApiError
 from memagent.serve.jobs import JobManager
 
@@ -51,3 +54,17 @@ def document_of(body: dict[str, Any], manager: JobManager) -> str:
     if not isinstance(text, str):
         raise ApiError(400, "missing document: give \"document_id\" (from POST /v1/documents) or \"document\" (text)")
     return manager.docs.save_text(text)[0]
+
+
+def workflow_of(body: dict[str, Any]) -> str | None:
+    """The job's own `workflow` (a known name; 400 listing the valid ones otherwise), or None: the server's."""
+    name = body.get("workflow")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise ApiError(400, f"workflow must be a name; valid workflows: {', '.join(workflow_names())}")
+    try:
+        get_workflow(name[:200])
+    except MemAgentError as e:
+        raise ApiError(400, str(e)) from None
+    return name
