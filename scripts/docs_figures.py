@@ -388,7 +388,50 @@ def workflows_index(get: Get) -> str:
     return table(["figure", "measured", "target"], rows).replace(" |  |\n", " | |\n")
 
 
+def demo_two_hop(get: Get) -> str:
+    """One table a run of `memagent demo --task two-hop` (bench/results/demo_two_hop.json: each run's
+    results.json under its seed): accuracy value-first / pointer-first, then calls per document and seconds."""
+    d = get("demo_two_hop")
+    out = []
+    for seed, r in d["runs"].items():
+        mults = list(r["calls_per_doc"]["memagent-rl"])
+        chunks = r["config"]["train_chunks"]
+        role = d["roles"][seed]
+        out.append(f"seed {seed} ({role}), {r['config']['eval_docs']} documents a length, accuracy (%) value-first / "
+                   f"pointer-first, chance {100 * r['chance']:.0f}%:\n\n")
+        rows = [[m, *[f"{100 * acc['value-first'][k]:.1f} / {100 * acc['pointer-first'][k]:.1f}" for k in mults]]
+                for m, acc in r["accuracy"].items()]
+        head = ["method", *[f"{k}x ({int(k) * chunks} chunks)" for k in mults]]
+        out.append(table(head, rows).replace("|---" * len(head) + "|", "|---|" + "---:|" * len(mults)))
+        calls = r["calls_per_doc"]
+        sec = r["seconds"]
+        out.append(f"\nmodel calls per document at {mults[0]}x / {mults[-1]}x: " + ", ".join(
+            f"{m} {calls[m][mults[0]]:.1f} / {calls[m][mults[-1]]:.1f}" for m in calls) + "; seconds: " + ", ".join(
+            f"{k} {v:.0f}" for k, v in sec.items()) + f"; peak RSS {r['peak_rss_mb']} MB.\n\n")
+    return "".join(out)
+
+
+def workflows_two_hop(get: Get) -> str:
+    """The three workflows (and the full-context baseline) on the two-hop demo's evaluation seed: accuracy by order
+    at the shortest and longest length, calls and seconds per document."""
+    d = get("demo_two_hop")
+    seed = next(s for s, role in d["roles"].items() if role.startswith("evaluation"))
+    r = d["runs"][seed]
+    lo, hi = (lambda ks: (ks[0], ks[-1]))(list(r["calls_per_doc"]["memagent-rl"]))
+    rows = []
+    for m, acc in r["accuracy"].items():
+        cells = [f"{100 * acc['value-first'][k]:.1f} / {100 * acc['pointer-first'][k]:.1f}" for k in (lo, hi)]
+        cells += [f"{r['calls_per_doc'][m][k]:.1f}" for k in (lo, hi)]
+        cells.append(f"{1000 * r['seconds_per_doc'][m][hi]:.1f}")
+        rows.append([f"`{m}`", *cells])
+    head = ["method", f"accuracy {lo}x (%)", f"accuracy {hi}x (%)", f"calls / doc {lo}x", f"calls / doc {hi}x",
+            f"ms / doc {hi}x"]
+    return table(head, rows).replace("|---" * len(head) + "|", "|---|" + "---:|" * (len(head) - 1))
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
+    "demo-two-hop": demo_two_hop,
+    "workflows-two-hop": workflows_two_hop,
     "workflows-index": workflows_index,
     "bench-latest": bench_latest,
     "bench-scaling": bench_scaling,
@@ -404,6 +447,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
 }
 SOURCES = {  # what each region reads, for the report and the docs
+    "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
     "workflows-index": "index",
     "bench-latest": "summary's sources: scaling overhead batching chunker trainer_vs_trl serve pipeline replicas ray packing",
     "bench-scaling": "scaling", "bench-generate-profile": "generate_profile", "bench-trainer-vs-trl": "trainer_vs_trl",

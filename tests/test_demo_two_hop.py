@@ -11,7 +11,7 @@ from memagent.cli import main, run
 from memagent.tasks.toy import ToySpec, make_samples
 
 SEED = 1234  # the CI seed (not a tuning or an evaluation seed)
-TRAIN_CHUNKS, MULTS, DOCS, HITS, K = 4, ("1", "4"), 24, 2, 4  # TwoHopConfig.for_run(quick=True)
+TRAIN_CHUNKS, MULTS, DOCS, LOOKUPS, HITS, K = 4, ("1", "4"), 24, 2, 1, 4  # TwoHopConfig.for_run(quick=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,8 @@ def test_two_hop_quick_writes_a_table_split_by_order(two_hop):
         chunks = TRAIN_CHUNKS * int(mult)
         assert calls["memagent-rl"][mult] == chunks + 1  # every chunk, then the answer
         assert calls["skim"][mult] == min(K, chunks) + 1  # the top k chunks, then the answer
-        assert chunks + 2 <= calls["lookup-rl"][mult] <= chunks + 2 + HITS  # + the query, its hits (0..2)
+        # + each lookup's query and its hits (0..HITS), then the answer
+        assert chunks + LOOKUPS + 1 <= calls["lookup-rl"][mult] <= chunks + LOOKUPS * (1 + HITS) + 1
         assert calls["full-context"][mult] == 1
     assert {"lookup", "memagent", "full_context", "eval", "total"} <= set(results["seconds"])
     table = (two_hop / "results.md").read_text()
@@ -65,6 +66,23 @@ def test_two_hop_quick_writes_a_table_split_by_order(two_hop):
 
 
 @pytest.mark.slow
+def test_the_saved_lookup_model_answers_through_ask_with_its_profile(two_hop, tmp_path):
+    """`memagent ask --model OUT/model --workflow lookup --profile OUT/model/lookup-profile.yaml` reads with the
+    demo's query template and rounds: the trace has its two query calls, in the toy template."""
+    sample = make_samples(ToySpec(), TRAIN_CHUNKS, 1, 7, prefix="ask", two_hop=True)[0]
+    doc, trace = tmp_path / "doc.txt", tmp_path / "trace.jsonl"
+    doc.write_text(sample["context"])
+    code = run(["ask", "--model", str(two_hop / "model"), "--document", str(doc), "--question", sample["question"],
+                "--workflow", "lookup", "--profile", str(two_hop / "model" / "lookup-profile.yaml"),
+                "--trace", str(trace), "--no-progress"])
+    assert code == 0
+    queries = [r for r in map(json.loads, trace.read_text().splitlines()) if r.get("kind") == "query"]
+    assert len(queries) == LOOKUPS and all(len(q["hits"]) <= HITS for q in queries)
+    # "M m1 m2 Q k S >": 7 tokens (the built-in English template is over 60 with the toy tokenizer)
+    assert [q["prompt_tokens"] for q in queries] == [7, 7]
+
+
+@pytest.mark.slow
 def test_two_hop_quick_trains_both_workflows_with_multi_conv_dapo(two_hop):
     """The lookup model's rollouts train more conversations per sample than the chunks and the answer (its
     query call and the hits it read); memagent's exactly the chunks and the answer."""
@@ -73,7 +91,7 @@ def test_two_hop_quick_trains_both_workflows_with_multi_conv_dapo(two_hop):
     assert len(look) == len(mem) == 4  # the same step budget
     assert all(m["conversations_per_sample"] == TRAIN_CHUNKS + 1 for m in mem)
     assert all(m["conversations_per_sample"] > TRAIN_CHUNKS + 1 for m in look)
-    assert all(m["conversations_per_sample"] <= TRAIN_CHUNKS + 2 + HITS for m in look)
+    assert all(m["conversations_per_sample"] <= TRAIN_CHUNKS + LOOKUPS * (1 + HITS) + 1 for m in look)
     assert json.loads((two_hop / "lookup" / "rl" / "config.json").read_text())["workflow"] == "lookup"
 
 

@@ -3,6 +3,8 @@ other fields (base, file, flag), checked against the workflow registry, written 
 options in the eval records' fingerprint (memagent.eval.workflow_runs.method_fingerprint)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -54,3 +56,27 @@ def test_workflow_and_options_are_in_the_record_fingerprint():
     fps = {method_fingerprint(base, "lookup", None), method_fingerprint(base, "lookup", {"lookups": 2}),
            method_fingerprint(base, "skim", None), method_fingerprint(base, "memagent", {"x": 1}), base}
     assert len(fps) == 5 and all(len(f) == 16 for f in fps - {base})
+
+
+def test_ask_runs_the_profiles_workflow_options(run_cli, tiny_model_dir, tmp_path):
+    """`ask --profile P --workflow lookup`: P's `workflow: {name: lookup, options}` reach the workflow (two
+    query calls with lookups: 2, none of the default's one); under another --workflow they are not applied."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text("the river runs past the old city and under the stone bridge " * 6)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("workflow:\n  name: lookup\n  options: {lookups: 2, hits: 1, lookup_tokens: 3}\n")
+
+    def kinds(*extra):
+        trace = tmp_path / f"trace{len(list(tmp_path.iterdir()))}.jsonl"
+        code, _, err = run_cli("ask", "--model", tiny_model_dir, "--document", doc, "--question", "Which river?",
+                               "--trace", trace, "--no-progress", *extra)
+        assert code == 0, err
+        return [json.loads(line) for line in trace.read_text().splitlines()]
+
+    default = kinds("--workflow", "lookup")
+    assert sum(r.get("kind") == "query" for r in default) == 1
+    given = kinds("--workflow", "lookup", "--profile", profile)
+    queries = [r for r in given if r.get("kind") == "query"]
+    assert len(queries) == 2 and all(r["generated_tokens"] <= 3 and len(r["hits"]) <= 1 for r in queries)
+    plain = kinds("--workflow", "memagent", "--profile", profile)  # memagent has no lookup options: not applied
+    assert not any(r.get("kind") == "query" for r in plain) and any(r.get("kind") == "final" for r in plain)

@@ -144,9 +144,12 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
             raise failures_error(results, len(todo))
         return
     backend = open_backend(o.model, o.backend, profile)
+    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run
+    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
     with _open_trace(o.trace, append=bool(results.done)) as trace:
         agent = build_workflow(o.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
-                               trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")
+                               trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record",
+                               **options)
         if o.input is None:
             r = run_workflow(agent, todo)[0]
             missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'

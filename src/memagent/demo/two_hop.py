@@ -7,15 +7,24 @@ it has read once the pointer is known (agent/lookup.py).
 
 Phases (the main demo's, demo/pipeline.py, with two reading workflows trained side by side):
 1. data: two-hop documents of `train_chunks` chunks;
-2. warm-up, NOT question-aware (the same demonstrations as the main demo: keep the memory or copy some fact
-   of the chunk; answer with the value the memory holds). The `lookup` model's warm-up also has query
-   demonstrations (write one word of the memory as the search query; the hits it reads are ordinary memory
-   updates, already in the warm-up), in place of some of the rows: both models see `warmup_rows` rows;
+2. warm-up, NOT question-aware, the main demo's kind of demonstrations (`demonstrations`: keep the memory or
+   copy the fact of the chunk, at random; answer with the second word the memory holds), with pointer facts
+   ("k3 k7", `pointer_share` of the facts) among them so that a fact of either kind can be copied. The
+   `lookup` model's warm-up has `query_share` of its rows as query demonstrations instead: one fixed form,
+   the question's key and the word the memory points to (`query_word`), whatever they hold. The hits it
+   reads are ordinary memory updates, already in the warm-up. Both models see `warmup_rows` rows;
 3. Multi-Conv DAPO through `rl.trainer.train` for each model, `workflow=memagent` and `workflow=lookup`
-   (every conversation a row, the query call included), the same steps, batch and group;
+   (every conversation a row, the query calls included), the same steps, batch and group;
 4. the full-context baseline (question-aware, a window of `train_chunks` chunks, cut in the middle beyond);
 5. evaluation, greedy, at every length: memagent, lookup, skim (the memagent model reading the top `skim_k`
    chunks ranked against the question) and full-context, split by order; model calls per document too.
+
+Why this form of query (docs/demo.md, "The two-hop demo", has the measurements): `lookups` = 2 rounds of one
+hit each, the query "A m" (m: the memory's second word). Round 1 finds the pointer chunk (A is in no other
+chunk; a chunk holding m ranks as high only if m is as rare, and the earlier chunk wins a tie); round 2, with the memory "A B", finds the value chunk (the pointer chunk is
+left out once looked at); the two hits copied, the memory is "B V". What RL has to learn is to copy what the
+hits hold: it does within ~40 steps. A query of the memory's word alone (`query_word="second"`) left the
+model at "copy every chunk" (reward 0.5 at 4 chunks, flat for 120 steps).
 """
 from __future__ import annotations
 
@@ -30,18 +39,18 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from memagent.agent.answer import extract_boxed
-from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
+from memagent.agent.prompts import render
 from memagent.backends.base import SamplingParams
-from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
+from memagent.demo.config import EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, DemoConfig, agent_config, boxed, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
 from memagent.demo.numerics import numerics
-from memagent.demo.pipeline import (demonstrations, encode_rows, prepare_out, rl_train_config, train_full_context,
-                                    value_copy_rows, warm_up)
+from memagent.demo.pipeline import encode_rows, prepare_out, rl_train_config, train_full_context, warm_up
 from memagent.demo.report import markdown_table, plot_accuracy, print_table
 from memagent.eval.baselines import middle_truncate
+from memagent.io import atomic_write_text
 from memagent.protocol.resolve import save_agent_settings
-from memagent.tasks.toy import build_toy_tokenizer, make_samples
+from memagent.tasks.toy import build_toy_tokenizer, chunk_text, make_samples
 
 ORDERS = ("value-first", "pointer-first")
 METHODS = ("lookup-rl", "memagent-rl", "skim", "full-context")  # rows of the table, each split by order
@@ -57,8 +66,11 @@ class TwoHopConfig(DemoConfig):
     fc_rows: int = 24_000
     rl_steps: int = 120
     query_share: float = 0.1  # share of the lookup model's warm-up rows that demonstrate the query call
-    query_word: str = "any"  # the word of the memory a query demonstration writes: "any" (at random) or "second"
-    hits: int = 2  # chunks `lookup` reads per query (its one lookup)
+    query_word: str = "question+second"  # a query demonstration's form: "question+second", "second" or "any"
+    pointer_share: float = 0.3  # share of the warm-up's facts that are pointer facts (a key as the value)
+    single_hop_steps: int = 0  # the first Multi-Conv DAPO steps on single-hop questions (of rl_steps)
+    lookups: int = 2  # `lookup`'s rounds of query + hits
+    hits: int = 1  # chunks `lookup` reads per query
     skim_k: int = 4  # chunks `skim` reads
     rl_copy_rows: int = 8_000
 
@@ -74,35 +86,86 @@ class TwoHopConfig(DemoConfig):
         return dataclasses.replace(cfg, rl_copy_coef=0.0) if pure_dapo else cfg
 
     def lookup_options(self) -> dict[str, Any]:
-        return {"lookups": 1, "hits": self.hits, "lookup_tokens": 2}
+        return {"lookups": self.lookups, "hits": self.hits, "lookup_tokens": 3, "query_template": QUERY_TEMPLATE}
 
 
 # -- phase 2: the warm-up's demonstrations -------------------------------------------------------------
+QUERY_TEMPLATE = "M {memory} Q {question} S >"  # the toy lookup query call (lookup's query_template option)
+EXTRA_WORDS = ("S",)  # the query template's marker word, one more token of the toy tokenizer
+
+
+def random_fact(cfg: TwoHopConfig, rng: random.Random, key: str) -> tuple[str, str]:
+    """A fact of `key`: its value a value word, or (`pointer_share` of them) another key, as a pointer fact."""
+    spec = cfg.spec
+    if rng.random() < cfg.pointer_share:
+        return key, rng.choice([k for k in spec.keys if k != key])
+    return key, rng.choice(spec.values)
+
+
+def demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str, bool]]:
+    """n (prompt, response, copied) demonstrations of the format only, NOT question-aware, as the main demo's
+    (demo/pipeline.py `demonstrations`): keep the memory or copy the fact of the chunk (chosen at random), and
+    answer with the second word the memory holds; here the facts (of the chunk and of the memory) are pointer
+    facts ("k3 k7") in `pointer_share` of the cases, so that a fact of either kind can be copied. `copied`:
+    the response's second word follows from its first (False for an answer from an empty memory)."""
+    spec, out = cfg.spec, []
+    for _ in range(n):
+        q = rng.choice(spec.keys)
+        memory = EMPTY_MEMORY if rng.random() < 0.3 else " ".join(random_fact(cfg, rng, rng.choice(spec.keys)))
+        if rng.random() < cfg.final_share:
+            held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
+            out.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held), memory != EMPTY_MEMORY))
+            continue
+        facts = [random_fact(cfg, rng, k) for k in rng.sample(spec.keys, spec.facts)]
+        new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
+        clash = any(k == memory.split()[0] and v != memory.split()[1] for k, v in facts)
+        out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new,
+                    not clash))
+    return out
+
+
+def query_words(cfg: TwoHopConfig, rng: random.Random, question: str, memory: str) -> str:
+    """A query demonstration's reply (`query_word`): "question+second" the question's key and the word the memory
+    points to (its second word; from an empty memory, the question alone); "second" that word alone; "any" a word
+    of the memory at random (from an empty memory, a random key)."""
+    if memory == EMPTY_MEMORY:
+        return question if cfg.query_word == "question+second" else rng.choice(cfg.spec.keys)
+    if cfg.query_word == "any":
+        return rng.choice(memory.split())
+    second = memory.split()[1]
+    return f"{question} {second}" if cfg.query_word == "question+second" else second
+
+
 def query_demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
-    """n (prompt, response) demonstrations of lookup's query call, NOT question-aware: the query is one word
-    of the memory (`query_word`: its key or its value at random, or always its second word); from an empty
-    memory, a random key."""
+    """n (prompt, response) demonstrations of lookup's query call, in one fixed form (`query_words`) whatever
+    the question and the memory hold: the form of a query, not what to look for."""
     spec, out = cfg.spec, []
     for _ in range(n):
         memory = EMPTY_MEMORY
-        if rng.random() >= 0.2:  # a fact or a pointer
-            memory = f"{rng.choice(spec.keys)} {rng.choice(spec.keys + spec.values)}"
-        if memory == EMPTY_MEMORY:
-            word = rng.choice(spec.keys)
-        else:
-            word = memory.split()[1] if cfg.query_word == "second" else rng.choice(memory.split())
-        out.append((render(LOOKUP_QUERY_TEMPLATE, question=rng.choice(spec.keys), memory=memory), word))
+        if rng.random() >= 0.2:
+            memory = " ".join(random_fact(cfg, rng, rng.choice(spec.keys)))
+        question = rng.choice(spec.keys)
+        out.append((render(QUERY_TEMPLATE, question=question, memory=memory),
+                    query_words(cfg, rng, question, memory)))
     return out
 
 
 def warmup_pairs(cfg: TwoHopConfig, rng: random.Random, with_query: bool) -> list[tuple[str, str]]:
-    """`cfg.warmup_rows` demonstrations: the main demo's (demo/pipeline.py `demonstrations`) and, for the
-    lookup model, `query_share` of them query calls."""
+    """`cfg.warmup_rows` demonstrations (`demonstrations`) and, for the lookup model, `query_share` of them
+    query calls in place of others."""
     n_query = round(cfg.warmup_rows * cfg.query_share) if with_query else 0
     pairs = [(p, r) for p, r, _ in demonstrations(cfg, rng, cfg.warmup_rows - n_query)]
     pairs += query_demonstrations(cfg, rng, n_query)
     rng.shuffle(pairs)
     return pairs
+
+
+def value_copy_rows(cfg: TwoHopConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    """The value-copy loss's rows (`rl_copy_coef`, demo/pipeline.py `value_copy_rows`) from these
+    demonstrations: the prompt and the response's first token -> its second (the fact's value, a key of a
+    pointer fact included)."""
+    pairs = [(p, r) for p, r, copied in demonstrations(cfg, rng, cfg.rl_copy_rows) if copied]
+    return [(p + r[:1], r[1:2]) for p, r in encode_rows(tokenizer, pairs)]
 
 
 def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str, str]]:
@@ -115,6 +178,11 @@ def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str,
     return pairs
 
 
+def rl_questions(cfg: TwoHopConfig, steps: int, two_hop: bool) -> list[dict[str, Any]]:
+    """`steps * rl_batch` Multi-Conv DAPO questions of `train_chunks` chunks: two-hop ones or single-hop ones."""
+    return make_samples(cfg.spec, cfg.train_chunks, steps * cfg.rl_batch, cfg.seed, prefix="train", two_hop=two_hop)
+
+
 # -- phases 2-4: training ----------------------------------------------------------------------------------
 def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random.Random, out: Path) -> Any:
     """Warm-up then Multi-Conv DAPO of one model rolled out with `workflow` (memagent or lookup)."""
@@ -123,11 +191,15 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
     warm = encode_rows(tokenizer, warmup_pairs(cfg, rng, with_query=workflow == "lookup"))
     model = warm_up(cfg, tokenizer, warm, out / workflow)
     copy_rows = value_copy_rows(cfg, tokenizer, rng) if cfg.rl_copy_coef > 0 else None
-    questions = make_samples(cfg.spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train",
-                             two_hop=True)
     options = cfg.lookup_options() if workflow == "lookup" else {}
     rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
-    train(rl_cfg, questions, model=model, tokenizer=tokenizer, sft_data=copy_rows)
+    if cfg.single_hop_steps:  # the curriculum's first part: single-hop questions (keep the question's fact)
+        first = dataclasses.replace(rl_cfg, out_dir=str(out / workflow / "rl-single-hop"), total_steps=cfg.single_hop_steps)
+        train(first, rl_questions(cfg, cfg.single_hop_steps, two_hop=False), model=model, tokenizer=tokenizer,
+              sft_data=copy_rows)
+    steps = cfg.rl_steps - cfg.single_hop_steps
+    train(dataclasses.replace(rl_cfg, total_steps=steps), rl_questions(cfg, steps, two_hop=True), model=model,
+          tokenizer=tokenizer, sft_data=copy_rows)
     return model
 
 
@@ -182,6 +254,19 @@ def _full_context(model: Any, tokenizer: Any, samples: list[dict[str, Any]], win
     return [SimpleNamespace(answer=extract_boxed(g.text)) for g in gens]
 
 
+LOOKUP_PROFILE = "lookup-profile.yaml"  # beside the saved model: `memagent ask --model OUT/model --workflow lookup
+#   --profile OUT/model/lookup-profile.yaml` reads with the options the model was trained with
+
+
+def save_lookup_profile(cfg: TwoHopConfig, path: Path) -> None:
+    """A protocol profile holding only the `workflow` section (the rest comes from the model's memagent.json)."""
+    import yaml  # lazy: yaml
+
+    text = yaml.safe_dump({"name": "two-hop-lookup", "workflow": {"name": "lookup", "options": cfg.lookup_options()}},
+                          sort_keys=False)
+    atomic_write_text(path, text)
+
+
 # -- the run --------------------------------------------------------------------------------------------------
 def table_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The printed table's rows: "method (order)" -> {multiple: accuracy}, the demo's report layout."""
@@ -219,7 +304,7 @@ def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[s
     out = prepare_out(cfg)
     seconds: dict[str, float] = {}
     rng = random.Random(cfg.seed)
-    tokenizer = build_toy_tokenizer(cfg.spec)
+    tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
     torch.manual_seed(cfg.seed)
     evals = {m: make_samples(cfg.spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval",
                              two_hop=True) for m in cfg.multiples}
@@ -239,5 +324,6 @@ def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[s
     seconds["eval"] = time.perf_counter() - t
     models["lookup-rl"].save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
-    save_agent_settings(out / "model", agent_config(cfg.spec))  # `memagent ask --model OUT/model --workflow lookup`
+    save_agent_settings(out / "model", agent_config(cfg.spec))
+    save_lookup_profile(cfg, out / "model" / LOOKUP_PROFILE)
     return save_two_hop(cfg, out, found, seconds)
