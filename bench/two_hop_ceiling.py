@@ -5,13 +5,13 @@ SUPERVISED on the rows of the best one-fact policy, which is question-aware (no 
     copy the chunk's fact when its key is the question's (the pointer "A B") or the key the memory points to
     (the value "B V"); else keep the memory; answer with the memory's second word.
 
-That policy answers every pointer-first document and no value-first one (the overwrite limit). If the model
-trained on it directly falls short on pointer-first, Multi-Conv DAPO from a non-question-aware warm-up, which
-has to find that policy by itself, cannot do better with the same model and rows. Documents: the two-hop
+That policy answers every pointer-first document and no value-first one (the overwrite limit). Whether the
+model can hold it at all, and with how many rows: if it can, a `memagent-rl` that falls short on pointer-first
+is Multi-Conv DAPO not finding the policy, not the model's size. Documents: the two-hop
 demo's evaluation documents (demo/two_hop.py: `make_samples(spec, 4 * m, docs, seed + 10_000, prefix="eval",
 two_hop=True)`), greedy, memagent workflow.
 
-Run: .venv/bin/python bench/two_hop_ceiling.py [--hidden 64,128] [--rows 24000] [--docs 256]
+Run: .venv/bin/python bench/two_hop_ceiling.py [--hidden 64] [--rows 24000,96000] [--docs 256]
 Writes bench/results/two_hop_ceiling.json.
 """
 from __future__ import annotations
@@ -73,23 +73,24 @@ def measure(hidden: int, rows: int, docs: int, multiples: tuple[int, ...], seed:
         samples = make_samples(cfg.spec, cfg.train_chunks * mult, docs, seed + 10_000, prefix="eval", two_hop=True)
         acc = by_order(run_memagent(model, tokenizer, samples, cfg.spec), samples)
         found["accuracy"][str(mult)] = {k: round(100 * v, 1) for k, v in acc.items() if v is not None}
-        print(f"hidden {hidden}, {mult}x: {found['accuracy'][str(mult)]}", flush=True)
+        print(f"hidden {hidden}, {rows} rows, {mult}x: {found['accuracy'][str(mult)]}", flush=True)
     return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hidden", default="64,128")
-    ap.add_argument("--rows", type=int, default=24_000)
+    ap.add_argument("--hidden", default="64")
+    ap.add_argument("--rows", default="24000,96000")
     ap.add_argument("--docs", type=int, default=256)
     ap.add_argument("--multiples", default="1,4,16")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     multiples = tuple(int(m) for m in a.multiples.split(","))
-    runs = {h: measure(int(h), a.rows, a.docs, multiples, a.seed) for h in a.hidden.split(",")}
+    runs = [{"hidden": int(h), "rows": int(n), **measure(int(h), int(n), a.docs, multiples, a.seed)}
+            for h in a.hidden.split(",") for n in a.rows.split(",")]
     write_result("two_hop_ceiling", {
         "policy": "copy the chunk's fact if its key is the question's or the memory's second word, else keep",
-        "rows": a.rows, "docs": a.docs, "seed": a.seed, "by_hidden": runs,
+        "docs": a.docs, "seed": a.seed, "runs": runs,
         "command": f"python bench/two_hop_ceiling.py --hidden {a.hidden} --rows {a.rows} --docs {a.docs}"})
 
 
