@@ -48,20 +48,37 @@ def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list
 
 
 # -- phase 2: the non-question-aware warm-up -------------------------------------------------------
-def demonstrations(cfg: DemoConfig, rng: random.Random, n: int) -> list[tuple[str, str, bool]]:
+Fact = tuple[str, str]  # (key, value)
+Demonstration = tuple[str, str, bool]  # (prompt, response, copied)
+
+
+def demonstrations(cfg: DemoConfig, rng: random.Random, n: int,
+                   memory_fact: Callable[[random.Random], str] | None = None,
+                   chunk_facts: Callable[[random.Random, str], list[Fact]] | None = None) -> list[Demonstration]:
     """n (prompt, response, copied) demonstrations that teach the format only: keep the memory or copy
     SOME fact of the chunk (chosen without looking at the question), and answer with the value the
     memory holds. `copied` is False where the value does not follow from the key written: an answer from an
-    empty memory (its value is drawn at random), or a chunk holding the memory's key with another value."""
+    empty memory (its value is drawn at random), or a chunk holding the memory's key with another value.
+    memory_fact(rng): a non-empty memory; chunk_facts(rng, question): a chunk's facts. By default the toy
+    task's: "key value", and `random_chunk` with the question's own fact in 30% of the chunks (the two-hop demo
+    passes its own, with pointer facts)."""
     spec, out = cfg.spec, []
+
+    def toy_memory(r: random.Random) -> str:
+        return f"{r.choice(spec.keys)} {r.choice(spec.values)}"
+
+    def toy_chunk(r: random.Random, q: str) -> list[Fact]:
+        return random_chunk(r, spec, q, (q, r.choice(spec.values)) if r.random() < 0.3 else None)
+
+    memory_fact, chunk_facts = memory_fact or toy_memory, chunk_facts or toy_chunk
     for _ in range(n):
         q = rng.choice(spec.keys)
-        memory = EMPTY_MEMORY if rng.random() < 0.3 else f"{rng.choice(spec.keys)} {rng.choice(spec.values)}"
+        memory = EMPTY_MEMORY if rng.random() < 0.3 else memory_fact(rng)
         if rng.random() < cfg.final_share:  # answering is one copy; memory updates need most rows
             held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
             out.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held), memory != EMPTY_MEMORY))
             continue
-        facts = random_chunk(rng, spec, q, (q, rng.choice(spec.values)) if rng.random() < 0.3 else None)
+        facts = chunk_facts(rng, q)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
         clash = any(k == memory.split()[0] and v != memory.split()[1] for k, v in facts)  # one key, two values
         out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new,
@@ -74,11 +91,13 @@ def warmup_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tup
     return encode_rows(tokenizer, [(p, r) for p, r, _ in demonstrations(cfg, rng, cfg.warmup_rows)])
 
 
-def value_copy_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
-    """The auxiliary loss's rows (`rl_copy_coef`): demonstrations cut to their value token, i.e. the prompt plus
-    the first response token (the key a memory writes, or `\\boxed{`) -> the value that follows it. Not
-    question-aware: it trains the copy, never the choice of what to keep."""
-    pairs = [(p, r) for p, r, copied in demonstrations(cfg, rng, cfg.rl_copy_rows) if copied]
+def value_copy_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random,
+                    demos: Callable[[Any, random.Random, int], list[Demonstration]] | None = None,
+                    ) -> list[tuple[list[int], list[int]]]:
+    """The auxiliary loss's rows (`rl_copy_coef`): demonstrations (`demos`, default `demonstrations`) cut to their
+    value token, i.e. the prompt plus the first response token (the key a memory writes, or `\\boxed{`) -> the
+    value that follows it. Not question-aware: it trains the copy, never the choice of what to keep."""
+    pairs = [(p, r) for p, r, copied in (demos or demonstrations)(cfg, rng, cfg.rl_copy_rows) if copied]
     return [(p + r[:1], r[1:2]) for p, r in encode_rows(tokenizer, pairs)]
 
 

@@ -21,8 +21,9 @@ Phases (the main demo's, demo/pipeline.py, with two reading workflows trained si
 
 Why this form of query (docs/demo.md, "The two-hop demo", has the measurements): `lookups` = 2 rounds of one
 hit each, the query "A m" (m: the memory's second word). Round 1 finds the pointer chunk (A is in no other
-chunk; a chunk holding m ranks as high only if m is as rare, and the earlier chunk wins a tie); round 2, with the memory "A B", finds the value chunk (the pointer chunk is
-left out once looked at); the two hits copied, the memory is "B V". What RL has to learn is to copy what the
+chunk; a chunk holding m ranks as high only if m is as rare, and the earlier chunk wins a tie); round 2, with
+the memory "A B", finds the value chunk (the pointer chunk is left out once looked at); the two hits copied,
+the memory is "B V". What RL has to learn is to copy what the
 hits hold: it does within ~40 steps. A query of the memory's word alone (`query_word="second"`) left the
 model at "copy every chunk" (reward 0.5 at 4 chunks, flat for 120 steps).
 """
@@ -41,16 +42,18 @@ from typing import Any, Callable
 from memagent.agent.answer import extract_boxed
 from memagent.agent.prompts import render
 from memagent.backends.base import SamplingParams
-from memagent.demo.config import EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, DemoConfig, agent_config, boxed, full_prompt
+from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
 from memagent.demo.numerics import numerics
-from memagent.demo.pipeline import encode_rows, prepare_out, rl_train_config, train_full_context, warm_up
+from memagent.demo.pipeline import demonstrations as format_demonstrations
+from memagent.demo.pipeline import (encode_rows, prepare_out, rl_train_config, train_full_context, value_copy_rows,
+                                    warm_up)
 from memagent.demo.report import markdown_table, plot_accuracy, print_table
 from memagent.eval.baselines import middle_truncate
 from memagent.io import atomic_write_text
 from memagent.protocol.resolve import save_agent_settings
-from memagent.tasks.toy import build_toy_tokenizer, chunk_text, make_samples
+from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 ORDERS = ("value-first", "pointer-first")
 METHODS = ("lookup-rl", "memagent-rl", "skim", "full-context")  # rows of the table, each split by order
@@ -68,7 +71,6 @@ class TwoHopConfig(DemoConfig):
     query_share: float = 0.1  # share of the lookup model's warm-up rows that demonstrate the query call
     query_word: str = "question+second"  # a query demonstration's form: "question+second", "second" or "any"
     pointer_share: float = 0.3  # share of the warm-up's facts that are pointer facts (a key as the value)
-    single_hop_steps: int = 0  # the first Multi-Conv DAPO steps on single-hop questions (of rl_steps)
     lookups: int = 2  # `lookup`'s rounds of query + hits
     hits: int = 1  # chunks `lookup` reads per query
     skim_k: int = 4  # chunks `skim` reads
@@ -103,25 +105,13 @@ def random_fact(cfg: TwoHopConfig, rng: random.Random, key: str) -> tuple[str, s
 
 
 def demonstrations(cfg: TwoHopConfig, rng: random.Random, n: int) -> list[tuple[str, str, bool]]:
-    """n (prompt, response, copied) demonstrations of the format only, NOT question-aware, as the main demo's
-    (demo/pipeline.py `demonstrations`): keep the memory or copy the fact of the chunk (chosen at random), and
-    answer with the second word the memory holds; here the facts (of the chunk and of the memory) are pointer
-    facts ("k3 k7") in `pointer_share` of the cases, so that a fact of either kind can be copied. `copied`:
-    the response's second word follows from its first (False for an answer from an empty memory)."""
-    spec, out = cfg.spec, []
-    for _ in range(n):
-        q = rng.choice(spec.keys)
-        memory = EMPTY_MEMORY if rng.random() < 0.3 else " ".join(random_fact(cfg, rng, rng.choice(spec.keys)))
-        if rng.random() < cfg.final_share:
-            held = memory.split()[1] if memory != EMPTY_MEMORY else rng.choice(spec.values)
-            out.append((render(FINAL_TEMPLATE, question=q, memory=memory), boxed(held), memory != EMPTY_MEMORY))
-            continue
-        facts = [random_fact(cfg, rng, k) for k in rng.sample(spec.keys, spec.facts)]
-        new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
-        clash = any(k == memory.split()[0] and v != memory.split()[1] for k, v in facts)
-        out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new,
-                    not clash))
-    return out
+    """The main demo's demonstrations (demo/pipeline.py `demonstrations`: the format only, NOT question-aware)
+    with pointer facts ("k3 k7") among the chunk's and the memory's facts, `pointer_share` of them, so that a
+    fact of either kind can be copied."""
+    keys = cfg.spec.keys
+    return format_demonstrations(
+        cfg, rng, n, memory_fact=lambda r: " ".join(random_fact(cfg, r, r.choice(keys))),
+        chunk_facts=lambda r, q: [random_fact(cfg, r, k) for k in r.sample(keys, cfg.spec.facts)])
 
 
 def query_words(cfg: TwoHopConfig, rng: random.Random, question: str, memory: str) -> str:
@@ -160,14 +150,6 @@ def warmup_pairs(cfg: TwoHopConfig, rng: random.Random, with_query: bool) -> lis
     return pairs
 
 
-def value_copy_rows(cfg: TwoHopConfig, tokenizer: Any, rng: random.Random) -> list[tuple[list[int], list[int]]]:
-    """The value-copy loss's rows (`rl_copy_coef`, demo/pipeline.py `value_copy_rows`) from these
-    demonstrations: the prompt and the response's first token -> its second (the fact's value, a key of a
-    pointer fact included)."""
-    pairs = [(p, r) for p, r, copied in demonstrations(cfg, rng, cfg.rl_copy_rows) if copied]
-    return [(p + r[:1], r[1:2]) for p, r in encode_rows(tokenizer, pairs)]
-
-
 def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str, str]]:
     """Question-aware supervised answers from whole two-hop documents (2..train_chunks chunks)."""
     pairs = []
@@ -178,11 +160,6 @@ def full_context_pairs(cfg: TwoHopConfig, rng: random.Random) -> list[tuple[str,
     return pairs
 
 
-def rl_questions(cfg: TwoHopConfig, steps: int, two_hop: bool) -> list[dict[str, Any]]:
-    """`steps * rl_batch` Multi-Conv DAPO questions of `train_chunks` chunks: two-hop ones or single-hop ones."""
-    return make_samples(cfg.spec, cfg.train_chunks, steps * cfg.rl_batch, cfg.seed, prefix="train", two_hop=two_hop)
-
-
 # -- phases 2-4: training ----------------------------------------------------------------------------------
 def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random.Random, out: Path) -> Any:
     """Warm-up then Multi-Conv DAPO of one model rolled out with `workflow` (memagent or lookup)."""
@@ -190,16 +167,12 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
 
     warm = encode_rows(tokenizer, warmup_pairs(cfg, rng, with_query=workflow == "lookup"))
     model = warm_up(cfg, tokenizer, warm, out / workflow)
-    copy_rows = value_copy_rows(cfg, tokenizer, rng) if cfg.rl_copy_coef > 0 else None
+    copy_rows = value_copy_rows(cfg, tokenizer, rng, demonstrations) if cfg.rl_copy_coef > 0 else None
     options = cfg.lookup_options() if workflow == "lookup" else {}
     rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
-    if cfg.single_hop_steps:  # the curriculum's first part: single-hop questions (keep the question's fact)
-        first = dataclasses.replace(rl_cfg, out_dir=str(out / workflow / "rl-single-hop"), total_steps=cfg.single_hop_steps)
-        train(first, rl_questions(cfg, cfg.single_hop_steps, two_hop=False), model=model, tokenizer=tokenizer,
-              sft_data=copy_rows)
-    steps = cfg.rl_steps - cfg.single_hop_steps
-    train(dataclasses.replace(rl_cfg, total_steps=steps), rl_questions(cfg, steps, two_hop=True), model=model,
-          tokenizer=tokenizer, sft_data=copy_rows)
+    questions = make_samples(cfg.spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train",
+                             two_hop=True)
+    train(rl_cfg, questions, model=model, tokenizer=tokenizer, sft_data=copy_rows)
     return model
 
 
