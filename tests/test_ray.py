@@ -96,6 +96,24 @@ def test_ask_input_on_two_actors_equals_the_plain_runner(run_cli, tiny_model_dir
     assert traced == {r["id"] for r in rows} - {json.loads(first)["id"]}  # the actors' traces, written here
 
 
+def test_ask_on_actors_reads_with_the_profiles_workflow_options(run_cli, tiny_model_dir, tmp_path):
+    """`ask --ray --workflow lookup --profile P`: P's lookup options reach the actors' workflow (two query calls
+    a document with lookups: 2, as in the process itself)."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": "where is the key?",
+                                       "context": "memory key river " * 20}) + "\n" for i in range(2)))
+    profile = tmp_path / "p.yaml"
+    profile.write_text("workflow:\n  name: lookup\n  options: {lookups: 2, hits: 1, lookup_tokens: 3}\n")
+    code, _, err = run_cli("ask", "--model", tiny_model_dir, "--input", inp, "--output", tmp_path / "out.jsonl",
+                           "--workflow", "lookup", "--profile", profile, "--ray", "local", "--ray-workers", "1",
+                           "--trace", tmp_path / "trace.jsonl", *TINY)
+    assert code == 0, err
+    records = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    queries = [r for r in records if r.get("kind") == "query"]
+    assert sorted(r["doc_id"] for r in queries) == ["q0", "q0", "q1", "q1"]
+    assert all(r["generated_tokens"] <= 3 for r in queries)
+
+
 def test_the_ray_executor_makes_the_local_sweeps_records(tiny_backend, tiny_model_dir, data_file, tmp_path):
     """`sweep` with a RayExecutor (2 actors) and with the in-process backend, on the same inputs: the same
     records, every field equal but `seconds` (the unit's wall-clock divided by its size: timing, not result);

@@ -136,16 +136,16 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
         return
     if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
+    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run
+    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
         with _open_trace(o.trace, append=bool(results.done)) as trace, results:
             ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,
-                    trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow)
+                    trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow, workflow_options=options)
         if results.failed:
             raise failures_error(results, len(todo))
         return
     backend = open_backend(o.model, o.backend, profile)
-    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run
-    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
     with _open_trace(o.trace, append=bool(results.done)) as trace:
         agent = build_workflow(o.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
                                trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record",

@@ -40,16 +40,19 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
 def ray_ask(model: str, backend: Any, profile: Any, config: Any, items: Sequence[Any],
             on_result: Callable[[Any], None], trace: Optional[IO[str]], ray_opts: RayOptions, *,
             errors: str = "strict", trace_chunks: bool = False, progress: bool = False,
-            hook: PoolHook | None = None, workflow: str = "memagent") -> int:
-    """Answer `items` (AgentInput) on Ray actors, `config.max_batch_docs` questions a unit; each result goes
-    to `on_result` and its trace records to `trace` as its unit finishes. Returns the number answered."""
+            hook: PoolHook | None = None, workflow: str = "memagent",
+            workflow_options: dict[str, Any] | None = None) -> int:
+    """Answer `items` (AgentInput) on Ray actors, `config.max_batch_docs` questions a unit, read by `workflow` with
+    its own `workflow_options`; each result goes to `on_result` and its trace records to `trace` as its unit
+    finishes. Returns the number answered."""
     pool = open_pool(model, backend, profile, ray_opts)
     done = 0
     try:
         if hook:
             hook(pool, 0)  # every actor ready
         units = _batches(items, config.max_batch_docs)
-        args = lambda unit: (unit, config, errors, trace is not None, trace_chunks, workflow)  # noqa: E731
+        args = lambda unit: (unit, config, errors, trace is not None, trace_chunks, workflow,  # noqa: E731
+                             workflow_options)
         for n, (unit, (results, trace_text)) in enumerate(pool.run(units, "ask", args), 1):
             for r in results:
                 on_result(r)
