@@ -74,6 +74,11 @@ def table(header: list[str], rows: list[list[str]], align: str = "---") -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
+def numeric_table(header: list[str], rows: list[list[str]]) -> str:
+    """`table` with its first column left-aligned and the others (numbers) right-aligned."""
+    return table(header, rows).replace("|---" * len(header) + "|", "|---|" + "---:|" * (len(header) - 1), 1)
+
+
 def machine(d: dict) -> tuple[str, str]:
     m = d["machine"]
     return m["date"], "/".join(f"{x:.1f}" for x in m["load_avg"])
@@ -312,8 +317,7 @@ def readme_eval_seeds(get: Get) -> str:
     seeds, rss = s["seeds"], s["peak_rss_mb"]
     head = (f"Accuracy (%) on the evaluation seeds {seeds[0]}-{seeds[-1]} (never used to choose anything), mean ± sd "
             "(min), with the pure\nMulti-Conv DAPO ablation (`--pure-dapo`) on the same seeds:\n\n")
-    return (head + table(["method", *[f"{m}x" for m in mults]], rows).replace("|---|---|---|---|---|---|",
-                                                                              "|---|" + "---:|" * len(mults))
+    return (head + numeric_table(["method", *[f"{m}x" for m in mults]], rows)
             + f"\nPer seed (points): RL − no-RL at 1x {_span(c['rl_minus_no_rl_1x'])} "
             f"(mean {_mean(c['rl_minus_no_rl_1x']):.1f});\n"
             f"RL's drop from 1x at 16x {_span(c['rl_drop_16x'])}, at 256x {_span(c['rl_drop_256x'])} "
@@ -388,6 +392,11 @@ def workflows_index(get: Get) -> str:
     return table(["figure", "measured", "target"], rows).replace(" |  |\n", " | |\n")
 
 
+def _by_order(acc: dict, mult: str) -> str:
+    """A two-hop cell: accuracy (%) value-first / pointer-first at one length."""
+    return f"{100 * acc['value-first'][mult]:.1f} / {100 * acc['pointer-first'][mult]:.1f}"
+
+
 def demo_two_hop(get: Get) -> str:
     """One table a run of `memagent demo --task two-hop` (bench/results/demo_two_hop.json: each run's
     results.json under its seed): accuracy value-first / pointer-first, then calls per document and seconds."""
@@ -399,10 +408,8 @@ def demo_two_hop(get: Get) -> str:
         role = d["roles"][seed]
         out.append(f"seed {seed} ({role}), {r['config']['eval_docs']} documents a length, accuracy (%) value-first / "
                    f"pointer-first, chance {100 * r['chance']:.0f}%:\n\n")
-        rows = [[m, *[f"{100 * acc['value-first'][k]:.1f} / {100 * acc['pointer-first'][k]:.1f}" for k in mults]]
-                for m, acc in r["accuracy"].items()]
-        head = ["method", *[f"{k}x ({int(k) * chunks} chunks)" for k in mults]]
-        out.append(table(head, rows).replace("|---" * len(head) + "|", "|---|" + "---:|" * len(mults)))
+        rows = [[m, *[_by_order(acc, k) for k in mults]] for m, acc in r["accuracy"].items()]
+        out.append(numeric_table(["method", *[f"{k}x ({int(k) * chunks} chunks)" for k in mults]], rows))
         calls = r["calls_per_doc"]
         sec = r["seconds"]
         out.append(f"\nmodel calls per document at {mults[0]}x / {mults[-1]}x: " + ", ".join(
@@ -417,16 +424,16 @@ def workflows_two_hop(get: Get) -> str:
     d = get("demo_two_hop")
     seed = next(s for s, role in d["roles"].items() if role.startswith("evaluation"))
     r = d["runs"][seed]
-    lo, hi = (lambda ks: (ks[0], ks[-1]))(list(r["calls_per_doc"]["memagent-rl"]))
+    mults = list(r["calls_per_doc"]["memagent-rl"])
+    lo, hi = mults[0], mults[-1]
     rows = []
     for m, acc in r["accuracy"].items():
-        cells = [f"{100 * acc['value-first'][k]:.1f} / {100 * acc['pointer-first'][k]:.1f}" for k in (lo, hi)]
-        cells += [f"{r['calls_per_doc'][m][k]:.1f}" for k in (lo, hi)]
+        cells = [_by_order(acc, lo), _by_order(acc, hi)] + [f"{r['calls_per_doc'][m][k]:.1f}" for k in (lo, hi)]
         cells.append(f"{1000 * r['seconds_per_doc'][m][hi]:.1f}")
         rows.append([f"`{m}`", *cells])
     head = ["method", f"accuracy {lo}x (%)", f"accuracy {hi}x (%)", f"calls / doc {lo}x", f"calls / doc {hi}x",
             f"ms / doc {hi}x"]
-    return table(head, rows).replace("|---" * len(head) + "|", "|---|" + "---:|" * (len(head) - 1))
+    return numeric_table(head, rows)
 
 
 REGIONS: dict[str, Callable[[Get], str]] = {
