@@ -67,6 +67,13 @@ def check_flag(name: str, value: Any, meta: Any, integer: bool) -> None:
         meta["check"](value, name)
 
 
+def _check_field(f: dataclasses.Field, value: Any, hint: Any) -> None:
+    """`check_flag` of one flag field's `value`, named by its flag; `hint`: the field's type (int, Optional[int]
+    and list[int] are checked as integers, a list item by item)."""
+    kind = optional_inner(hint)
+    check_flag(flag_decls(f)[0].split("/")[0], value, f.metadata, kind is int or typing.get_args(kind) == (int,))
+
+
 def check_options(options: Any) -> None:
     """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
     rule declared beside it, named by its flag."""
@@ -74,9 +81,7 @@ def check_options(options: Any) -> None:
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
         if "flag" in f.metadata:
-            kind = optional_inner(hints[f.name])
-            integer = kind is int or typing.get_args(kind) == (int,)  # list[int]: each item
-            check_flag(flag_decls(f)[0].split("/")[0], value, f.metadata, integer)
+            _check_field(f, value, hints[f.name])
         elif dataclasses.is_dataclass(value):
             check_options(value)
 
@@ -87,8 +92,7 @@ def check_as(cls: type, **values: Any) -> None:
     hints = hints_of(cls)
     for f in dataclasses.fields(cls):
         if f.name in values and "flag" in f.metadata:
-            check_flag(flag_decls(f)[0].split("/")[0], values[f.name], f.metadata,
-                       optional_inner(hints[f.name]) is int)
+            _check_field(f, values[f.name], hints[f.name])
 
 
 def check_device(device: str, flag: str = "--device") -> None:
