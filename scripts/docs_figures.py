@@ -69,14 +69,16 @@ def meets(value: float, target: str) -> bool:
     return OPS[op](value, float(bound))
 
 
-def table(header: list[str], rows: list[list[str]], align: str = "---") -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([align] * len(header)) + "|"]
+def table(header: list[str], rows: list[list[str]], align: str | list[str] = "---") -> str:
+    """A markdown table; `align`: every column's separator ("---", "---:"), or one a column."""
+    aligns = [align] * len(header) if isinstance(align, str) else align
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
-def numeric_table(header: list[str], rows: list[list[str]]) -> str:
-    """`table` with its first column left-aligned and the others (numbers) right-aligned."""
-    return table(header, rows).replace("|---" * len(header) + "|", "|---|" + "---:|" * (len(header) - 1), 1)
+def numeric_table(header: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
+    """`table` with its first `text_columns` columns left-aligned and the others (numbers) right-aligned."""
+    return table(header, rows, ["---"] * text_columns + ["---:"] * (len(header) - text_columns))
 
 
 def machine(d: dict) -> tuple[str, str]:
@@ -366,8 +368,7 @@ def demo_numerics_table(get: Get) -> str:
         if len(cells) != 1:
             raise ValueError(f"demo_numerics.json: the settings of row {label!r} disagree: {sorted(cells)}")
         out.append([label, *cells.pop()])
-    return table(["setting", "warm-up weights", "no-RL 1x", "no-RL 4x"], out).replace(
-        "|---|---|---|---|", "|---|---|---:|---:|")
+    return numeric_table(["setting", "warm-up weights", "no-RL 1x", "no-RL 4x"], out, text_columns=2)
 
 
 def workflows_index(get: Get) -> str:
