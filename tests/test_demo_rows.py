@@ -44,3 +44,19 @@ def test_rl_questions_default_is_the_training_length_and_rl_chunks_mixes_equal_s
     assert Counter(s["id"].split("-")[1] for s in mixed) == {"2": 7, "4": 7, "8": 6}
     assert [len(s["context"].split()) for s in mixed if s["id"].startswith("train-8-")][0] == 8 * 9
     assert mixed == rl_questions(DemoConfig(seed=3, rl_steps=5, rl_batch=4, rl_chunks=(2, 4, 8)))  # seeded
+
+
+def test_two_hop_rl_questions_follow_rl_chunks_too():
+    """The two-hop demo's RL questions come from the same `rl_questions`: two-hop samples of `train_chunks`
+    chunks by default, and equal shares of each `rl_chunks` length when it is set."""
+    from collections import Counter
+
+    from memagent.demo.pipeline import rl_questions
+    from memagent.demo.two_hop import TwoHopConfig
+    from memagent.tasks.toy import make_samples
+
+    cfg = TwoHopConfig(seed=3, rl_steps=5, rl_batch=4)
+    assert rl_questions(cfg, two_hop=True) == make_samples(cfg.spec, 4, 20, 3, prefix="train", two_hop=True)
+    mixed = rl_questions(TwoHopConfig(seed=3, rl_steps=5, rl_batch=4, rl_chunks=(2, 8)), two_hop=True)
+    assert Counter(s["num_chunks"] for s in mixed) == {2: 10, 8: 10}
+    assert all(s["task"] == "toy-two-hop" and s["order"] in ("value-first", "pointer-first") for s in mixed)

@@ -110,15 +110,16 @@ def full_context_rows(cfg: DemoConfig, tokenizer: Any, rng: random.Random) -> li
     return encode_rows(tokenizer, pairs)
 
 
-def rl_questions(cfg: DemoConfig) -> list[dict[str, Any]]:
-    """The Multi-Conv DAPO questions: `rl_steps * rl_batch` toy samples of `train_chunks` chunks, or, with
-    `rl_chunks`, equal shares of each of those lengths in a seeded order."""
+def rl_questions(cfg: DemoConfig, two_hop: bool = False) -> list[dict[str, Any]]:
+    """The Multi-Conv DAPO questions: `rl_steps * rl_batch` toy samples (two-hop ones with `two_hop`) of
+    `train_chunks` chunks, or, with `rl_chunks`, equal shares of each of those lengths in a seeded order."""
     n = cfg.rl_steps * cfg.rl_batch
     if not cfg.rl_chunks:
-        return make_samples(cfg.spec, cfg.train_chunks, n, cfg.seed, prefix="train")
+        return make_samples(cfg.spec, cfg.train_chunks, n, cfg.seed, prefix="train", two_hop=two_hop)
     k = len(cfg.rl_chunks)
     questions = [s for i, chunks in enumerate(cfg.rl_chunks)
-                 for s in make_samples(cfg.spec, chunks, n // k + (i < n % k), cfg.seed, prefix="train")]
+                 for s in make_samples(cfg.spec, chunks, n // k + (i < n % k), cfg.seed, prefix="train",
+                                       two_hop=two_hop)]
     random.Random(cfg.seed).shuffle(questions)
     return questions
 

@@ -47,8 +47,8 @@ from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
 from memagent.demo.numerics import numerics
 from memagent.demo.pipeline import demonstrations as format_demonstrations
-from memagent.demo.pipeline import (encode_rows, prepare_out, rl_train_config, train_full_context, value_copy_rows,
-                                    warm_up)
+from memagent.demo.pipeline import (encode_rows, prepare_out, rl_questions, rl_train_config, train_full_context,
+                                    value_copy_rows, warm_up)
 from memagent.demo.report import markdown_table, plot_accuracy, print_table
 from memagent.eval.baselines import middle_truncate
 from memagent.io import atomic_write_text
@@ -170,9 +170,7 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
     copy_rows = value_copy_rows(cfg, tokenizer, rng, demonstrations) if cfg.rl_copy_coef > 0 else None
     options = cfg.lookup_options() if workflow == "lookup" else {}
     rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
-    questions = make_samples(cfg.spec, cfg.train_chunks, cfg.rl_steps * cfg.rl_batch, cfg.seed, prefix="train",
-                             two_hop=True)
-    train(rl_cfg, questions, model=model, tokenizer=tokenizer, sft_data=copy_rows)
+    train(rl_cfg, rl_questions(cfg, two_hop=True), model=model, tokenizer=tokenizer, sft_data=copy_rows)
     return model
 
 
