@@ -217,6 +217,16 @@ def train_full_context(cfg: DemoConfig, tokenizer: Any, fc: list[tuple[list[int]
     return fc_model
 
 
+def run_facts(cfg: DemoConfig, seconds: dict[str, float]) -> dict[str, Any]:
+    """What a demo run's results.json holds beside its figures (the main and the two-hop demo's alike): the
+    seconds of each phase and their total (added to `seconds`), the seed, chance, peak RSS, config, numerics."""
+    seconds["total"] = sum(seconds.values())
+    return {"seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),  # Linux: KiB
+            "chance": 1 / cfg.spec.n_values, "config": {k: v for k, v in asdict(cfg).items() if k != "spec"},
+            "numerics": numerics()}
+
+
 def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: dict[str, Any],
                  seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
     """The RL model (loadable by `memagent ask`), results.json, results.md, the printed table and accuracy.png."""
@@ -224,16 +234,12 @@ def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: 
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
     save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
-    seconds["total"] = sum(seconds.values())
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    facts = run_facts(cfg, seconds)
     for mult, kinds in found["failures"].items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
         f"{k} {100 * v:.0f}%" for k, v in found["by_key"][str(cfg.multiples[-1])].items()))
-    results = {**found, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "seed": cfg.seed,
-               "peak_rss_mb": round(peak_rss_mb), "chance": 1 / spec.n_values,
-               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "task": asdict(spec),
-               "numerics": numerics()}
+    results = {**found, **facts, "task": asdict(spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.md").write_text(markdown_table(results, cfg))
     print_table(results, cfg)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,10 +44,9 @@ from memagent.backends.base import SamplingParams
 from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
-from memagent.demo.numerics import numerics
 from memagent.demo.pipeline import demonstrations as format_demonstrations
-from memagent.demo.pipeline import (encode_rows, prepare_out, rl_questions, rl_train_config, train_full_context,
-                                    value_copy_rows, warm_up)
+from memagent.demo.pipeline import (encode_rows, prepare_out, rl_questions, rl_train_config, run_facts,
+                                    train_full_context, value_copy_rows, warm_up)
 from memagent.demo.report import markdown_table, plot_accuracy, print_table
 from memagent.eval.baselines import middle_truncate
 from memagent.io import atomic_write_text
@@ -248,12 +246,7 @@ def table_rows(results: dict[str, Any]) -> dict[str, dict[str, float]]:
 def save_two_hop(cfg: TwoHopConfig, out: Path, found: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
     """results.json, results.md, the printed table and accuracy.png (demo/report.py's forms, a row per method
     and order), plus calls and seconds per document."""
-    seconds["total"] = sum(seconds.values())
-    results = {"task": "two-hop", **found, "seconds": {k: round(v, 1) for k, v in seconds.items()},
-               "seed": cfg.seed, "chance": 1 / cfg.spec.n_values,
-               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-               "config": {k: v for k, v in asdict(cfg).items() if k != "spec"}, "spec": asdict(cfg.spec),
-               "numerics": numerics()}
+    results = {"task": "two-hop", **found, **run_facts(cfg, seconds), "spec": asdict(cfg.spec)}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     flat = {"accuracy": table_rows(results), "seed": cfg.seed, "chance": results["chance"],
             "seconds": results["seconds"], "numerics": results["numerics"]}
