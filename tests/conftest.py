@@ -71,3 +71,23 @@ def run_cli(capsys, monkeypatch):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def real_model_dir(request):
+    """SmolLM2-135M-Instruct as an ordinary model folder, converted from its GGUF once (tests/real_model.py)."""
+    from real_model import require_real_gguf
+
+    from memagent.backends.gguf import cached_import
+
+    gguf = require_real_gguf()
+    root = request.config.cache.mkdir("memagent-real-model")  # persists between sessions; keyed by sha256 inside
+    return cached_import(gguf, root=root, progress=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def real_backend(real_model_dir):
+    """The real model in process (greedy decoding is deterministic on one thread count)."""
+    from memagent.backends.hf import TransformersBackend
+
+    return TransformersBackend.from_pretrained(real_model_dir, device="cpu", dtype="float32")

