@@ -20,14 +20,20 @@ pytest.importorskip("peft")
 
 def _samples(n=2):
     return [{"id": str(i), "question": f"What is the code of door {i}?",
-             "document": essay_document(60, needle=f"The code of door {i} is {417 + i}.", depth=0.5),
+             "document": essay_document(36, needle=f"The code of door {i} is {417 + i}.", depth=0.5),
              "answers": [str(417 + i)]} for i in range(n)]
 
 
-def _varied(prediction, golds):
-    """A reward that differs between sampled replies (the first character's parity), so DAPO's dynamic
-    sampling keeps the group: this test checks the machinery on real weights, not learning."""
-    return float(ord(((prediction or " ").strip() or " ")[0]) % 2)
+def _alternating():
+    """A reward of 0, 1, 0, 1, ... in call order, so the group's advantages are not all 0 (this 135M model writes
+    no \\boxed{}, so every extracted answer is None): the test checks the machinery on real weights, not learning."""
+    calls = []
+
+    def reward(prediction, golds):
+        calls.append(prediction)
+        return float(len(calls) % 2)
+
+    return reward
 
 
 def test_one_lora_dapo_step_then_merge(real_model_dir, tmp_path):
@@ -42,10 +48,10 @@ def test_one_lora_dapo_step_then_merge(real_model_dir, tmp_path):
     before = {n: p.detach().clone() for n, p in base.items()}
     cfg = load_config(None, [
         f"out_dir={tmp_path / 'run'}", f"model={real_model_dir}", "total_steps=1", "save_every=1", "progress=false",
-        "rollout.batch_size=2", "rollout.group_size=4", "update.mini_batch_size=2", "update.micro_batch_size=8",
+        "rollout.batch_size=1", "rollout.group_size=4", "update.mini_batch_size=1", "update.micro_batch_size=8",
         "agent.chunk_tokens=64", "agent.memory_tokens=16", "agent.answer_tokens=8", "agent.query_tokens=32",
         "lora.r=4", "lora.alpha=8", "optim.lr=1e-3", "optim.warmup_steps=0"])
-    res = train(cfg, _samples(), _varied, model=model, tokenizer=tok)
+    res = train(cfg, _samples(), _alternating(), model=model, tokenizer=tok)
     step = res.metrics[0]
     assert math.isfinite(step["loss"]), step
     assert all(torch.equal(p.detach(), before[n]) for n, p in base.items())  # every base weight bit-identical
