@@ -1,0 +1,98 @@
+"""Does Multi-Conv DAPO fix a real model? LoRA on SmolLM2-135M-Instruct over short real-haystack NIAH documents.
+
+Training data: RULER `niah_single_2` with Paul Graham's essays (`memagent data ruler --haystack essays`) at
+TRAIN_TOKENS tokens, read in chunks of CHUNK tokens with a memory of M tokens (three chunks a document), the
+paper's boxed-answer reward. Held-out samples (other seeds) at 1x and 4x the training length are evaluated with
+`memagent eval --methods memagent` before training (the base folder) and after (`memagent merge-lora` of the
+last checkpoint). Reported: reward and rollout accuracy per step (with a 0/1 reward, the mean reward is the share
+of rollouts that earn anything: the reward's sparsity), seconds per step, and accuracy before/after at 1x and 4x.
+
+    python bench/real_model_rl.py                  # the full run: --steps 40 (about an hour on 2 idle cores)
+    python bench/real_model_rl.py --steps 2 --eval-samples 8    # a smoke run: the time per step and the sparsity
+
+Results: bench/results/real_model_rl.json (with the sizes and the command).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from common import WORK, write_result
+from real_model import PY, cell, real_model, sh
+
+
+def metrics_rows(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def evaluate(model: Path, data: Path, out: Path, args: argparse.Namespace) -> dict:
+    sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", "memagent",
+        "--chunk-tokens", args.chunk_tokens, "--memory-tokens", args.memory_tokens, "--answer-tokens",
+        args.answer_tokens, "--query-tokens", args.query_tokens, "--device", "cpu", "--dtype", "float32",
+        "--batch-docs", 8, "--no-progress", "--out", out], out.with_suffix(".log"))
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    return {str(length): cell([r for r in records if r.get("length") == length])
+            for length in sorted({r.get("length") for r in records})}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--train-tokens", type=int, default=384)
+    p.add_argument("--chunk-tokens", type=int, default=128)
+    p.add_argument("--memory-tokens", type=int, default=48)
+    p.add_argument("--answer-tokens", type=int, default=24)
+    p.add_argument("--query-tokens", type=int, default=96)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--lr", default="1e-4")
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--train-samples", type=int, default=256)
+    p.add_argument("--eval-samples", type=int, default=32)
+    args = p.parse_args()
+    out = WORK / "real-rl"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    model = real_model()
+    train_data, held_out = out / "train.jsonl", out / "held_out.jsonl"
+    common = ["--task", "niah_single_2", "--haystack", "essays", "--tokenizer", model]
+    sh([PY, "-m", "memagent.cli", "data", "ruler", *common, "--tokens", args.train_tokens, "--samples",
+        args.train_samples, "--seed", 0, "--out", train_data], out / "data-train.log")
+    sh([PY, "-m", "memagent.cli", "data", "ruler", *common, "--tokens", f"{args.train_tokens},{4 * args.train_tokens}",
+        "--samples", args.eval_samples, "--seed", 1, "--out", held_out], out / "data-eval.log")
+    before = evaluate(model, held_out, out / "eval-before", args)
+    run = out / "run"
+    t_train = time.perf_counter()
+    sh([PY, "-m", "memagent.cli", "train", "configs/rl/tiny.yaml", f"model={model}", f"data={train_data}",
+        f"out_dir={run}", f"total_steps={args.steps}", f"save_every={args.steps}", f"lora.r={args.lora_r}",
+        f"lora.alpha={2 * args.lora_r}", f"optim.lr={args.lr}", "optim.warmup_steps=0",
+        f"rollout.batch_size={args.batch_size}", f"rollout.group_size={args.group_size}",
+        "update.mini_batch_size=2", "update.micro_batch_size=8", f"agent.chunk_tokens={args.chunk_tokens}",
+        f"agent.memory_tokens={args.memory_tokens}", f"agent.answer_tokens={args.answer_tokens}",
+        f"agent.query_tokens={args.query_tokens}", "--force"], out / "train.log")
+    train_seconds = time.perf_counter() - t_train
+    steps = metrics_rows(run)
+    last = sorted(run.glob("step_*"))[-1]
+    merged = out / "merged"
+    if merged.exists():
+        import shutil
+
+        shutil.rmtree(merged)
+    sh([PY, "-m", "memagent.cli", "merge-lora", last, merged], out / "merge.log")
+    after = evaluate(merged, held_out, out / "eval-after", args)
+    write_result("real_model_rl", {
+        "command": "python bench/real_model_rl.py " + " ".join(sys.argv[1:]),
+        "sizes": vars(args),
+        "reward_per_step": [round(float(s.get("reward", 0.0)), 4) for s in steps],
+        "accuracy_per_step": [round(float(s.get("accuracy", 0.0)), 4) for s in steps],
+        "seconds_per_step": round(train_seconds / max(1, len(steps)), 1),
+        "accuracy_before": before, "accuracy_after": after,
+        "seconds": round(time.perf_counter() - t0, 1)})
+
+
+if __name__ == "__main__":
+    main()
