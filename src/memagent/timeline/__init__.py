@@ -12,8 +12,8 @@ service, the harnesses and the commands can all use it.
 """
 from __future__ import annotations
 
-from memagent.timeline.rows import (Record, evidence_steps, group_by_doc, is_memory, memory_records, other_calls,
+from memagent.timeline.rows import (Record, evidence_sources, evidence_steps, group_by_doc, is_memory, memory_records, other_calls,
                                     timeline_rows, word_diff, word_sources)
 
-__all__ = ["Record", "evidence_steps", "group_by_doc", "is_memory", "memory_records", "other_calls", "timeline_rows",
+__all__ = ["Record", "evidence_sources", "evidence_steps", "group_by_doc", "is_memory", "memory_records", "other_calls", "timeline_rows",
            "word_diff", "word_sources"]
