@@ -18,5 +18,6 @@ class DocumentError(MemAgentError, ValueError):
 def missing_extra(kind: str, package: str, name: str) -> DocumentError:
     """The error for a `kind` document `name` whose reader (the PyPI `package`) is not installed: it names the extra.
     Raise it from the ImportError of the reader's lazy import."""
-    return DocumentError(f"{name} is a {kind} document; reading {kind} needs the optional extra '{EXTRA}' (the "
+    article = "an" if kind[:1] in "AEIOH" else "a"  # an EPUB, an HTML, a PDF
+    return DocumentError(f"{name} is {article} {kind} document; reading {kind} needs the optional extra '{EXTRA}' (the "
                          f"package {package}): pip install 'memagent[{EXTRA}]'")
