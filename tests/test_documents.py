@@ -190,3 +190,55 @@ def test_a_missing_reader_names_the_extra(tmp_path, tiny_model_dir, monkeypatch,
     code = run(["ask", "--model", str(tiny_model_dir), "--document", str(pdf), "--question", "q", *SMALL])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "memagent[documents]" in err and "pypdf" in err
+
+
+# -- eval and training data: a `document` path ------------------------------------------------------------------
+def test_a_data_file_document_path_is_read_by_eval_and_training(tmp_path, tiny_tokenizer):
+    from memagent.eval.records import sample_ids
+    from memagent.rl.samples import read_training_samples
+    from memagent.tasks.schema import read_samples, sample_document
+
+    (tmp_path / "docs").mkdir()
+    pdf = pdf_pages(tmp_path / "docs" / "report.pdf", ["first page words", "second page words"])
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "a", "question": "q", "answers": ["x"], "document": "docs/report.pdf"}) + "\n")
+    (sample,) = read_samples(data)
+    assert sample["document"] == str(pdf.resolve()) and sample_document(sample) == pdf.resolve()
+    assert sample_ids(data) == ["a"]
+    assert [c.source for c in iter_chunks(sample_document(sample), tiny_tokenizer, 1000)] == ["pages 1-2"]
+    (qa,) = read_training_samples(data)
+    assert qa.document == pdf.resolve() and qa.agent_input("0").document == pdf.resolve()
+
+
+def test_a_bad_data_file_document_is_refused_naming_the_sample(tmp_path):
+    from memagent.errors import MemAgentError
+    from memagent.eval.records import sample_ids
+
+    from documents_fixture import scanned_pdf
+
+    scanned_pdf(tmp_path / "scan.pdf")
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "a", "question": "q", "answers": ["x"], "document": "scan.pdf"}) + "\n")
+    with pytest.raises(MemAgentError, match=r"sample 1 \(id 'a'\): .*no text layer: run OCR first"):
+        sample_ids(data)
+    data.write_text(json.dumps({"id": "a", "question": "q", "answers": ["x"], "document": "gone.pdf"}) + "\n")
+    with pytest.raises(MemAgentError, match="document .*gone.pdf not found"):
+        sample_ids(data)
+
+
+@pytest.mark.slow
+def test_eval_reads_a_pdf_document_with_every_method(run_cli, tiny_model_dir, tiny_tokenizer, tmp_path):
+    pdf = pdf_pages(tmp_path / "report.pdf", [" ".join([w] * 30) for w in WORDS])
+    total = sum(len(tiny_tokenizer(t, add_special_tokens=False)["input_ids"]) for t, _ in document_segments(pdf, "pdf"))
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "a", "question": "Which word?", "answers": ["echo"], "document": "report.pdf"})
+                    + "\n")
+    code, _, err = run_cli("eval", "--model", tiny_model_dir, "--data", data, "--methods",
+                           "memagent,full-context,rag-bm25", "--window", "160", "--chunk-tokens", "40",
+                           "--memory-tokens", "8", "--answer-tokens", "8", "--no-progress", "--out", tmp_path / "o")
+    assert code == 0, err
+    records = [json.loads(line) for line in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["method"] for r in records) == ["full-context", "memagent", "rag-bm25"]
+    assert all(r["status"] == "ok" for r in records)
+    assert {r["method"]: r["tokens"]["document"] for r in records} == dict.fromkeys(
+        ["memagent", "full-context", "rag-bm25"], total)  # every page's tokens, each page tokenised on its own
