@@ -242,3 +242,21 @@ def test_eval_reads_a_pdf_document_with_every_method(run_cli, tiny_model_dir, ti
     assert all(r["status"] == "ok" for r in records)
     assert {r["method"]: r["tokens"]["document"] for r in records} == dict.fromkeys(
         ["memagent", "full-context", "rag-bm25"], total)  # every page's tokens, each page tokenised on its own
+
+
+def test_a_pipe_is_read_as_text_without_losing_its_first_bytes(tmp_path, tiny_tokenizer):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    text = "%PDF-1.4 is how this text begins, yet it is text"
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write(text)
+
+    threading.Thread(target=write, daemon=True).start()
+    assert check_document(fifo) == "text"
+    ids = [t for c in iter_chunks(fifo, tiny_tokenizer, 100) for t in c.token_ids]
+    assert ids == tiny_tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -48,9 +48,9 @@ def check_document(path: str | os.PathLike, errors: str = "strict") -> str:
     """The kind of the document at `path` ("text" | "pdf" | "html" | "epub"), after the checks a bad one fails
     before any model call; DocumentError names what is wrong and what to do."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() or p.is_dir():
         raise DocumentError(f"document {p} {'is a folder' if p.is_dir() else 'not found'}; give a file path")
-    kind = detect(p)
+    kind = detect(p)  # a pipe or a device: text, read as before
     if kind == "pdf":
         check_pdf(p)
     elif kind == "epub":

@@ -58,6 +58,9 @@ def looks_like_html(head: bytes) -> bool:
 
 
 def detect(path: str | os.PathLike) -> str:
-    """The kind of the file at `path`, from its first `HEAD_BYTES` bytes."""
+    """The kind of the file at `path`, from its first `HEAD_BYTES` bytes. A path that is not a regular file (a
+    pipe, `<(cmd)`, a device) is text, as before: reading its first bytes here would take them from the reader."""
+    if not Path(path).is_file():
+        return "text"
     with open(Path(path), "rb") as f:
         return sniff(f.read(HEAD_BYTES))
