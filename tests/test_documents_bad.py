@@ -49,7 +49,8 @@ def _corrupt(d: Path) -> Path:
 
 def _self_loop(d: Path) -> Path:
     return raw_pdf(d / "self.pdf", {1: "<< /Type /Catalog /Pages 2 0 R >>",
-                                    2: "<< /Type /Pages /Kids [3 0 R 2 0 R] /Count 2 >>", **text_page_objects(3, "x", 2)})
+                                    2: "<< /Type /Pages /Kids [3 0 R 2 0 R] /Count 2 >>",
+                                    **text_page_objects(3, "x", 2)})
 
 
 def _zip_bomb(d: Path) -> Path:

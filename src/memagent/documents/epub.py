@@ -123,7 +123,8 @@ def epub_segments(path: str | os.PathLike, errors: str = "strict") -> Iterator[t
         if not text.strip():
             continue
         n += 1
-        yield (text if text.endswith("\n") else text + "\n"), Location("chapter", n, titles.get(item.get_name(), heading))
+        title = titles.get(item.get_name(), heading)
+        yield (text if text.endswith("\n") else text + "\n"), Location("chapter", n, title)
 
 
 def check_epub(path: str | os.PathLike, errors: str = "strict") -> int:

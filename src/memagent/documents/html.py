@@ -85,7 +85,8 @@ class _Walker(HTMLParser):
             self.skip_at = depth
         self.stack.append(tag)
         if len(self.stack) > MAX_DEPTH:
-            raise DocumentError(f"{self.name}: HTML nested deeper than {MAX_DEPTH:,} elements (line {self.getpos()[0]}); "
+            line = self.getpos()[0]
+            raise DocumentError(f"{self.name}: HTML nested deeper than {MAX_DEPTH:,} elements (line {line}); "
                                 "no page a reader can use is nested so deep: save its text as a .txt file")
         if tag == "pre":
             self.pre += 1
@@ -95,7 +96,8 @@ class _Walker(HTMLParser):
 
     def _skipped(self, tag: str, a: dict[str, str]) -> bool:
         return (tag in SKIP or "hidden" in a or a.get("aria-hidden", "").lower() == "true"
-                or a.get("role", "").lower() in SKIP_ROLES or (self.skip_frame and tag in OUTSIDE_MAIN_SKIP and self.main_at is None))
+                or a.get("role", "").lower() in SKIP_ROLES
+                or (self.skip_frame and tag in OUTSIDE_MAIN_SKIP and self.main_at is None))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in BLOCK:

@@ -1,9 +1,10 @@
 """A PDF's text layer, page by page, with pypdf (pure Python; the optional extra `documents`).
 
 The file is opened as a file object, not a path: pypdf then reads objects from the file as they are needed
-(given a path it would read the whole file into memory first). After each page the reader's cache of parsed
-objects is emptied and the page dropped, so RAM stays flat in the number of pages (bench/documents.py: a 2,000-page PDF against a
-20-page one). Each page's text is one piece, `Location("page", n)` ("page 214"), n counted from 1.
+(given a path it would read the whole file into memory first). The page tree is walked one page at a time, and
+after each page the reader's cache of parsed objects is emptied, so RAM stays flat in the number of pages
+(bench/documents.py: a 2,000-page PDF against a 20-page one). Each page's text is one piece,
+`Location("page", n)` ("page 214"), n counted from 1.
 
 Refused before any model call (`check_pdf`), each with one DocumentError line:
 - a file that starts like a PDF but is none, or is truncated (no `%%EOF` in its last 2 KiB) or corrupt;
