@@ -2,9 +2,9 @@
 show of a trace.
 
     rows.py    pure functions over trace records: one row per chunk read (`timeline_rows`), the word diff
-               (`word_diff`), the evidence steps the final memory came from (`evidence_steps`) and their pages or chapters
-               (`evidence_sources`), records per
-               document (`group_by_doc`), calls of other kinds (`other_calls`); re-exported here
+               (`word_diff`), the evidence steps the final memory came from (`evidence_steps`) and their pages,
+               chapters or headings (`evidence_sources`), records per document (`group_by_doc`), calls of other
+               kinds (`other_calls`); re-exported here
     report.py  `memagent report`: a trace as one self-contained HTML file (`write_report`), with the service
                page's CSS and JS (`memagent/serve/static/`) inlined
 
