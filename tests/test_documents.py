@@ -260,3 +260,17 @@ def test_a_pipe_is_read_as_text_without_losing_its_first_bytes(tmp_path, tiny_to
     assert check_document(fifo) == "text"
     ids = [t for c in iter_chunks(fifo, tiny_tokenizer, 100) for t in c.token_ids]
     assert ids == tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("workflow", ["lookup", "skim"])
+def test_lookup_and_skim_records_carry_the_page_of_the_chunk_they_read(workflow, tmp_path, tiny_backend):
+    from memagent.agent.registry import build_workflow
+
+    pdf = _five_pages(tmp_path)
+    pages = {c.start_token: c.source for c in iter_chunks(pdf, tiny_backend.tokenizer, 40)}
+    records: list[dict] = []
+    cfg = AgentConfig(chunk_tokens=40, memory_tokens=6, answer_tokens=6, query_tokens=32)
+    wf = build_workflow(workflow, tiny_backend, cfg, on_step=records.append)
+    wf.run([AgentInput("Which word is on the last page?", pdf, "d")])
+    memory = [r for r in records if r.get("kind", "memory") == "memory"]
+    assert memory and all(r["source"] == pages[r["chunk_start"]] for r in memory)
