@@ -147,6 +147,8 @@ LATEST: list[tuple[str, str, Callable, Any, Any]] = [
      f"own simulated server; answers {'identical' if d['same_answers'] else 'DIFFER'})"),
     ("packing_speedup", "packing", _packing_measured, ">= 1.5", PACKING_CMD),
     ("gradient_checkpointing_memory_ratio", "packing", _checkpointing_measured, "< 1", PACKING_CMD),
+    ("documents_rss_ratio", "documents", _three, None,
+     "`python bench/documents.py` (peak RSS, a 2,000-page PDF vs a 20-page one, chunked; docs/documents.md)"),
 ]
 
 

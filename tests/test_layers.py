@@ -14,7 +14,7 @@ the same rank (`rl` and `eval`) may not import each other.
     rank  layer     modules
     0     base      errors, config, io, jsonl, lock, progress, flags, bounded, text, agent.prompts (the paper's
                     templates, the config's defaults), timeline/* (the memory timeline's rows and its HTML
-                    report), the package `memagent` itself (leaf helpers: each imports at most other base modules)
+                    report), documents/* (PDF, HTML, EPUB readers), the package `memagent` itself (leaf helpers: each imports at most other base modules)
     1     backends  backends/*                   the model Protocol and its implementations, tokenizer loading
     2     agent     agent/*                      chunking, the read-write loop, workflows, answer extraction
     3     tasks     tasks/*                      samples, data synthesis, released formats, metrics
@@ -58,7 +58,7 @@ RANKS = {"base": 0, "backends": 1, "agent": 2, "tasks": 3, "rl": 4, "eval": 4, "
 PLACES = {
     "memagent": "base",  # the package __init__ (only __version__); longer prefixes below win
     **{f"memagent.{m}": "base" for m in ("errors", "config", "io", "jsonl", "lock", "progress", "flags", "timeline",
-                                        "sections")},
+                                        "sections", "documents")},
     "memagent.backends": "backends",
     "memagent.agent": "agent",
     "memagent.agent.prompts": "base",  # the paper's templates, AgentConfig's defaults: imports nothing of memagent
@@ -249,6 +249,8 @@ LAZY_PACKAGES = {
     "pyarrow": "0.24 s to import (measured); only when a released .parquet file is read",
     "bm25s": "0.35 s to import (measured, scipy); only the RAG-BM25 baseline",
     "python_multipart": "optional (extra `serve`): streamed multipart uploads",
+    "pypdf": "optional (extra `documents`): PDF documents",
+    "ebooklib": "optional (extra `documents`): EPUB documents",
 }
 MAX_LAZY_MEMAGENT = 35  # function-level imports of memagent modules (each for one of the packages above)
 LAZY_MARK = re.compile(r"#\s*lazy:\s*([A-Za-z_][A-Za-z0-9_]*)")

@@ -175,6 +175,29 @@ def test_report_renders_in_the_browser(browser, tmp_path):
     page.close()
 
 
+def test_report_shows_the_page_each_memory_came_from(browser, tmp_path):
+    """A PDF document's trace (records with `source`): each row names its page, the answer the pages its memory came
+    from (issue 37)."""
+    from memagent.cli import run
+
+    records = [dict(doc_id="d", step=i, chunk_start=10 * i, chunk_tokens=10, memory=m, truncated=False,
+                    source=f"page {i + 1}" if i != 1 else "pages 2-3") for i, m in enumerate(MEMORIES)]
+    records.append(dict(doc_id="d", step=4, kind="final", answer="4711", raw_answer="4711"))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / "report.html"
+    assert run(["report", str(trace), "--out", str(out)]) == 0
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    offsets = page.locator(".row .offset").all_inner_texts()
+    assert offsets == ["tokens 0\u201310 \u00b7 page 1", "tokens 10\u201320 \u00b7 pages 2-3",
+                       "tokens 20\u201330 \u00b7 page 3", "tokens 30\u201340 \u00b7 page 4"]
+    assert page.locator(".evidence-list").inner_text() == "Memory came from: pages 2-3 (chunk 2)"
+    if os.environ.get("MEMAGENT_SCREENSHOT_SOURCES"):
+        page.screenshot(path=os.environ["MEMAGENT_SCREENSHOT_SOURCES"], full_page=True)
+    page.close()
+
+
 PAIRS = [("a b c d e", "a X c d Y Z e"), ("", "one two"), ("one two", ""), ("x x y x", "x x z z x"),
          ("k1 v1 filler", "k1 v1 k2 v2"), ("the cat sat on the mat", "the mat sat on the cat"),
          ("a b a b a b", "b a b a"), ("fact one. fact two.", "fact two. fact three. fact one.")]

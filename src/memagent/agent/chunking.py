@@ -8,6 +8,11 @@ pre-split text before " word", so the ids equal those of tokenising the whole te
 A block with no such boundary in its last `_BOUNDARY_WINDOW` characters (e.g. text without spaces)
 is cut where it ends, and the ids at that cut may differ from whole-text tokenisation by a token
 or two: once per block, i.e. once per million characters by default.
+
+Documents that are not plain text (PDF, HTML, EPUB: memagent.documents, told apart by their first bytes) are read
+as pieces that each carry their place (a page, a heading, a chapter). Each place is tokenised on its own (the
+carry is flushed at a change of place), and every chunk records the places of its tokens as `source`
+("page 214", "pages 213-214"); a plain text chunk has `source` None, and its ids are exactly as before.
 """
 from __future__ import annotations
 
@@ -21,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, TextIO, Union
 
-from memagent.errors import MemAgentError
+from memagent.documents import Location, detect, document_segments, span_label
+from memagent.documents.errors import DocumentError
+
+__all__ = ["BLOCK_CHARS", "Chunk", "DocumentError", "DocumentSource", "Prepared", "iter_chunks", "iter_located_blocks",
+           "iter_text_blocks", "iter_token_blocks", "middle_truncate", "open_document"]
 
 DocumentSource = Union[str, os.PathLike, BinaryIO, TextIO, Iterable[str], Iterable[bytes]]
 
@@ -30,16 +39,13 @@ _BOUNDARY_WINDOW = 4096
 _BOUNDARY = re.compile(r"\S(?= \S)")
 
 
-class DocumentError(MemAgentError, ValueError):
-    """The document cannot be read as text (missing file, invalid UTF-8, binary data)."""
-
-
 @dataclass(frozen=True)
 class Chunk:
     index: int  # 0-based chunk number
     text: str  # the chunk's token ids decoded back to text
     token_ids: list[int]  # [<= C]
     start_token: int  # offset of the chunk's first token in the document (an evidence pointer)
+    source: str | None = None  # where its tokens came from ("page 214", "pages 213-214"); None for plain text
 
 
 def _decode_stream(read, name: str, errors: str, block_bytes: int) -> Iterator[str]:
@@ -70,24 +76,52 @@ def iter_text_blocks(
 ) -> Iterator[str]:
     """Yield the document as text blocks, never holding more than about one block.
 
-    `source` is the text itself (str), a path (pathlib.Path / os.PathLike), "-" only through the
-    CLI (pass `sys.stdin.buffer`), an open binary or text file, or any iterable of str or bytes.
-    With errors="strict", bytes that are not UTF-8 and NUL characters raise DocumentError.
+    `source` is the text itself (str), a path (pathlib.Path / os.PathLike: plain text, PDF, HTML or EPUB, told
+    apart by its first bytes), "-" only through the CLI (pass `sys.stdin.buffer`), an open binary or text file,
+    or any iterable of str or bytes. With errors="strict", bytes that are not UTF-8 and NUL characters raise
+    DocumentError.
     """
+    for block, _ in iter_located_blocks(source, errors=errors, block_chars=block_chars):
+        yield block
+
+
+def iter_located_blocks(
+    source: DocumentSource, *, errors: str = "strict", block_chars: int = BLOCK_CHARS
+) -> Iterator[tuple[str, Location | None]]:
+    """`iter_text_blocks` with each block's place: a Location for a PDF, HTML or EPUB file, None for text."""
     if errors not in ("strict", "replace"):
         raise DocumentError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    blocks: Iterator[str]
-    if isinstance(source, str):
-        blocks = (source[i : i + block_chars] for i in range(0, len(source), block_chars))
-        name = "the document"
-    elif isinstance(source, os.PathLike):
+    if isinstance(source, os.PathLike):
         path = Path(source)
         if not path.exists():
             raise DocumentError(f"document file not found: {path}")
         if path.is_dir():
             raise DocumentError(f"document path is a directory, not a file: {path}")
-        blocks = _file_blocks(path, errors, block_chars)
-        name = str(path)
+        kind = detect(path)
+        if kind != "text":
+            yield from _split_pieces(document_segments(path, kind, errors), block_chars)
+            return
+    for block in _plain_blocks(source, errors, block_chars):
+        yield block, None
+
+
+def _split_pieces(pieces: Iterable[tuple[str, Location]], block_chars: int) -> Iterator[tuple[str, Location]]:
+    """Pieces of a document that is not plain text, in blocks of at most `block_chars` (NULs dropped)."""
+    for text, loc in pieces:
+        text = text.replace("\x00", "")
+        for i in range(0, len(text), block_chars):
+            yield text[i : i + block_chars], loc
+
+
+def _plain_blocks(source: DocumentSource, errors: str, block_chars: int) -> Iterator[str]:
+    """The blocks of a plain text document (a str, a text file's path, a stream, an iterable)."""
+    blocks: Iterator[str]
+    if isinstance(source, str):
+        blocks = (source[i : i + block_chars] for i in range(0, len(source), block_chars))
+        name = "the document"
+    elif isinstance(source, os.PathLike):
+        blocks = _file_blocks(Path(source), errors, block_chars)
+        name = str(source)
     elif hasattr(source, "read"):
         name = getattr(source, "name", "the input stream")
         if isinstance(source, io.TextIOBase):
@@ -147,19 +181,27 @@ def iter_token_blocks(
     source: DocumentSource, tokenizer: Any, *, errors: str = "strict", block_chars: int = BLOCK_CHARS
 ) -> Iterator[list[int]]:
     """Token ids of the document, block by block (no special tokens added)."""
-    carry = ""
-    blocks = iter_text_blocks(source, errors=errors, block_chars=block_chars)
+    for ids, _ in _located_token_blocks(source, tokenizer, errors, block_chars):
+        yield ids
+
+
+def _located_token_blocks(
+    source: DocumentSource, tokenizer: Any, errors: str, block_chars: int
+) -> Iterator[tuple[list[int], Location | None]]:
+    """(token ids, their place) block by block; the text carried to the next block never crosses a place."""
+    carry, loc = "", None
+    blocks = iter_located_blocks(source, errors=errors, block_chars=block_chars)
     pending = next(blocks, None)
     while pending is not None:
         nxt = next(blocks, None)
-        text = carry + pending
-        cut = _split_point(text, final=nxt is None)
+        text, loc = carry + pending[0], pending[1]
+        cut = _split_point(text, final=nxt is None or nxt[1] != loc)
         if cut:
-            yield tokenizer(text[:cut], add_special_tokens=False)["input_ids"]
+            yield tokenizer(text[:cut], add_special_tokens=False)["input_ids"], loc
         carry = text[cut:]
         pending = nxt
     if carry:
-        yield tokenizer(carry, add_special_tokens=False)["input_ids"]
+        yield tokenizer(carry, add_special_tokens=False)["input_ids"], loc
 
 
 def iter_chunks(
@@ -179,18 +221,40 @@ def iter_chunks(
     if chunk_tokens <= 0:
         raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
     buf: list[int] = []
+    marks: list[tuple[int, Location]] = []  # (offset in buf, the place that starts there), ascending
     index = start = 0
-    for ids in iter_token_blocks(source, tokenizer, errors=errors, block_chars=block_chars):
+    for ids, loc in _located_token_blocks(source, tokenizer, errors, block_chars):
+        if loc is not None and (not marks or marks[-1][1] != loc):
+            marks.append((len(buf), loc))
         buf.extend(ids)
         n_full = len(buf) // chunk_tokens
         for k in range(n_full):
             piece = buf[k * chunk_tokens : (k + 1) * chunk_tokens]
-            yield Chunk(index, tokenizer.decode(piece), piece, start)
+            yield Chunk(index, tokenizer.decode(piece), piece, start, _source(marks, k * chunk_tokens, len(piece)))
             index += 1
             start += chunk_tokens
         del buf[: n_full * chunk_tokens]
+        marks = _shift(marks, n_full * chunk_tokens)
     if buf:
-        yield Chunk(index, tokenizer.decode(buf), list(buf), start)
+        yield Chunk(index, tokenizer.decode(buf), list(buf), start, _source(marks, 0, len(buf)))
+
+
+def _source(marks: list[tuple[int, Location]], begin: int, n: int) -> str | None:
+    """The label of the places of tokens [begin, begin + n) of the buffer, or None (plain text)."""
+    inside = [loc for at, loc in marks if at < begin + n]
+    if not inside:
+        return None
+    first = next((loc for at, loc in reversed(marks) if at <= begin), inside[0])
+    return span_label(first, inside[-1])
+
+
+def _shift(marks: list[tuple[int, Location]], cut: int) -> list[tuple[int, Location]]:
+    """The marks after the first `cut` tokens left the buffer: the place in force at the cut starts at 0."""
+    if not marks or cut == 0:
+        return marks
+    kept = [(at - cut, loc) for at, loc in marks if at > cut]
+    current = [loc for at, loc in marks if at <= cut]
+    return ([(0, current[-1])] if current else []) + kept
 
 
 def open_document(path: str, stdin: BinaryIO | None = None) -> DocumentSource:

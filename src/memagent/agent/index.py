@@ -34,7 +34,7 @@ _WORD = re.compile(r"\w+")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _SCHEMA = (
     "CREATE TABLE chunks (chunk_no INTEGER PRIMARY KEY, start_token INTEGER NOT NULL, "
-    "end_token INTEGER NOT NULL, text TEXT NOT NULL, ids BLOB NOT NULL)",
+    "end_token INTEGER NOT NULL, text TEXT NOT NULL, ids BLOB NOT NULL, source TEXT)",
     # external content: the text is stored once, in `chunks`; the FTS table holds only its inverted index
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='chunk_no')",
 )
@@ -54,10 +54,11 @@ class Hit:
     text: str
     token_ids: tuple[int, ...]  # [end_token - start_token]
     score: float  # BM25 as SQLite gives it: lower is better (0.0 for a chunk not found by a query)
+    source: str | None = None  # the page, chapter or heading it came from (Chunk.source); None for plain text
 
     def chunk(self) -> Chunk:
-        """The chunk as the chunker made it (same number, text, ids and offset)."""
-        return Chunk(self.chunk_no, self.text, list(self.token_ids), self.start_token)
+        """The chunk as the chunker made it (same number, text, ids, offset and source)."""
+        return Chunk(self.chunk_no, self.text, list(self.token_ids), self.start_token, self.source)
 
 
 def query_terms(query: str) -> list[str]:
@@ -131,7 +132,8 @@ class ChunkIndex:
         con = self._open()
         end = chunk.start_token + len(chunk.token_ids)
         ids = array("q", chunk.token_ids).tobytes()
-        con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", (chunk.index, chunk.start_token, end, chunk.text, ids))
+        con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
+                    (chunk.index, chunk.start_token, end, chunk.text, ids, chunk.source))
         con.execute("INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)", (chunk.index, chunk.text))
         self.count += 1
 
@@ -154,14 +156,14 @@ class ChunkIndex:
             return []
         skip = set(exclude)
         rows = self._open().execute(
-            "SELECT c.chunk_no, c.start_token, c.end_token, c.text, c.ids, bm25(chunks_fts) AS score "
+            "SELECT c.chunk_no, c.start_token, c.end_token, c.text, c.ids, bm25(chunks_fts) AS score, c.source "
             "FROM chunks_fts JOIN chunks AS c ON c.chunk_no = chunks_fts.rowid "
             "WHERE chunks_fts MATCH ? ORDER BY score, c.chunk_no LIMIT ?", (expr, k + len(skip)))
         return [h for h in map(_hit, rows) if h.chunk_no not in skip][:k]
 
     def get(self, chunk_no: int) -> Hit:
         """The chunk numbered `chunk_no` (KeyError when there is none)."""
-        row = self._open().execute("SELECT chunk_no, start_token, end_token, text, ids, 0.0 FROM chunks "
+        row = self._open().execute("SELECT chunk_no, start_token, end_token, text, ids, 0.0, source FROM chunks "
                                    "WHERE chunk_no = ?", (int(chunk_no),)).fetchone()
         if row is None:
             raise KeyError(chunk_no)
@@ -175,7 +177,8 @@ class ChunkIndex:
 
     def __iter__(self) -> Iterator[Hit]:
         """Every chunk in document order (one row at a time)."""
-        cur = self._open().execute("SELECT chunk_no, start_token, end_token, text, ids, 0.0 FROM chunks ORDER BY chunk_no")
+        cur = self._open().execute("SELECT chunk_no, start_token, end_token, text, ids, 0.0, source FROM chunks "
+                                   "ORDER BY chunk_no")
         return map(_hit, cur)
 
     def __len__(self) -> int:
@@ -220,7 +223,7 @@ class ChunkIndex:
 
 
 def _hit(row: tuple) -> Hit:
-    no, start, end, text, blob, score = row
+    no, start, end, text, blob, score, source = row
     ids = array("q")
     ids.frombytes(blob)
-    return Hit(no, start, end, text, tuple(ids), float(score))
+    return Hit(no, start, end, text, tuple(ids), float(score), source)

@@ -2,7 +2,8 @@
 
 Memory-update record: doc_id, step, chunk_start (token offset of the chunk in the document, an
 evidence pointer), chunk_tokens, prompt_tokens, memory_tokens, memory, truncated, seconds,
-batch_size. Final record: doc_id, step, kind="final", prompt_tokens, memory_tokens, answer
+batch_size, and for a PDF, HTML or EPUB document source (the place the chunk came from: "page 214",
+"pages 213-214", 'chapter 3 "The Storm"', 'heading "Methods"'; absent for plain text). Final record: doc_id, step, kind="final", prompt_tokens, memory_tokens, answer
 (the boxed content or null), raw_answer, seconds, batch_size. `seconds` is the wall-clock of the
 backend batch the call ran in (calls of one batch share it); in a pipelined run (a concurrent backend) each
 call is its own request: `seconds` is its own, `batch_size` 1.

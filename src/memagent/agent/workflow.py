@@ -12,7 +12,8 @@ the work is O(C + M); per document O(N).
 
 Departures from the reference code: the memory is held to at most M tokens whatever the backend
 returns (a longer reply is re-tokenised and cut, and the cut is recorded); documents are read as
-streams; every memory update records the token offset of its chunk (an evidence pointer).
+streams; every memory update records the token offset of its chunk (an evidence pointer) and, for a PDF, HTML or
+EPUB document, the page, heading or chapter it came from (`source`, memagent.documents).
 
 Reasoning models: with `AgentConfig.think == "strip"` each reply loses everything up to its last
 `</think>` before the memory cap and before answer extraction (as the reference evaluation does);
@@ -218,10 +219,13 @@ class MemoryAgent:
             log.info("document %s step %d: memory cut to %d tokens", d.item.doc_id, d.step, cfg.memory_tokens)
         if self.options.observed:
             n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else self.backend.prompt_length(prompt)
-            self.options.emit(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
-                            chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt, memory_tokens=n_mem,
-                            memory=memory, truncated=truncated, think_removed=think_removed,
-                            seconds=round(seconds, 6), batch_size=batch_size), chunk.text)
+            record = dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
+                          chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt, memory_tokens=n_mem,
+                          memory=memory, truncated=truncated, think_removed=think_removed,
+                          seconds=round(seconds, 6), batch_size=batch_size)
+            if chunk.source is not None:  # a PDF, HTML or EPUB document: the page, heading or chapter it came from
+                record["source"] = chunk.source
+            self.options.emit(record, chunk.text)
         if self.options.keep_conversations:
             d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                 gen.token_ids, gen.logprobs, memory, truncated))

@@ -19,6 +19,7 @@ from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failu
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.config import rule
+from memagent.documents import check_document
 from memagent.flags import ERRORS, MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
@@ -34,7 +35,8 @@ class AskOptions:
 
     model: str = field(metadata=flag(MODEL_HELP))
     question: Optional[str] = field(default=None, metadata=flag("The question to answer."))
-    document: Optional[str] = field(default=None, metadata=flag("Text file to read, or - for stdin."))
+    document: Optional[str] = field(default=None, metadata=flag(
+        "File to read: text, PDF, HTML or EPUB (told apart by content; docs/documents.md), or - for text on stdin."))
     prompt: Optional[str] = field(default=None, metadata=flag(
         "Text file (or -) holding document and question in ONE prompt, as harnesses send it; the question is "
         "found by --prompt-split."))
@@ -86,7 +88,7 @@ def run_ask(o: AskOptions) -> None:
     profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
     profile.agent_config(max_batch_docs=o.batch_docs)  # settings checked before any file is read
     if o.input is not None:
-        items = read_inputs(o.input)
+        items = read_inputs(o.input, o.errors)
         if not items:
             raise InputError(f"{o.input} holds no questions")
     else:
@@ -95,6 +97,8 @@ def run_ask(o: AskOptions) -> None:
             raise InputError(f"document file not found: {doc}")
         if isinstance(doc, Path) and doc.is_dir():
             raise InputError(f"--document {doc} is a folder; give a text file (or - for stdin)")
+        if isinstance(doc, Path):
+            check_document(doc, o.errors)  # a PDF, HTML or EPUB file is checked before any model call
         items = [AgentInput(o.question, doc, "0")]
     if o.input is not None:
         inputs = {"--input": o.input, **document_inputs(items)}

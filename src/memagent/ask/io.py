@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 from memagent.agent.workflow import AgentInput, AgentResult
+from memagent.documents import DocumentError, check_document
 from memagent.errors import InputError
 from memagent.io import check_output_file, check_side_files, existing_files, is_sink
 from memagent.jsonl import iter_jsonl, trim_torn_tail
@@ -23,14 +24,15 @@ from memagent.tasks.released import check_context, check_lazy, check_text
 from memagent.tasks.schema import read_samples, sample_document
 
 
-def read_inputs(path: Path) -> list[AgentInput]:
+def read_inputs(path: Path, errors: str = "strict") -> list[AgentInput]:
     """The questions of `ask --input`, read by the one sample reader (`memagent.tasks.schema.read_samples`).
 
     A record is {id?, question, context | document (a path, relative to the input file), memory? (to start
     from, e.g. the final memory of an earlier run over the text before)}; answers and task are not needed.
     Every field's type is checked, with the messages `eval` gives for the same fields; document files must
     exist, and ids must be unique (a rerun skips the ids already answered). A record without an id takes its
-    line number.
+    line number. A document may be plain text, PDF, HTML or EPUB (memagent.documents, told apart by content);
+    each is checked here, before any model call (`errors`: the --errors of its text).
     """
     path = Path(path)
     if not path.exists():
@@ -38,13 +40,13 @@ def read_inputs(path: Path) -> list[AgentInput]:
     if not path.is_file():
         raise InputError(f"--input {path} is a folder; give a JSONL file")
     items = []
-    for sample in read_samples(path, check=_ask_record(path)):
+    for sample in read_samples(path, check=_ask_record(path, errors)):
         document = sample["document"] if "document" in sample else sample_document(sample)
         items.append(AgentInput(sample["question"], document, str(sample["id"]), sample.get("memory")))
     return items
 
 
-def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dict]:
+def _ask_record(path: Path, errors: str = "strict") -> Callable[[dict, Callable[[str | None], str]], dict]:
     """The check of one `ask --input` record (fields shared with eval's samples are checked as eval does);
     returns the record with its id (default: its line number) and its document as a resolved Path."""
     def check(rec: dict, where: Callable[[str | None], str]) -> dict:
@@ -60,7 +62,7 @@ def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dic
             if not isinstance(check_context(rec["context"], where), str):
                 raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
         elif "document" in rec:
-            rec["document"] = _document_path(rec["document"], path, where)
+            rec["document"] = _document_path(rec["document"], path, where, errors)
         elif "lazy" in rec:
             check_lazy(rec["lazy"], where)
         else:
@@ -72,14 +74,19 @@ def _ask_record(path: Path) -> Callable[[dict, Callable[[str | None], str]], dic
     return check
 
 
-def _document_path(name: Any, path: Path, where: Callable[[str | None], str]) -> Path:
-    """The file a record's 'document' names (relative to the input file); it must exist."""
+def _document_path(name: Any, path: Path, where: Callable[[str | None], str], errors: str = "strict") -> Path:
+    """The file a record's 'document' names (relative to the input file); it must exist, and a PDF, HTML or EPUB
+    file must pass its checks (memagent.documents.check_document)."""
     if not isinstance(name, str) or not name.strip():
         raise DataError(f"{where('document')}: must be a file path (a string)")
     doc = Path(name) if Path(name).is_absolute() else path.parent / name
     if not doc.is_file():
         raise DataError(f"{where('document')}: document {doc} {'is a folder' if doc.is_dir() else 'not found'}; "
-                        "'document' is a text file path, relative to the input file")
+                        "'document' is a file path (text, PDF, HTML or EPUB), relative to the input file")
+    try:
+        check_document(doc, errors)
+    except DocumentError as e:
+        raise DataError(f"{where('document')}: {e}") from None
     return doc
 
 

@@ -29,6 +29,7 @@ from memagent.eval.baselines import EvalError
 from memagent.eval.scoring import ScoreOptions, canonical_metric, failed_score, score_sample
 from memagent.io import atomic_write_lines as io_write_lines
 from memagent.jsonl import trim_torn_tail
+from memagent.documents import DocumentError, check_document
 from memagent.tasks.schema import file_sha256, read_samples
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,11 @@ def sample_ids(path: str | Path, limit: int | None = None) -> list[str]:
                             f"must be an integer in [0, {MAX_LENGTH}], got {str(length)[:40]}")
         if not isinstance(sid, (str, int)) or isinstance(sid, bool):
             raise EvalError(f"{path}: sample {n + 1} has id {sid!r}; an id must be a string or an integer")
+        if "document" in sample:  # a PDF, HTML or EPUB file is checked here, before any model call
+            try:
+                check_document(sample["document"])
+            except DocumentError as exc:
+                raise EvalError(f"{path}: sample {n + 1} (id {sid!r}): {exc}") from None
         if sid in seen:
             raise EvalError(f"{path}: sample id {sid!r} occurs twice (samples {seen[sid] + 1} and {n + 1}); "
                             f"ids must be unique within a data file")

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from memagent.agent.chunking import iter_chunks
 from memagent.agent.workflow import AgentInput
+from memagent.documents import DocumentError, check_document
 from memagent.errors import InputError
 from memagent.tasks.schema import read_samples, sample_document
 
@@ -23,7 +24,7 @@ class QASample:
 
     id: str
     question: str
-    document: str | tuple[str, ...]
+    document: str | tuple[str, ...] | Path
     answers: tuple[str, ...]
     memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
 
@@ -47,7 +48,7 @@ class QASample:
             doc = rec.get("document", rec.get("context"))
         else:  # a sample stored lazily (memagent.tasks.schema): rebuilt as its text blocks
             doc = sample_document(rec)
-        if not isinstance(doc, str):
+        if not isinstance(doc, (str, Path)):  # a Path: a data file's document file, re-read by each rollout
             doc = tuple(str(block) for block in doc)  # iterables are materialised: G rollouts re-read it
         answers = rec["answers"]
         answers = (answers,) if isinstance(answers, str) else tuple(str(a) for a in answers)
@@ -71,7 +72,20 @@ def load_samples(samples: Iterable[Any]) -> list[QASample]:
 
 def read_training_samples(path: str | Path) -> list[QASample]:
     """The samples of a data file (`read_samples`: checked, ids unique), each as a QASample."""
-    return load_samples(QASample.from_dict(rec, f"{path}: sample {n}") for n, rec in enumerate(read_samples(path)))
+    return load_samples(QASample.from_dict(_file_document(rec, f"{path}: sample {n}"), f"{path}: sample {n}")
+                        for n, rec in enumerate(read_samples(path)))
+
+
+def _file_document(rec: dict[str, Any], where: str) -> dict[str, Any]:
+    """A data file's record with its `document` (a file path there, not text) as a checked Path: text, PDF, HTML
+    or EPUB (memagent.documents), re-read by each rollout."""
+    if "document" not in rec:
+        return rec
+    try:
+        check_document(rec["document"])
+    except DocumentError as e:
+        raise InputError(f"{where}: {e}") from None
+    return dict(rec, document=Path(rec["document"]))
 
 
 def middle_cut(ids: list[int], budget: int) -> list[int]:
@@ -94,7 +108,7 @@ def cap_chunks(samples: list[QASample], tokenizer: Any, chunk_tokens: int, max_c
     budget = max_chunks * chunk_tokens
     out = []
     for s in samples:
-        doc = s.document if isinstance(s.document, str) else list(s.document)
+        doc = s.document if isinstance(s.document, (str, Path)) else list(s.document)
         ids = [t for chunk in iter_chunks(doc, tokenizer, chunk_tokens) for t in chunk.token_ids]
         out.append(s if len(ids) <= budget else replace(s, document=tokenizer.decode(middle_cut(ids, budget))))
     return out

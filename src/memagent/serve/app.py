@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
@@ -111,7 +112,8 @@ def _document_routes(app: FastAPI, manager: JobManager) -> None:
             raise ApiError(413, f"document over the limit of {manager.docs.max_bytes} bytes "
                                 "(the server's --max-document-bytes)")
         doc_id, n = await manager.docs.save_stream(upload_blocks(request))
-        return JSONResponse({"id": doc_id, "bytes": n}, status_code=201)
+        kind = await run_in_threadpool(manager.docs.check, doc_id)  # a PDF's pages are read off the event loop
+        return JSONResponse({"id": doc_id, "bytes": n, "kind": kind}, status_code=201)
 
     @app.get("/v1/documents/{doc_id}")
     async def document(doc_id: str) -> dict[str, Any]:

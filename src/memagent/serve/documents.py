@@ -2,7 +2,9 @@
 never name a path. Uploads are streamed to a temporary file (`.doc_<id>.part`) and renamed when complete,
 so a multi-gigabyte document is never held whole in memory and a cut upload leaves nothing behind; the
 pieces a killed server left are removed when the store opens (one server per state folder: none is in use).
-An upload of no bytes is refused (no job could read it).
+An upload of no bytes is refused (no job could read it). A document may be plain text, PDF, HTML or EPUB
+(memagent.documents, told apart by content); `check` refuses a bad one (an encrypted or scanned PDF, a zip
+bomb, ...) with HTTP 400 and removes it, before any job can take it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import secrets
 from pathlib import Path
 from typing import AsyncIterator
 
+from memagent.documents import DocumentError, check_document
 from memagent.serve.errors import ApiError
 
 DOC_ID = re.compile(r"doc_[0-9a-f]{32}")
@@ -42,6 +45,16 @@ class DocumentStore:
         if not path.is_file():
             raise ApiError(404, f"no document {doc_id}; upload it with POST /v1/documents", "not_found_error")
         return path
+
+    def check(self, doc_id: str) -> str:
+        """The kind of a saved document ("text" | "pdf" | "html" | "epub") after memagent.documents' checks (text
+        read as jobs read it: bad bytes replaced); a document that fails them is removed: 400, naming why."""
+        path = self.path(doc_id)
+        try:
+            return check_document(path, errors="replace")
+        except DocumentError as e:
+            path.unlink(missing_ok=True)
+            raise ApiError(400, str(e).replace(str(path), "the document"), "invalid_request_error") from None
 
     def size(self, doc_id: str) -> int:
         return self.path(doc_id).stat().st_size
@@ -76,4 +89,5 @@ class DocumentStore:
         tmp = self.folder / f".{doc_id}.part"
         tmp.write_bytes(data)
         os.replace(tmp, self.folder / f"{doc_id}.txt")
+        self.check(doc_id)  # text that is an HTML page is read as one: its bounds hold
         return doc_id, len(data)

@@ -12,7 +12,9 @@ One sample is one JSON object on one line:
     num_docs  int        number of documents in the context (document tasks only)
     num_tokens int|None  token count of the context under `tokenizer` (None when not measured)
     tokenizer str|None   the tokenizer name the lengths were measured with
-    context   str        the document text, OR, for very long samples, instead:
+    context   str        the document text, OR a file (below), OR, for very long samples, instead:
+    document  str        a file path (relative to the data file): text, PDF, HTML or EPUB (memagent.documents,
+                         told apart by content), read as a stream like any path
     lazy      dict       {"kind": "paragraphs", "format": "hotpotqa", "source": path,
                           "sha256": ..., "doc_ids": [...]}
                          the document is rebuilt as a stream of text blocks from the source file
@@ -22,6 +24,7 @@ Extra fields a task adds (gold document positions, the needles, ...) ride along 
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -51,8 +54,9 @@ _REQUIRED = ("id", "question", "answers")
 DEFAULT_TASK = "qa"  # the task of a record without one (training files often have none); eval groups by it
 
 
-def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
-    """Check the types of one of our sample records where it enters; `where(field)` names the place."""
+def check_sample(sample: Any, where: Callable[[str | None], str], base: Path | None = None) -> dict:
+    """Check the types of one of our sample records where it enters; `where(field)` names the place. `base`: the
+    folder a `document` path is relative to (the data file's); the path is made absolute here."""
     if not isinstance(sample, dict):
         raise DataError(f"{where(None)}: a sample must be a JSON object, got {type(sample).__name__}")
     missing = [k for k in _REQUIRED if k not in sample]
@@ -67,10 +71,12 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
     if "context" in sample:
         if not isinstance(check_context(sample["context"], where), str):
             raise DataError(f"{where('context')}: must be the document text (index lists belong in 'lazy')")
+    elif "document" in sample:
+        sample["document"] = document_file(sample["document"], base, where)
     elif "lazy" in sample:
         check_lazy(sample["lazy"], where)
     else:
-        raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context' nor a 'lazy' object")
+        raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context', 'document' nor a 'lazy' object")
     metric = sample.get("metric")
     if metric is not None:
         if not isinstance(metric, str):
@@ -79,6 +85,18 @@ def check_sample(sample: Any, where: Callable[[str | None], str]) -> dict:
         if metric not in METRICS and metric not in METRIC_ALIASES:
             raise DataError(f"{where('metric')}: unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     return sample
+
+
+def document_file(name: Any, base: Path | None, where: Callable[[str | None], str]) -> str:
+    """The absolute path of a sample's `document` file (relative to `base`); it must be a file. Its contents are
+    checked by `memagent.documents.check_document` before any model call (eval's `sample_ids`)."""
+    if not isinstance(name, str) or not name.strip():
+        raise DataError(f"{where('document')}: must be a file path (a string)")
+    doc = Path(name) if Path(name).is_absolute() or base is None else base / name
+    if not doc.is_file():
+        raise DataError(f"{where('document')}: document {doc} {'is a folder' if doc.is_dir() else 'not found'}; "
+                        "'document' is a file path (text, PDF, HTML or EPUB), relative to the data file")
+    return str(doc.resolve())
 
 
 def read_samples(path: str | Path, source: str | Path | None = None,
@@ -91,6 +109,8 @@ def read_samples(path: str | Path, source: str | Path | None = None,
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
+    if check is check_sample:  # `document` paths are relative to the data file
+        check = functools.partial(check_sample, base=path.parent)
     seen: dict[str, str] = {}
     for n, sample in enumerate(read_released(path, source, check_own=check)):
         key = str(sample["id"])
@@ -104,8 +124,8 @@ def read_samples(path: str | Path, source: str | Path | None = None,
 
 def sample_document(
     sample: dict, paragraphs: Callable[[str, str, str], list[str]] | None = None
-) -> str | Iterator[str]:
-    """The document of a sample: its `context` string, or a lazy stream of text blocks.
+) -> str | Path | Iterator[str]:
+    """The document of a sample: its `context` string, its `document` file, or a lazy stream of text blocks.
 
     A lazy sample's blocks are "Document i:\\n{paragraph}" joined by blank lines, exactly the
     text an eager sample of the same documents holds (concatenate the blocks to get it).
@@ -114,6 +134,8 @@ def sample_document(
     """
     if "context" in sample:
         return sample["context"]
+    if "document" in sample:  # a file (absolute since check_sample): text, PDF, HTML or EPUB
+        return Path(sample["document"])
     lazy = sample.get("lazy")
     if not isinstance(lazy, dict) or lazy.get("kind") != "paragraphs":
         raise DataError(f"sample {sample.get('id')!r} has no context and no lazy paragraph list")

@@ -4,8 +4,9 @@ The file holds its CSS and JS inline (the page's `style.css` and `timeline.js`) 
 `<script type="application/json">` block, `<`, `>` and `&` written as \\u escapes so no text of the document or
 the model can close the block; the JS renders every text with textContent. A Content-Security-Policy keeps
 the file from loading anything. Per document: one row per chunk (token offset, the memory after it, the
-words added and removed, a cut flag, the chunk's text when the trace holds it), the final answer and its
-evidence steps (`memagent.timeline.evidence_steps`).
+words added and removed, a cut flag, the chunk's text when the trace holds it, the page, chapter or heading it
+came from for a PDF, HTML or EPUB document), the final answer and its evidence steps
+(`memagent.timeline.evidence_steps`): "memory came from: page 214" where the records carry their `source`.
 
 The CSS and JS are the service page's own files (`memagent/serve/static/`), read from there: the report and
 the page show a timeline with the same code and look, from one copy.
@@ -20,7 +21,7 @@ from typing import Any
 from memagent.errors import InputError
 from memagent.io import atomic_write_text, check_output_file
 from memagent.jsonl import iter_jsonl
-from memagent.timeline.rows import evidence_steps, group_by_doc, is_memory, other_calls, timeline_rows
+from memagent.timeline.rows import evidence_sources, evidence_steps, group_by_doc, is_memory, other_calls, timeline_rows
 
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
         "base-uri 'none'; form-action 'none'")
@@ -66,7 +67,8 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def report_data(records: list[dict[str, Any]], doc: str | None = None) -> dict[str, Any]:
-    """{docs: [{doc_id, rows, calls, final, evidence}]} for every document of the trace (or only `doc`); `calls`:
+    """{docs: [{doc_id, rows, calls, final, evidence, sources}]} for every document of the trace (or only `doc`);
+    `sources`: the pages, chapters or headings of the evidence chunks (`evidence_sources`; empty for text); `calls`:
     the calls of kinds other than memory and final (a workflow's own, e.g. "query"), each {kind, step, text}."""
     groups = group_by_doc(records)
     if doc is not None:
@@ -83,7 +85,7 @@ def report_data(records: list[dict[str, Any]], doc: str | None = None) -> dict[s
             final = dict(answer=f.get("answer"), raw_answer=f.get("raw_answer"), step=f.get("step"))
         calls = [dict(kind=str(r["kind"]), step=r.get("step"), text=_call_text(r)) for r in other_calls(recs)]
         docs.append(dict(doc_id=doc_id, rows=timeline_rows(recs), calls=calls, final=final,
-                         evidence=evidence_steps(recs)))
+                         evidence=evidence_steps(recs), sources=evidence_sources(recs)))
     return dict(docs=docs)
 
 

@@ -11,6 +11,8 @@ Pure functions over trace records (see `memagent.agent.trace`): the service (`me
   memory carries the step that wrote it; an unchanged word keeps its step, an inserted or replaced word
   takes the current one. The steps carried by the final memory's words are the evidence: the chunks the
   memory that answered was written from.
+- `evidence_sources(records)`: the pages, chapters or headings of those chunks ("page 214"), for documents
+  read from a PDF, HTML or EPUB file (memory records with `source`).
 - `group_by_doc(records)`: records split by `doc_id`, in first-seen order.
 """
 from __future__ import annotations
@@ -88,7 +90,8 @@ def memory_records(records: list[Record]) -> list[Record]:
 
 def timeline_rows(records: list[Record], empty_memory: str = "") -> list[Record]:
     """One row per memory record of ONE document, in step order:
-    {step, chunk_start, chunk_tokens, memory, previous_memory, added, removed, changed, truncated, chunk_text}.
+    {step, chunk_start, chunk_tokens, memory, previous_memory, added, removed, changed, truncated, chunk_text,
+    source}; source: the page, heading or chapter the chunk came from (a PDF, HTML or EPUB document), else None.
     The first row's previous memory is `empty_memory` (the trace does not carry the empty-memory text)."""
     rows, previous = [], empty_memory
     for r in memory_records(records):
@@ -97,9 +100,25 @@ def timeline_rows(records: list[Record], empty_memory: str = "") -> list[Record]
         rows.append(dict(step=int(r["step"]), chunk_start=r.get("chunk_start"), chunk_tokens=r.get("chunk_tokens"),
                          memory=memory, previous_memory=previous, added=added, removed=removed,
                          changed=previous.split() != memory.split(), truncated=bool(r.get("truncated", False)),
-                         chunk_text=r.get("chunk_text")))
+                         chunk_text=r.get("chunk_text"), source=_source(r)))
         previous = memory
     return rows
+
+
+def _source(r: Record) -> str | None:
+    return str(r["source"]) if r.get("source") is not None else None
+
+
+def evidence_sources(records: list[Record], empty_memory: str = "") -> list[str]:
+    """The places (pages, chapters, headings) of the evidence steps' chunks, in step order, each once: what
+    "memory came from: page 214" lists. Empty for a plain text document (its records carry no `source`)."""
+    by_step = {int(r["step"]): _source(r) for r in memory_records(records)}
+    places: list[str] = []
+    for step in evidence_steps(records, empty_memory):
+        place = by_step.get(step)
+        if place is not None and place not in places:
+            places.append(place)
+    return places
 
 
 def word_sources(records: list[Record], empty_memory: str = "") -> list[tuple[str, int | None]]:

@@ -1,4 +1,5 @@
-/* The memory timeline: one row per chunk read (token offset, memory after it, what changed, cut flag),
+/* The memory timeline: one row per chunk read (token offset and, for a PDF, HTML or EPUB document, the page,
+   chapter or heading it came from; memory after it, what changed, cut flag),
    a click opens the chunk's text (the record's own, or fetched on demand through `options.loadChunk`),
    the final answer with its evidence rows marked.
    Shared by the page at / and by `memagent report` (inlined there). Model and document text is only
@@ -54,7 +55,8 @@
       added: segs.filter(function (s) { return s.op === "add"; }).map(function (s) { return s.text; }),
       removed: segs.filter(function (s) { return s.op === "del"; }).map(function (s) { return s.text; }),
       changed: segs.some(function (s) { return s.op !== "same"; }),
-      truncated: !!record.truncated, chunk_text: record.chunk_text == null ? null : String(record.chunk_text)
+      truncated: !!record.truncated, chunk_text: record.chunk_text == null ? null : String(record.chunk_text),
+      source: record.source == null ? null : String(record.source)
     };
   }
 
@@ -68,7 +70,14 @@
   function offsetLabel(row) {
     if (row.chunk_start == null) return "";
     var end = row.chunk_tokens == null ? "" : "\u2013" + (row.chunk_start + row.chunk_tokens);
-    return "tokens " + row.chunk_start + end;
+    return "tokens " + row.chunk_start + end + (row.source ? " \u00b7 " + row.source : "");
+  }
+
+  /* Where a row's chunk came from, for a person: its page, chapter or heading (a PDF, HTML or EPUB document),
+     with the chunk's number; a plain text chunk is its number alone. */
+  function placeLabel(row, step) {
+    var chunk = "chunk " + (step + 1);
+    return row && row.source ? row.source + " (" + chunk + ")" : chunk;
   }
 
   /* One document's (or question's) timeline inside `container`. `options.loadChunk(row)`: a Promise of the
@@ -190,8 +199,10 @@
     }
     var ev = el("p", "evidence-list");
     ev.appendChild(el("span", null, this.evidence.length ? "Memory came from: " : "No chunk's words survive in the final memory."));
+    var rowOf = {};
+    this.rows.forEach(function (row) { rowOf[row.step] = row; });
     this.evidence.forEach(function (step) {
-      var link = el("button", "evidence-link", "chunk " + (step + 1));
+      var link = el("button", "evidence-link", placeLabel(rowOf[step], step));
       link.type = "button";
       link.addEventListener("click", function () {
         var item = self.items[step];

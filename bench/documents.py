@@ -1,0 +1,115 @@
+"""Benchmark: RAM stays flat in the number of pages (issue 37). Peak RSS of reading a 2,000-page PDF against a
+20-page one, each in a fresh subprocess; target: the ratio at most 1.10.
+
+Two measurements per PDF, each its own process (peak RSS: the process's VmHWM, see `peak_rss_mb`):
+- `pipeline`: what `memagent ask --document FILE.pdf` does before the model: `check_document`, then every chunk of
+  `iter_chunks` (C = 512 tokens of the project's tiny tokenizer) consumed, none kept; the headline.
+- `reader`: pypdf's pages alone (`document_segments`), no tokenizer in the process: the smallest base, so the
+  reader's own growth shows (MB per 1,000 pages).
+The PDFs are written with fpdf2 (45 lines of 12 words a page, every page different), into bench/results/tmp.
+Run: .venv/bin/python bench/documents.py   (about a minute on 2 cores, the PDFs written once)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import ROOT, WORK, table, write_result
+
+LINES, WORDS = 45, 12  # a page of text: about 3,500 characters
+
+
+def make_pdf(path: Path, pages: int) -> Path:
+    """A PDF of `pages` pages of known text ("p{page} l{line} word..."), written once."""
+    if path.exists():
+        return path
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=10)
+    for i in range(pages):
+        pdf.add_page()
+        for j in range(LINES):
+            words = " ".join(f"word{(i * 31 + j * 7 + k) % 997}" for k in range(WORDS))
+            pdf.text(15, 15 + j * 6, f"p{i + 1} l{j} {words}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf.output(str(path))
+    return path
+
+
+def measure(path: Path, mode: str) -> dict:
+    """In this (fresh) process: read `path` as `mode` does; seconds, counts and peak RSS."""
+    t0 = time.perf_counter()
+    if mode == "reader":
+        from memagent.documents import document_segments
+
+        pages = chars = 0
+        for text, _ in document_segments(path, "pdf"):
+            pages, chars = pages + 1, chars + len(text)
+        out = dict(pages=pages, chars=chars)
+    else:
+        from memagent.agent.chunking import iter_chunks
+        from memagent.backends.tiny import build_tokenizer
+        from memagent.documents import check_document
+
+        tok = build_tokenizer()
+        check_document(path)
+        chunks = tokens = 0
+        last = None
+        for c in iter_chunks(path, tok, 512):
+            chunks, tokens, last = chunks + 1, tokens + len(c.token_ids), c.source
+        out = dict(chunks=chunks, tokens=tokens, last_source=last)
+    return dict(out, seconds=round(time.perf_counter() - t0, 2), peak_rss_mb=peak_rss_mb())
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM: its own address space's high-water mark). getrusage's ru_maxrss
+    would not do: Linux carries it across fork and exec, so a child started by a larger parent reports the
+    parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # not Linux: the best there is
+
+
+def in_subprocess(path: Path, mode: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__)), "--measure", str(path), "--mode", mode]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", type=int, default=20)
+    ap.add_argument("--large", type=int, default=2000)
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="pipeline", choices=["pipeline", "reader"])
+    args = ap.parse_args()
+    if args.measure is not None:
+        print(json.dumps(measure(args.measure, args.mode)))
+        return
+    t0 = time.perf_counter()
+    pdfs = {n: make_pdf(WORK / f"documents_{n}_pages.pdf", n) for n in (args.small, args.large)}
+    runs = {mode: {n: in_subprocess(p, mode) for n, p in pdfs.items()} for mode in ("pipeline", "reader")}
+    ratio = {mode: round(r[args.large]["peak_rss_mb"] / r[args.small]["peak_rss_mb"], 3) for mode, r in runs.items()}
+    growth = {mode: round((r[args.large]["peak_rss_mb"] - r[args.small]["peak_rss_mb"])
+                          / (args.large - args.small) * 1000, 2) for mode, r in runs.items()}
+    table([[mode, n, r["seconds"], r["peak_rss_mb"]] for mode, rs in runs.items() for n, r in rs.items()],
+          ["measure", "pages", "seconds", "peak RSS MB"])
+    print(f"peak RSS ratio {args.large} / {args.small} pages: pipeline {ratio['pipeline']}, reader {ratio['reader']}")
+    write_result("documents", dict(
+        config=dict(small_pages=args.small, large_pages=args.large, chunk_tokens=512, lines_per_page=LINES,
+                    pdf_bytes={n: p.stat().st_size for n, p in pdfs.items()}),
+        runs=runs, growth_mb_per_1000_pages=growth, seconds_total=round(time.perf_counter() - t0, 1),
+        headline=dict(documents_rss_ratio=ratio["pipeline"], documents_reader_rss_ratio=ratio["reader"]),
+        targets=dict(documents_rss_ratio="<= 1.10", documents_reader_rss_ratio="<= 1.10"),
+    ))
+
+
+if __name__ == "__main__":
+    main()
