@@ -96,7 +96,7 @@ def test_a_killed_runs_index_folder_is_removed_by_the_next_run(tmp_path, monkeyp
         no_lock = tmp / f"{TEMP_PREFIX}old"  # an older memagent's folder (no owner lock): never touched
         no_lock.mkdir()
         (no_lock / "chunks.sqlite").write_bytes(b"x")
-        assert dead_folder.is_dir() and (dead_folder / OWNER_NAME).is_file() and (dead_folder / "chunks.sqlite").is_file()
+        assert (dead_folder / OWNER_NAME).is_file() and (dead_folder / "chunks.sqlite").is_file()
 
         monkeypatch.setattr(tempfile, "tempdir", str(tmp))
         monkeypatch.setattr(index_mod, "_swept", [])  # a new process: its first temp index sweeps

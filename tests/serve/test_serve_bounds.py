@@ -1,6 +1,6 @@
-"""Issue 37, classes 5 and 6. Class 5: `memagent serve` reads request JSON with the CLI's bounds (`memagent.bounded`): a body
-nested too deep, an integer of 5,000 digits and a lone surrogate in a question or the document were HTTP 500;
-now each is a 400 naming what is wrong, nothing is stored, and the server goes on. Class 6: a host name that
+"""Issue 37, classes 5 and 6. Class 5: `memagent serve` reads request JSON with the CLI's bounds
+(`memagent.bounded`): a body nested too deep, an integer of 5,000 digits and a lone surrogate in a question
+or the document were HTTP 500; now each is a 400 naming what is wrong, nothing is stored, and the server goes on. Class 6: a host name that
 does not resolve or a port in use exited 3 with uvicorn's own log line (after loading the model); now one
 `error:` line and exit 2, before the state folder is made or the model loaded."""
 from __future__ import annotations

@@ -147,7 +147,8 @@ class ChunkIndex:
         end = chunk.start_token + len(chunk.token_ids)
         ids = array("q", chunk.token_ids).tobytes()
         with self._writing():
-            con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", (chunk.index, chunk.start_token, end, chunk.text, ids))
+            con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)",
+                        (chunk.index, chunk.start_token, end, chunk.text, ids))
             con.execute("INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)", (chunk.index, chunk.text))
         self.count += 1
 
@@ -233,7 +234,8 @@ class ChunkIndex:
             yield
         except sqlite3.Error as exc:
             self._discard()
-            full = "full" in str(exc).lower() or getattr(exc, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_FULL", 13)
+            code = getattr(exc, "sqlite_errorcode", None)  # SQLITE_FULL is 13
+            full = code == getattr(sqlite3, "SQLITE_FULL", 13) or "full" in str(exc).lower()
             what = "no space left on the device" if full else f"the write failed ({exc})"
             raise ChunkIndexError(f"cannot write the chunk index in {self.folder}: {what}; free some space, or "
                                   "give the workflow an index_dir on a disk with room (the index takes about "

@@ -2,8 +2,9 @@
 
 A JSON body is read with the CLI's bounds (`memagent.bounded.loads_json`: at most 64 levels of nesting,
 integers of at most 4,300 digits, valid UTF-8 text without lone surrogates): a body past them is a 400 naming
-the field, not a 500 from the route that walks or prints it. A body is refused with 413 as soon as its declared Content-Length is over the limit, before a byte of it is
-read; one without a length is counted as it comes. A client that goes away mid-body is a 400 (nobody reads
+the field, not a 500 from the route that walks or prints it. A body is refused with 413 as soon as its
+declared Content-Length is over the limit, before a byte of it is read; one without a length is counted as it
+comes. A client that goes away mid-body is a 400 (nobody reads
 it), not an internal error. A multipart body counts only when its first part and the whole form end.
 """
 from __future__ import annotations

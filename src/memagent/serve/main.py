@@ -228,8 +228,8 @@ def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, pr
         app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state)
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
-            server = uvicorn.Server(uvicorn.Config(app, host=o.host, port=o.port, log_level="warning", access_log=False,
-                                                   timeout_graceful_shutdown=5))  # open event streams must not hold a stop
+            server = uvicorn.Server(uvicorn.Config(  # a grace of 5 s: open event streams must not hold a stop
+                app, host=o.host, port=o.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5))
             server.run(sockets=sockets)
         finally:
             manager.shutdown()
