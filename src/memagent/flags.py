@@ -67,32 +67,34 @@ def check_flag(name: str, value: Any, meta: Any, integer: bool) -> None:
         meta["check"](value, name)
 
 
-def _check_field(f: dataclasses.Field, value: Any, hint: Any) -> None:
-    """`check_flag` of one flag field's `value`, named by its flag; `hint`: the field's type (int, Optional[int]
-    and list[int] are checked as integers, a list item by item)."""
+def _check_field(f: dataclasses.Field, value: Any, hint: Any, by_key: bool = False) -> None:
+    """`check_flag` of one flag field's `value`, named by its flag (`by_key`: by its parameter name, as a
+    harness's model arguments are given); `hint`: the field's type (int, Optional[int] and list[int] are checked
+    as integers, a list item by item)."""
     kind = optional_inner(hint)
-    check_flag(flag_decls(f)[0].split("/")[0], value, f.metadata, kind is int or typing.get_args(kind) == (int,))
+    name = flag_key(f) if by_key else flag_decls(f)[0].split("/")[0]
+    check_flag(name, value, f.metadata, kind is int or typing.get_args(kind) == (int,))
 
 
-def check_options(options: Any) -> None:
+def check_options(options: Any, by_key: bool = False) -> None:
     """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
-    rule declared beside it, named by its flag."""
+    rule declared beside it, named by its flag (`by_key`: by its parameter name, e.g. `chunk_tokens`)."""
     hints = hints_of(type(options))
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
         if "flag" in f.metadata:
-            _check_field(f, value, hints[f.name])
+            _check_field(f, value, hints[f.name], by_key)
         elif dataclasses.is_dataclass(value):
-            check_options(value)
+            check_options(value, by_key)
 
 
-def check_as(cls: type, **values: Any) -> None:
+def check_as(cls: type, by_key: bool = False, **values: Any) -> None:
     """Check `values` ({field name: value}) by the rules of the same-named flag fields of the options type
     `cls`, e.g. a harness's model arguments by `memagent ask`'s options (the same rules, declared once)."""
     hints = hints_of(cls)
     for f in dataclasses.fields(cls):
         if f.name in values and "flag" in f.metadata:
-            _check_field(f, values[f.name], hints[f.name])
+            _check_field(f, values[f.name], hints[f.name], by_key)
 
 
 def check_device(device: str, flag: str = "--device") -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -281,6 +282,28 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
     with atomic_write(path) as fh:
         fh.write(text)
     return Path(path)
+
+
+@contextmanager
+def staged_dir(out: PathLike) -> Iterator[Path]:
+    """A temp folder beside `out` to write a whole folder (a model) into; on success its files move into `out`
+    (one rename of the folder when `out` does not exist, else one rename per file), on failure (a full disk,
+    an error, Ctrl-C) it is removed, so an interrupted write never leaves a half-written folder at `out`."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        if not out.exists():
+            os.chmod(tmp, 0o777 & ~current_umask())
+            os.replace(tmp, out)
+            return
+        for f in tmp.iterdir():
+            os.replace(f, out / f.name)
+        tmp.rmdir()
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def current_umask() -> int:

@@ -12,6 +12,7 @@ written beside it (no `/dev/.null.lock`), and writes to a sink cannot interleave
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -73,3 +74,77 @@ def lock_path_for(path: str | Path) -> Path:
     """The lock file of one output file: `.NAME.lock` beside it (checked against the inputs as a side file)."""
     path = Path(path)
     return path.with_name(f".{path.name}.lock")
+
+
+# -- temporary folders of a live process ----------------------------------------------------------------------
+OWNER_NAME = ".memagent-owner.lock"
+
+
+class OwnerLock:
+    """An exclusive OS lock (`flock`) on `FOLDER/.memagent-owner.lock`, held while the process that made a
+    temporary folder is alive: the OS drops it when the process dies, even by kill -9, so a later run can tell
+    a dead run's leftover folder (lock free) from a live one's (lock held; `sweep_dead`). The file is locked
+    under another name first and then renamed into place, so no sweeper ever sees it unlocked. Without
+    `fcntl` (Windows) there is no lock, and a folder is never taken as dead."""
+
+    def __init__(self, folder: Path) -> None:
+        self.fd: int | None = None
+        self.path = folder / OWNER_NAME
+        try:
+            import fcntl  # lazy: POSIX only
+        except ImportError:  # pragma: no cover - Windows
+            return
+        staging = folder / f"{OWNER_NAME}.{os.getpid()}"
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(staging, self.path)
+        except OSError:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def release(self, keep_folder: bool = False) -> None:
+        """Drop the lock: the folder is removed, or (`keep_folder`) kept on purpose, and then its lock file is
+        deleted first, so that no later sweep takes the folder as a dead run's."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            if keep_folder:
+                self.path.unlink(missing_ok=True)
+            os.close(fd)
+
+
+def sweep_dead(parent: Path, prefix: str) -> list[Path]:
+    """Remove the folders `parent/PREFIX*` left by processes that died (their `OwnerLock` file is there and
+    no process holds it); the folders removed. Left alone: a folder whose owner lives, one with no lock file
+    (made by an older memagent, or kept with keep=True), one owned by another user, a symlink."""
+    try:
+        import fcntl  # lazy: POSIX only
+    except ImportError:  # pragma: no cover - Windows
+        return []
+    import shutil
+
+    removed = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return []
+    for folder in candidates:
+        try:
+            st = folder.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            fd = os.open(folder / OWNER_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: its owner died
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    return removed

@@ -134,4 +134,7 @@ def shape_from_config(cfg: dict[str, Any], where: str, name: str | None = None) 
     if shape.head_dim is None and shape.heads > shape.hidden:
         raise ShapeError(f"{where}: {shape.heads} attention heads over a hidden size of {shape.hidden} leave no "
                          "width per head; fix the config or give head_dim")
+    if shape.head_dim is None and shape.hidden % shape.heads:  # hidden // heads would drop the remainder silently
+        raise ShapeError(f"{where}: num_attention_heads ({shape.heads}) must divide hidden_size ({shape.hidden}), "
+                         f"each head {shape.hidden / shape.heads:g} wide otherwise; fix the config or give head_dim")
     return shape

@@ -260,3 +260,91 @@ def test_a_base_url_that_does_not_parse_is_one_clear_error(url, words, tiny_toke
     monkeypatch.setenv("OPENAI_BASE_URL", url)  # the same through the environment
     with pytest.raises(BackendError):
         OpenAIBackend("tiny", None, tiny_tokenizer, check_server=False)
+
+
+# -- issue 37, class 7: the key, encoded ------------------------------------------------------------------------
+def encoded_leaks(text: str) -> list[str]:
+    """The pieces of the key in `text` once every run that may be an encoding is decoded: base64 (both
+    alphabets, read from each of its first 4 characters, so at every offset), hex, percent-encoding."""
+    import base64
+    import binascii
+    from urllib.parse import unquote
+
+    found = set(leaks(text)) | set(leaks(unquote(text)))
+    for run in re.findall(r"[A-Za-z0-9+/_-]{8,}", text):
+        for start in range(4):
+            piece = run[start:].translate(str.maketrans("-_", "+/"))
+            piece = piece[: len(piece) - len(piece) % 4]
+            try:
+                found |= set(leaks(base64.b64decode(piece).decode("latin-1")))
+            except (binascii.Error, ValueError):
+                pass
+    for run in re.findall(r"[0-9a-fA-F]{8,}", text):
+        for start in range(2):
+            piece = run[start:]
+            found |= set(leaks(bytes.fromhex(piece[: len(piece) - len(piece) % 2]).decode("latin-1")))
+    return sorted(found)
+
+
+def _b64(auth: str) -> str:
+    import base64
+
+    return base64.b64encode(auth.encode()).decode()
+
+
+def _b64url(auth: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(auth.encode()).decode().rstrip("=")
+
+
+def _every_byte(auth: str) -> str:
+    return "".join(f"%{b:02X}" for b in auth.encode())
+
+
+@pytest.mark.parametrize("echo", [
+    lambda auth: "you sent " + _b64(auth),  # base64 of `Bearer KEY`
+    lambda auth: "you sent " + _b64(auth.split(" ")[1]),  # base64 of the key alone
+    lambda auth: "headers: " + _b64("Authorization: " + auth + "\r\nHost: x"),  # the key at another offset
+    lambda auth: "you sent " + _b64url("x" + auth),  # URL-safe alphabet, unpadded, offset 1
+    lambda auth: "you sent " + _b64url("xy" + auth.split(" ")[1]),  # offset 2
+    lambda auth: "you sent " + auth.encode().hex(),
+    lambda auth: "you sent " + auth.encode().hex().upper(),
+    lambda auth: "you sent " + auth.split(" ")[1].encode().hex(),
+    lambda auth: "you sent " + __import__("urllib.parse").parse.quote(auth),
+    lambda auth: "you sent " + __import__("urllib.parse").parse.quote_plus(auth),
+    lambda auth: "you sent " + _every_byte(auth),
+    lambda auth: "you sent " + _every_byte(auth).lower()[:60] + "...",  # cut by the server
+    lambda auth: "you sent " + _b64(auth)[:30] + "...",  # cut by the server, inside the key
+    lambda auth: "x" * 250 + " you sent " + _b64(auth),  # cut by the 300-character limit, inside the key
+], ids=["b64-header", "b64-key", "b64-offset", "b64url-1", "b64url-2", "hex", "HEX", "hex-key", "quote",
+        "quote-plus", "all-%XX", "all-%xx-cut", "b64-cut", "b64-limit-cut"])
+def test_an_encoded_echo_shows_no_piece_of_the_key(echo, tiny_tokenizer):
+    assert encoded_leaks(echo(f"Bearer {KEY}"))  # the oracle sees the key in the echo itself
+    with Hostile("401", echo=echo).start() as s:
+        err = generate_error(s, tiny_tokenizer)
+    assert "HTTP 401" in str(err) and not encoded_leaks(str(err)), str(err)
+
+
+def test_the_cli_error_line_shows_no_encoded_key(tiny_model_dir, tmp_path, capsys):
+    from memagent.cli import run
+
+    doc = tmp_path / "d.txt"
+    doc.write_text("a short document " * 5)
+    with Hostile("401", echo=lambda auth: "got " + _b64(auth) + " and " + auth.encode().hex()).start() as s:
+        code = run(["ask", "--backend", "openai", "--base-url", s.url, "--model", "tiny", "--tokenizer",
+                    str(tiny_model_dir), "--document", str(doc), "--question", "q", "--no-progress",
+                    "--max-retries", "0"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("error:") == 1 and "HTTP 401" in err, err
+    assert not encoded_leaks(out + err), err
+
+
+def test_encodings_of_other_text_are_left_alone():
+    import base64
+
+    from memagent.backends.redact import redact
+
+    other = "Bearer sk-another-key-entirely-123"
+    text = f"id {base64.b64encode(other.encode()).decode()} hash {other.encode().hex()} url a%20b%2Fc"
+    assert redact(text, KEY, bearer=False) == text

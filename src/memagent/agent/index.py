@@ -12,7 +12,10 @@ and quotes mean nothing), ORs them, and keeps at most `MAX_TERMS` distinct words
 Values are always bound as SQL parameters, never formatted into SQL text.
 
 The index lives in a temporary folder, or in a given folder (e.g. the run's), and is removed on close
-unless `keep=True`.
+unless `keep=True`. A temporary folder holds its process's owner lock (`memagent.lock.OwnerLock`), so the
+folders of a run killed mid-index (kill -9, out of memory) are removed by the next run that makes one
+(`memagent.lock.sweep_dead`). A write that fails (a full disk) is a `ChunkIndexError` naming the folder,
+and the partial file is removed.
 """
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ import shutil
 import sqlite3
 import tempfile
 from array import array
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from memagent.agent.chunking import Chunk
 from memagent.errors import MemAgentError
+from memagent.lock import OwnerLock, sweep_dead
 
+TEMP_PREFIX = "memagent-index-"
 MAX_TERMS = 64  # distinct query words searched; a longer query keeps its first 64 (bounds the MATCH cost)
 MAX_TERM_CHARS = 64  # a longer "word" (a run of 10 KB of letters) is cut: no real word is that long
 _WORD = re.compile(r"\w+")
@@ -108,23 +114,32 @@ class ChunkIndex:
         check_fts5()
         self.keep = keep
         self._own_folder = folder is None
+        self._owner: OwnerLock | None = None
+        self._con: sqlite3.Connection | None = None
+        self.count = 0  # chunks added
         try:
-            self.folder = Path(tempfile.mkdtemp(prefix="memagent-index-")) if folder is None else Path(folder)
+            if folder is None:
+                _sweep_once()
+                self.folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+                self._owner = OwnerLock(self.folder)
+            else:
+                self.folder = Path(folder)
             self.folder.mkdir(parents=True, exist_ok=True)
             self.path = self.folder / (_SAFE_NAME.sub("_", name)[:120] or "chunks.sqlite")
             self.path.unlink(missing_ok=True)
-            self._con: sqlite3.Connection | None = sqlite3.connect(self.path, isolation_level=None)
+            self._con = sqlite3.connect(self.path, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
+            self._discard()
             raise ChunkIndexError(f"cannot make the chunk index in {folder or 'a temporary folder'} ({exc}); "
-                              "give a folder that can be written") from None
-        con = self._con
-        con.execute("PRAGMA journal_mode=OFF")  # a scratch file: no rollback journal, no fsync
-        con.execute("PRAGMA synchronous=OFF")
-        con.execute("PRAGMA cache_size=-2048")  # page cache at most 2 MiB, whatever the document's length
-        for statement in _SCHEMA:
-            con.execute(statement)
-        con.execute("BEGIN")
-        self.count = 0  # chunks added
+                                  "give a folder that can be written") from None
+        with self._writing():
+            con = self._con
+            con.execute("PRAGMA journal_mode=OFF")  # a scratch file: no rollback journal, no fsync
+            con.execute("PRAGMA synchronous=OFF")
+            con.execute("PRAGMA cache_size=-2048")  # page cache at most 2 MiB, whatever the document's length
+            for statement in _SCHEMA:
+                con.execute(statement)
+            con.execute("BEGIN")
 
     # -- writing --------------------------------------------------------------------------
     def add(self, chunk: Chunk) -> None:
@@ -132,9 +147,10 @@ class ChunkIndex:
         con = self._open()
         end = chunk.start_token + len(chunk.token_ids)
         ids = array("q", chunk.token_ids).tobytes()
-        con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
-                    (chunk.index, chunk.start_token, end, chunk.text, ids, chunk.source))
-        con.execute("INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)", (chunk.index, chunk.text))
+        with self._writing():
+            con.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
+                        (chunk.index, chunk.start_token, end, chunk.text, ids, chunk.source))
+            con.execute("INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)", (chunk.index, chunk.text))
         self.count += 1
 
     def add_all(self, chunks: Iterable[Chunk]) -> int:
@@ -189,16 +205,43 @@ class ChunkIndex:
         """Close the file; remove it (and a temporary folder) unless `keep`. Safe to call twice."""
         if self._con is None:
             return
-        con, self._con = self._con, None
-        if con.in_transaction:
-            con.execute("COMMIT")
-        con.close()
+        if self.keep and self._con.in_transaction:
+            with self._writing():
+                self._con.execute("COMMIT")
         if self.keep:
+            self._con.close()
+            self._con = None
+            if self._owner is not None:
+                self._owner.release(keep_folder=True)  # kept on purpose: no later run's sweep removes it
             return
-        if self._own_folder:
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close without committing and remove the file (and a temporary folder with its owner lock)."""
+        con, self._con = self._con, None
+        if con is not None:
+            con.close()
+        if self._own_folder and getattr(self, "folder", None) is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
-        else:
+        elif getattr(self, "path", None) is not None:
             self.path.unlink(missing_ok=True)
+        if self._owner is not None:
+            self._owner.release()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write to the file: a SQLite error (a full disk: SQLITE_FULL) removes the partial index and
+        becomes a ChunkIndexError naming the folder."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            self._discard()
+            code = getattr(exc, "sqlite_errorcode", None)  # SQLITE_FULL is 13
+            full = code == getattr(sqlite3, "SQLITE_FULL", 13) or "full" in str(exc).lower()
+            what = "no space left on the device" if full else f"the write failed ({exc})"
+            raise ChunkIndexError(f"cannot write the chunk index in {self.folder}: {what}; free some space, or "
+                                  "give the workflow an index_dir on a disk with room (the index takes about "
+                                  "4 times the document's size)") from None
 
     @property
     def closed(self) -> bool:
@@ -220,6 +263,16 @@ class ChunkIndex:
             self.close()
         except Exception:
             pass
+
+
+_swept: list[bool] = []  # the sweep of the temp folder runs once per process
+
+
+def _sweep_once() -> None:
+    """Remove the temp index folders of dead runs (`memagent.lock.sweep_dead`), once per process."""
+    if not _swept:
+        _swept.append(True)
+        sweep_dead(Path(tempfile.gettempdir()), TEMP_PREFIX)
 
 
 def _hit(row: tuple) -> Hit:

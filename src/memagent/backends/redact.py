@@ -4,11 +4,14 @@ need only these). Used by the openai backend (memagent.backends.openai_http) on 
 
     public_url(url)          a URL (or comma-separated URLs) without user:password@ and without a query string
     redact(text, key)        `text` with the API key replaced by *** wherever it appears: any case, spaced or cut
-                             (a run of its first 6+ letters and digits), and every `Bearer` token
+                             (a run of its first 6+ letters and digits), encoded (base64 in both alphabets at
+                             any offset, hex in either case, percent-encoding; so also inside an encoded
+                             `Bearer KEY` header), and every `Bearer` token
     redact_tree(value, key)  a decoded JSON reply with every string redacted
 """
 from __future__ import annotations
 
+import base64
 import functools
 import re
 from typing import Any
@@ -55,6 +58,7 @@ def redact(text: str, key: str | None, bearer: bool = True) -> str:
     at a length limit); and (`bearer`) every `Bearer TOKEN` as `Bearer ***`, whatever the token. Run it
     before any cut of the text. A reply's own text is redacted of the key only (`bearer=False`)."""
     if key:
+        text = _redact_encoded(text, key)
         text = text.replace(key, "***")
         found = _key_pattern(key)
         if found is not None:
@@ -62,6 +66,62 @@ def redact(text: str, key: str | None, bearer: bool = True) -> str:
     if bearer and "bearer" in text.lower():
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
     return text
+
+
+# -- the key encoded: what a hostile server may echo of `Authorization: Bearer KEY` ----------------------------
+_ENCODED_MIN = 8  # a run of 8+ characters of an encoding of the key (a cut echo included) is taken for it
+
+
+@functools.lru_cache(maxsize=8)
+def _encodings(key: str) -> tuple[tuple[str, ...], tuple[str, ...], re.Pattern[str] | None]:
+    """(base64 runs, hex and %XX runs, percent pattern) of `key`. Base64 runs: for each of the 3 offsets the key may
+    start at inside a longer encoded text (e.g. after `Bearer `), the characters that depend on the key's bytes
+    only, in the standard and the URL-safe alphabet. Hex runs: lower case (matched in any case). Percent: each
+    byte as itself or %XX (any case), so `quote(key)` and an all-%XX form alike."""
+    raw = key.encode("utf-8")
+    b64: list[str] = []
+    for offset in range(3):
+        whole = base64.b64encode(b"\0" * offset + raw).decode().rstrip("=")
+        core = whole[(0, 2, 3)[offset]: (8 * (offset + len(raw))) // 6]  # drop chars mixing in unknown bits
+        b64 += [core, core.translate(str.maketrans("+/", "-_"))]
+    percent = None
+    if len(raw) >= _ENCODED_MIN:
+        percent = re.compile("".join(
+            f"(?:{re.escape(chr(b))}|%{b:02x})" if b < 128 else f"%{b:02x}" for b in raw), re.IGNORECASE)
+    every_byte = "".join(f"%{b:02x}" for b in raw)  # all of it %XX: a cut echo of it is a run too
+    return tuple(dict.fromkeys(e for e in b64 if len(e) >= _ENCODED_MIN)), (raw.hex(), every_byte), percent
+
+
+def _redact_encoded(text: str, key: str) -> str:
+    """`text` with every encoding of the key (`_encodings`), or a run of 8+ of its first characters (an echo
+    cut short), replaced by "***"."""
+    b64, hexes, percent = _encodings(key)
+    for run in b64:
+        text = _redact_runs(text, run, ignore_case=False)
+    for run in hexes:
+        text = _redact_runs(text, run, ignore_case=True)
+    if percent is not None and "%" in text:
+        text = percent.sub("***", text)
+    return text
+
+
+def _redact_runs(text: str, run: str, ignore_case: bool) -> str:
+    """Each place where `text` holds `run`'s first _ENCODED_MIN characters, as far as it goes on matching
+    `run`, replaced by "***"."""
+    hay, needle = (text.lower(), run.lower()) if ignore_case else (text, run)
+    head = needle[:_ENCODED_MIN]
+    i = hay.find(head)
+    if i < 0:
+        return text
+    out, last = [], 0
+    while i >= 0:
+        end, j = i + len(head), len(head)
+        while j < len(needle) and end < len(hay) and hay[end] == needle[j]:
+            end, j = end + 1, j + 1
+        out += [text[last:i], "***"]
+        last = end
+        i = hay.find(head, end)
+    return "".join(out) + text[last:]
 
 
 def _redact_fuzzy(text: str, prefix: re.Pattern[str], chars: str) -> str:

@@ -9,16 +9,12 @@ English word list), so the same code always builds the same tokenizer.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from memagent.config import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE
-from memagent.io import current_umask
+from memagent.io import staged_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
@@ -120,27 +116,9 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, tokenizer: Any = None, 
     model = AutoModelForCausalLM.from_config(cfg)
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    with _staging_dir(out) as tmp:
+    with staged_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     return out
 
 
-@contextmanager
-def _staging_dir(out: Path) -> Iterator[Path]:
-    """A temp folder beside `out`; on success its files move into `out` (renames), on failure it is removed,
-    so an interrupted write never leaves a half-written model in `out`."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        yield tmp
-        if not out.exists():
-            os.chmod(tmp, 0o777 & ~current_umask())
-            os.replace(tmp, out)
-            return
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
-        tmp.rmdir()
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

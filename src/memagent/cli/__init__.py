@@ -31,7 +31,7 @@ from memagent.io import os_error_message
 from memagent.scale.options import bare_ray_flag
 from memagent.text import check_argv
 
-__all__ = ["app", "main", "run"]
+__all__ = ["app", "fail", "main", "run", "user_error"]
 
 
 def _quiet_libraries() -> None:
@@ -83,17 +83,13 @@ def run(args: Optional[list[str]] = None) -> int:
     except aborts:
         typer.echo("aborted", err=True)
         return 1
-    except MemAgentError as e:
-        return _fail(str(e))
-    except UnicodeDecodeError as e:
-        return _fail(f"an input is not valid UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8")
     except OSError as e:
         if e.errno == errno.EPIPE:  # the reader of stdout went away (e.g. `| head`)
             return 1
-        message = os_error_message(e)
-        if message is None:
-            return _bug()
-        return _fail(message)
+        message = user_error(e)
+        return _bug() if message is None else _fail(message)
+    except (MemAgentError, UnicodeDecodeError) as e:
+        return _fail(user_error(e) or str(e))
     except KeyboardInterrupt:
         code = 130
     except Exception:  # noqa: BLE001  (the last resort: a bug)
@@ -101,6 +97,27 @@ def run(args: Optional[list[str]] = None) -> int:
     if code == 130:
         typer.echo("interrupted", err=True)
     return code if isinstance(code, int) else 0
+
+
+def user_error(e: BaseException) -> Optional[str]:
+    """The one-line message of a failure the user can fix (what `run` turns into exit code 2): a
+    `MemAgentError`, text that is not UTF-8, an OS error the user can fix; None for anything else (a bug)."""
+    if isinstance(e, MemAgentError):
+        return str(e)
+    if isinstance(e, UnicodeDecodeError):
+        return f"an input is not valid UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8"
+    if isinstance(e, OSError):
+        return os_error_message(e)
+    return None
+
+
+def fail(e: BaseException) -> None:
+    """For entry points memagent does not own (the harnesses' CLIs): a user error `e` becomes one `error:` line
+    on stderr (the API key redacted) and SystemExit(2); anything else is raised again, unchanged."""
+    message = user_error(e)
+    if message is None:
+        raise e
+    raise SystemExit(_fail(message)) from None
 
 
 def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:

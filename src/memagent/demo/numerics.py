@@ -16,9 +16,12 @@ process (the demo command calls it first; `--seeds` children inherit the variabl
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, MutableMapping
+
+log = logging.getLogger(__name__)
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
@@ -54,9 +57,28 @@ def mkl_branch(flags: set[str]) -> str | None:
     return None
 
 
+# the values MKL reads (Intel's documentation of MKL_CBWR): a branch, optionally ",STRICT"; anything else is
+# ignored by MKL without a word, and the numerics are then MKL's own choice, not pinned
+MKL_BRANCHES = ("AUTO", "COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX512",
+                "AVX512_MIC", "AVX512_E1", "AVX512_MIC_E1")
+
+
+def known_branch(value: str) -> bool:
+    """Whether MKL reads `value` as a branch ("AVX2", "avx512,strict"); MKL ignores any other value."""
+    branch, _, strict = value.strip().upper().partition(",")
+    return branch in MKL_BRANCHES and strict in ("", "STRICT")
+
+
 def pin_mkl_branch(environ: MutableMapping[str, str] = os.environ, flags: set[str] | None = None) -> str | None:
-    """Set MKL_CBWR to this processor's widest branch unless the user set it; returns the branch in force."""
+    """Set MKL_CBWR to this processor's widest branch unless the user set it; returns the branch in force. A
+    user's value MKL does not know (`MKL_CBWR=garbage`) is left, with a warning: MKL ignores it silently, so
+    the numerics are not pinned and the table may differ from docs/demo.md."""
     if environ.get("MKL_CBWR"):
+        if not known_branch(environ["MKL_CBWR"]):
+            log.warning("MKL_CBWR=%r is not a branch MKL knows (%s, optionally ',STRICT'): MKL ignores it, so the "
+                        "demo's numerics are not pinned and its table may differ from docs/demo.md; unset it "
+                        "(the demo then pins this processor's branch) or give one of those",
+                        environ["MKL_CBWR"], ", ".join(MKL_BRANCHES))
         return environ["MKL_CBWR"]
     branch = mkl_branch(cpu_flags() if flags is None else flags)
     if branch is not None:

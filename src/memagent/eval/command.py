@@ -16,6 +16,7 @@ from memagent.eval.records import DataFile, fingerprint, latest, load_records, r
 from memagent.eval.report import write_report
 from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
+from memagent.eval.sweep_config import refuse_unknown_methods
 from memagent.eval.workflow_runs import method_fingerprint
 from memagent.config import rule
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
@@ -120,7 +121,9 @@ def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
-    """The sweep's methods: --workflows (when given) then the baselines of --methods, else --methods."""
+    """The sweep's methods: --workflows (when given) then the baselines of --methods, else --methods. Every
+    name of --methods is checked, also those --workflows replaces (`--methods nope` was dropped silently)."""
+    refuse_unknown_methods(o.methods, "--methods")
     if o.workflows is None:
         return list(o.methods)
     return list(dict.fromkeys([*o.workflows, *(m for m in o.methods if m in BASELINES)]))

@@ -15,9 +15,18 @@ from memagent.eval.baselines import BASELINE_TEMPLATE, EvalError
 from memagent.eval.scoring import ScoreOptions
 from memagent.eval.workflow_runs import BASELINES, check_methods
 
-__all__ = ["BASELINES", "METHODS", "SweepConfig"]
+__all__ = ["BASELINES", "METHODS", "SweepConfig", "refuse_unknown_methods"]
 
 METHODS = ("memagent", "full-context", "rag-bm25")  # the default; any workflow name is a method too
+
+
+def refuse_unknown_methods(methods: Sequence[str], flag: str = "") -> None:
+    """EvalError for an empty list or a name that is neither a baseline nor a known workflow (`flag`: the option
+    that named them, e.g. `--methods`, said first in the message)."""
+    unknown = check_methods(methods)
+    if unknown or not methods:
+        raise EvalError(f"{flag + ': ' if flag else ''}unknown method(s) {unknown}; choose from the baselines "
+                        f"{', '.join(BASELINES)} or the workflows {', '.join(workflow_names())}")
 
 
 @dataclass
@@ -37,10 +46,7 @@ class SweepConfig:
     #   (in that workflow's record fingerprint: memagent.eval.workflow_runs.method_fingerprint)
 
     def __post_init__(self) -> None:
-        unknown = check_methods(self.methods)
-        if unknown or not self.methods:
-            raise EvalError(f"unknown method(s) {unknown}; choose from the baselines {', '.join(BASELINES)} or the "
-                            f"workflows {', '.join(workflow_names())}")
+        refuse_unknown_methods(self.methods)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
         for name in ("limit", "window", "passage_tokens"):

@@ -9,6 +9,7 @@ model output's metadata, where Inspect's log viewer shows it.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from typing import Any
 
@@ -20,6 +21,7 @@ from inspect_ai.model import ChatMessage, GenerateConfig, ModelAPI, ModelOutput,
 from inspect_ai.tool import ToolChoice, ToolInfo  # noqa: E402
 
 from memagent.agent.split_prompt import SplitRule  # noqa: E402
+from memagent.cli import fail  # noqa: E402
 from memagent.harness.runner import Harness, reply_text  # noqa: E402
 
 
@@ -29,7 +31,12 @@ class MemAgentAPI(ModelAPI):
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
-        self.harness = Harness(model_name, **model_args)
+        try:
+            self.harness = Harness(model_name, **model_args)
+        except Exception as e:  # noqa: BLE001
+            if "inspect_ai._cli.main" not in sys.modules:  # Inspect's Python API: the caller handles it
+                raise
+            fail(e)  # `inspect eval ... -M bad=1`: one `error:` line, exit 2, as `memagent` itself
         self._lock = threading.Lock()
 
     def max_connections(self) -> int:

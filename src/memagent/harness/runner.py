@@ -33,6 +33,19 @@ _WORKFLOW = ("workflow", "profile", "prompt_split", "batch_docs", "errors")
 ARGS = tuple(_BACKEND) + _BUDGETS + _SAMPLING + _WORKFLOW
 
 
+_TEXT = ("backend", "base_url", "tokenizer", "device", "dtype", "workflow", "profile", "prompt_split", "errors")
+
+
+def _text(key: str, value: Any) -> str:
+    """A text model argument as text: lm-eval and Inspect read `device=0` as the number 0, `dtype=true` as
+    True; a number is taken back as the text it was, anything else refused."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(f"model argument {key} must be text, got {value!r}")
+
+
 @dataclass
 class Outcome:
     """One prompt's reply: `text` (the extracted answer, else the raw final reply stripped, as the service
@@ -54,17 +67,18 @@ class Harness:
         unknown = sorted(set(args) - set(ARGS))
         if unknown:
             raise InputError(f"unknown memagent model argument(s) {', '.join(unknown)}; known: {', '.join(ARGS)}")
-        backend = BackendOptions(**{_BACKEND[k]: args[k] for k in _BACKEND if args.get(k) is not None})
+        args = {k: _text(k, v) if k in _TEXT else v for k, v in args.items() if v is not None}
+        backend = BackendOptions(**{_BACKEND[k]: args[k] for k in _BACKEND if k in args})
         budgets = BudgetOptions(**{k: args.get(k) for k in _BUDGETS})
         sampling = SamplingOptions(**{k: args.get(k) for k in _SAMPLING})
-        self.batch_docs = int(args.get("batch_docs") or 16)
-        self.errors = str(args.get("errors") or "strict")
-        self.workflow = str(args.get("workflow") or "memagent")  # a reading workflow by name (memagent.agent.registry)
+        self.batch_docs = args.get("batch_docs", AskOptions.batch_docs)  # 0 or 'abc' refused below, not replaced
+        self.errors = args.get("errors", AskOptions.errors)
+        self.workflow = args.get("workflow", "memagent")  # a reading workflow by name (memagent.agent.registry)
+        for options in (backend, budgets, sampling):  # every value named as given: `chunk_tokens`, not a flag
+            check_options(options, by_key=True)
+        check_as(AskOptions, by_key=True, batch_docs=self.batch_docs, errors=self.errors)  # `memagent ask`'s rules
         get_workflow(self.workflow)  # an unknown name lists the valid ones, before the model loads
-        for options in (backend, budgets, sampling):
-            check_options(options)
-        check_as(AskOptions, batch_docs=self.batch_docs, errors=self.errors)  # `memagent ask`'s rules
-        self.rule: SplitRule = parse_rule(args.get("prompt_split") or "auto")
+        self.rule: SplitRule = parse_rule(args.get("prompt_split", "auto"))
         profile = model_profile(model, args.get("profile"), budgets, sampling)
         self.config = profile.agent_config(max_batch_docs=self.batch_docs)
         self.backend = open_backend(model, backend, profile)

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
 from memagent.config import ConfigError
+from memagent.io import os_error_message, staged_dir
 from memagent.rl.distributed import unwrap
 from memagent.rl.config import LoraConfig
 
@@ -188,13 +191,21 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
         if "lm_head" in _json(adapter_dir / ADAPTER_CONFIG).get("target_modules", []):
             _untie_head(model)
         peft_model = _peft().PeftModel.from_pretrained(model, str(adapter_dir))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}") from None
+    except (OSError, ValueError, SafetensorError) as e:  # a truncated or corrupt weights file: SafetensorError
+        raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}; check that "
+                          "neither file is truncated (copy the checkpoint again)") from None
     tokenizer = _tokenizer_of(adapter_dir, base_path)
     merged = peft_model.merge_and_unload()
-    merged.save_pretrained(out_dir, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out_dir)
+    try:
+        with staged_dir(out_dir) as tmp:  # written aside, then renamed: a failed write leaves no partial model
+            merged.save_pretrained(tmp, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+    except (OSError, SafetensorError) as e:  # safetensors reports a full disk as its own error ("os error 28")
+        full = getattr(e, "errno", None) == errno.ENOSPC or "os error 28" in str(e)
+        why = "no space left on the device" if full else (isinstance(e, OSError) and os_error_message(e)) or str(e)
+        raise ConfigError(f"cannot write the merged model to {out_dir}: {why}; free some space or choose another "
+                          "OUT_DIR (nothing was left there)") from None
     return Path(out_dir)
 
 

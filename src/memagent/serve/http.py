@@ -1,18 +1,28 @@
 """Request helpers: bounded JSON bodies, streamed uploads (raw or multipart), error responses.
 
-A body is refused with 413 as soon as its declared Content-Length is over the limit, before a byte of it is
-read; one without a length is counted as it comes. A client that goes away mid-body is a 400 (nobody reads
+A JSON body is read with the CLI's bounds (`memagent.bounded.loads_json`: at most 64 levels of nesting,
+integers of at most 4,300 digits, valid UTF-8 text without lone surrogates): a body past them is a 400 naming
+the field, not a 500 from the route that walks or prints it. A body is refused with 413 as soon as its
+declared Content-Length is over the limit, before a byte of it is read; one without a length is counted as it
+comes. A client that goes away mid-body is a 400 (nobody reads
 it), not an internal error. A multipart body counts only when its first part and the whole form end.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, AsyncIterator
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
+from memagent.bounded import loads_json
 from memagent.serve.errors import ApiError
+
+
+class BadRequest(ApiError):
+    """A 400 made from a message alone (the error type `memagent.bounded` raises)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
 
 
 def error_response(status: int, message: str, type: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -48,9 +58,12 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if len(buf) > limit:
             raise too_large
     try:
-        data = json.loads(bytes(buf))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = bytes(buf).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ApiError(400, f"the request body is not valid JSON ({e}); send a JSON object") from None
+    # the CLI's bounds (memagent.bounded): nesting, integer digits, lone surrogates (a 400 naming the field)
+    data = loads_json(text, "the request body", BadRequest, max_chars=len(text),
+                      syntax="{where} is not valid JSON ({reason}); send a JSON object")
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(data).__name__}")
     return data

@@ -7,9 +7,11 @@ render, budgets over the model's window.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -165,6 +167,52 @@ def run_serve(o: ServeOptions) -> None:
     config = profile.agent_config()
     import uvicorn  # lazy: uvicorn
 
+    sockets = bind_sockets(o.host, o.port)  # a host that does not resolve, a port in use: refused before the model
+    try:
+        _serve_on(o, sockets, key, profile, config, uvicorn)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address `host` resolves to, on `port` (not yet listening: uvicorn listens once the
+    model is loaded). A name that does not resolve, a port in use or one this user may not bind is one
+    InputError (it was the server library's own log line and exit code 3, after the model had loaded)."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise InputError(f"--host {host!r} does not resolve to an address ({e.strerror}); give an IP address "
+                         "(127.0.0.1, 0.0.0.0, ::1) or a name this machine can look up") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as e:
+        for sock in sockets:
+            sock.close()
+        where = f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            raise InputError(f"--port {port}: the address {where} is already in use (another server?); choose "
+                             "another --port, or stop the program that holds it") from None
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise InputError(f"--port {port}: this user may not bind {where} (ports below 1024 need privileges); "
+                             "choose a port of 1024 or more") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise InputError(f"--host {host}: no network interface of this machine has that address; give one "
+                             "of its addresses (127.0.0.1, 0.0.0.0 for all)") from None
+        raise InputError(f"cannot bind {where} ({e.strerror or e}); choose another --host or --port") from None
+    return sockets
+
+
+def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, profile: Any, config: AgentConfig,
+              uvicorn: Any) -> None:
+    """Load the model and serve on the bound `sockets` until interrupted (run_serve's second half)."""
     with run_lock(o.state_dir, "memagent serve"):
         state = open_state(o)  # before the model loads: a bad database is refused at once
         try:
@@ -180,7 +228,8 @@ def run_serve(o: ServeOptions) -> None:
         app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state)
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
-            uvicorn.run(app, host=o.host, port=o.port, log_level="warning", access_log=False,
-                        timeout_graceful_shutdown=5)  # open event streams must not hold a stop
+            server = uvicorn.Server(uvicorn.Config(  # a grace of 5 s: open event streams must not hold a stop
+                app, host=o.host, port=o.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5))
+            server.run(sockets=sockets)
         finally:
             manager.shutdown()

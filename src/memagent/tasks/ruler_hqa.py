@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from memagent import backends as model_backends
+from memagent.backends.replicas import check_base_url
 from memagent.backends.tokenizer import load_tokenizer
+from memagent.config import ConfigError, check_value
 from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError, write_samples
 from memagent.tasks.closed_book import CLOSED_BOOK_PROMPT, FILTER_RULES, NoContextFilter, closed_book_filter
 from memagent.tasks.corpora import ParagraphCorpus, QAEntry, load_hotpotqa
@@ -166,12 +168,19 @@ class FilterOptions:
         unknown = [r for r in self.rules if r not in FILTER_RULES]
         if unknown or not self.rules:
             raise DataError(f"unknown --filter-rule {unknown}; choose from: {', '.join(FILTER_RULES)}")
-        if self.replies < 1 or self.max_tokens < 1:
-            raise DataError(f"--filter-replies and --filter-max-tokens must be positive, got {self.replies}, "
-                            f"{self.max_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise DataError(f"--filter-temperature must be >= 0 and --filter-top-p in (0, 1], got "
-                            f"{self.temperature}, {self.top_p}")
+        for name, value, limits, integer in (("--filter-replies", self.replies, dict(min=1), True),
+                                             ("--filter-max-tokens", self.max_tokens, dict(min=1), True),
+                                             ("--filter-temperature", self.temperature, dict(min=0), False),
+                                             ("--filter-top-p", self.top_p, dict(above=0, max=1), False)):
+            try:  # the flags' one rule (a NaN or infinite number too): memagent.config.check_value
+                check_value(name, value, limits, integer)
+            except ConfigError as e:
+                raise DataError(str(e)) from None
+        if self.base_urls and self.backend != "openai":
+            raise DataError(f"--filter-base-url is for --filter-backend openai, not {self.backend}; add "
+                            "--filter-backend openai, or leave out --filter-base-url to load the models here")
+        for url in self.base_urls:
+            check_base_url(url)  # a URL that does not parse: refused now, not at the first request
 
     def build(self, seed: int) -> NoContextFilter | None:
         if not self.models:
