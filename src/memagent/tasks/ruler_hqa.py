@@ -138,6 +138,8 @@ def synthesize_ruler_hqa(
                 "source_id": entry.source_id,
                 "gold_docs": plan.gold_positions,
             }
+            if entry.evidence:  # the supporting sentences: the `evidence` step reward (memagent.rewards.step)
+                sample["evidence"] = list(entry.evidence)
             if lazy:
                 if corpus.sha256 is None:
                     raise DataError(f"samples of {length} documents are stored lazily and need a local source file, "
