@@ -418,5 +418,6 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
                "generated_tokens": int(t.tokens), "rollout_s": t.seconds, "tokens_per_s": t.tokens / max(t.seconds, 1e-9)}
     if step_reward is not None:
         metrics.update(steps.metrics(step_reward.name, info))
+    metrics.update(getattr(reward_fn, "metrics", dict)())  # a reward's own counters (the judge's; this rank's)
     return StepRollouts(local.with_advantages(cfg.loss.norm_by_std, cfg.step_mix if step_reward else 1.0,
                                               cfg.step_scale), parts, metrics)
