@@ -137,9 +137,8 @@ def synthesize_ruler_hqa(
                 "tokenizer": tokenizer_name if tokenizer is not None else None,
                 "source_id": entry.source_id,
                 "gold_docs": plan.gold_positions,
+                **({"evidence": list(entry.evidence)} if entry.evidence else {}),  # supporting sentences
             }
-            if entry.evidence:  # the supporting sentences: the `evidence` step reward (memagent.rewards.step)
-                sample["evidence"] = list(entry.evidence)
             if lazy:
                 if corpus.sha256 is None:
                     raise DataError(f"samples of {length} documents are stored lazily and need a local source file, "
