@@ -427,7 +427,11 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
         return cfg
     explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
     kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
-    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs)
+    given = config_data(path, flags)  # the reward names the config file or the overrides set win over the profile's
+    rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
+               if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
+    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,
+                               **rewards)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
