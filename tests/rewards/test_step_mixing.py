@@ -174,3 +174,50 @@ def test_training_with_a_step_reward_logs_it_and_at_mix_one_is_the_paper_exactly
     counts = [rec[f"{key}/unscored_samples"] for rec in one]
     assert set(counts) <= {0.0, 4.0, 8.0} and sum(counts) > 0, counts  # whole questions (G = 4 rollouts each)
     assert mixed[0]["reward"] == one[0]["reward"]  # the first rollouts precede any update
+
+
+def test_step_reward_with_packing_lora_and_exact_resume(tiny_tokenizer, tmp_path):
+    """The mixed advantages are per-row numbers made before the update: packed micro-batches, LoRA adapters and
+    a resumed run take them as they take the outcome advantages (a resumed run's steps equal the uninterrupted)."""
+    from memagent.rl.config import load_config
+    from memagent.rl.trainer import train
+
+    data = [{"id": str(i), "question": f"key {i}?", "document": f"the key {i} has the value {i * 7}. the sky is blue.",
+             "answers": [str(i * 7)], "evidence": [f"key {i} has the value {i * 7}"]} for i in range(8)]
+    common = ["rollout.batch_size=2", "rollout.group_size=4", "update.mini_batch_size=1", "agent.chunk_tokens=8",
+              "agent.memory_tokens=6", "agent.answer_tokens=2", "optim.lr=1e-2", "optim.warmup_steps=0",
+              "progress=false", "total_steps=2", "save_every=1", "reward=sub_em", "step_reward=evidence",
+              "step_mix=0.5", "update.packing=true", "update.micro_batch_tokens=256", "lora.r=4"]
+
+    def run(out, *extra, callback=None):
+        return train(load_config(None, [f"out_dir={out}", *common, *extra]), data, model=tiny_policy(tiny_tokenizer),
+                     tokenizer=tiny_tokenizer, callback=callback)
+
+    full = run(tmp_path / "a")
+    assert all("step_reward/evidence" in r and r["optimizer_steps"] == 2 for r in full.metrics)
+    run(tmp_path / "b", callback=lambda step, m: step < 1)
+    resumed = run(tmp_path / "b", "resume=true")
+    assert [r["step"] for r in resumed.metrics] == [2]
+    assert {k: v for k, v in full.metrics[1].items() if k not in TIMING} == \
+        {k: v for k, v in resumed.metrics[0].items() if k not in TIMING}
+
+
+def test_answer_likelihood_with_the_policy_in_training(tiny_tokenizer, tmp_path):
+    """answer-likelihood asks the rollout policy (the transformers backend, attached each step): the same numbers
+    as the backend's own teacher-forced log-probs, and a run with it logs its mean."""
+    from memagent.backends.hf import TransformersBackend
+    from memagent.config import AgentConfig
+    from memagent.rewards.protocol import Update
+    from memagent.rewards.registry import build_reward
+
+    backend = TransformersBackend(tiny_policy(tiny_tokenizer), tiny_tokenizer)
+    reward = build_reward("answer-likelihood", "step")
+    agent = AgentConfig(final_template="M {memory} Q {question}")
+    reward.attach(backend, agent)
+    [got] = reward.score([Update("q?", ("42",), None, "memory", 0, "none", "the answer is 42")])
+    ans = tiny_tokenizer("42", add_special_tokens=False)["input_ids"]
+    before, after = backend.score(backend.encode_many(["M none Q q?", "M the answer is 42 Q q?"]), [ans, ans])
+    assert got == pytest.approx(sum(after) / len(after) - sum(before) / len(before), abs=1e-6)
+    metrics, _ = two_step_run(tiny_tokenizer, tmp_path / "lik", "step_reward=answer-likelihood")
+    assert all(abs(r["step_reward/answer-likelihood"]) < 50 and r["step_reward/answer-likelihood/scored_rows"] == 1.0
+               for r in metrics)
