@@ -5,7 +5,8 @@ One rollout (sample) of a question is one full run of the workflow (`workflow` i
 memagent.agent.registry): for the paper's `memagent`, K memory updates (one per chunk, in document order)
 and the final answer, i.e. n_i = K + 1 independent conversations; another workflow's conversations of every
 kind (e.g. a lookup query) are rows alike. The
-reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"). A sample's memory calls
+reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"); NOT in the paper, a step reward
+may also score each conversation, its advantage mixed in (memagent.rl.step_rewards, docs/rewards.md). A sample's memory calls
 run in sequence; the calls of different samples at the same step go to the backend in one batch
 (the workflow's own batching).
 
@@ -37,6 +38,7 @@ from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workfl
 from memagent.backends.base import Backend, BackendError
 from memagent.backends.hf import TransformersBackend
 from memagent.config import AgentConfig
+from memagent.rewards.protocol import Reward
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo, all_gather_objects, all_reduce, full_state_dict, is_fsdp, unwrap
@@ -47,7 +49,6 @@ from memagent.rl.samples import QASample
 from memagent.rl.step_rewards import (StepTally, mix_advantages, outcome_rewards, rollout_step_rewards,
                                       step_advantages)
 from memagent.rl.vllm.engine import ServerRollout, VLLMRollout
-from memagent.rewards.protocol import Reward
 from memagent.tasks.metrics import RewardFn
 
 log = logging.getLogger(__name__)
