@@ -107,3 +107,24 @@ def test_cli_unknown_reward_is_one_error_line(run_cli, tmp_path):
     assert not (tmp_path / "run").exists()
     code, _, err = run_cli("demo", "--outcome-only", "--out", tmp_path / "d")
     assert code == 2 and "--outcome-only is a flag of --task two-hop" in err
+
+
+def test_two_hop_demo_trains_memagent_with_the_evidence_reward_and_lookup_without(monkeypatch, tmp_path):
+    import random
+
+    import memagent.rl.trainer as trainer
+    from memagent.demo import two_hop
+    from memagent.tasks.toy import build_toy_tokenizer
+
+    seen = {}
+    monkeypatch.setattr(two_hop, "warm_up", lambda cfg, tok, rows, out: "model")
+    monkeypatch.setattr(trainer, "train", lambda cfg, data, **kw: seen.setdefault(cfg.workflow, (cfg, data)))
+    cfg = two_hop.TwoHopConfig.for_run(True, 0, str(tmp_path))
+    tok = build_toy_tokenizer(cfg.spec, two_hop.EXTRA_WORDS)
+    for wf in ("lookup", "memagent"):
+        two_hop.train_workflow(cfg, wf, tok, random.Random(0), tmp_path)
+    assert (seen["memagent"][0].step_reward, seen["memagent"][0].step_mix) == ("evidence", 0.8)
+    assert seen["lookup"][0].step_reward == ""  # lookup keeps the outcome reward alone
+    assert all(len(q["evidence"]) == 2 for q in seen["memagent"][1])  # every RL question carries its two facts
+    assert two_hop.TwoHopConfig.for_run(True, 0, str(tmp_path), outcome_only=True).step_reward == ""
+    assert two_hop.TwoHopConfig.for_run(False, 0, "x").step_reward == "evidence"
