@@ -1,5 +1,4 @@
 """The judge reward: strict parsing against hostile replies, bounded retries, the cache, a dead server."""
-import socket
 import time
 
 import pytest
@@ -76,12 +75,9 @@ def test_backend_errors_are_retried_within_the_bound():
         JudgeReward()
 
 
-def test_a_dead_server_is_one_clear_error_quickly(tiny_model_dir):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_a_dead_server_is_one_clear_error_quickly(tiny_model_dir, refused_url):
     judge = JudgeReward(backend="openai", model=str(tiny_model_dir), tokenizer=str(tiny_model_dir),
-                        base_url=f"http://127.0.0.1:{port}/v1", request_retries=0, retries=1)
+                        base_url=refused_url, request_retries=0, retries=1)
     t = time.perf_counter()
     with pytest.raises(JudgeError, match="judge") as err:
         judge.score([item("Shakespeare")])
@@ -100,3 +96,17 @@ def test_the_judge_is_a_registered_outcome_reward():
     with pytest.raises(ConfigError, match="step_reward: 'judge' is an outcome reward; valid step rewards"):
         TrainConfig(step_reward="judge")
     assert answer_text("the answer is \\boxed{ 42 }") == "42" and answer_text(None) == ""
+
+
+def test_a_live_openai_compatible_server_grades_through_http(openai_server, tiny_model_dir):
+    """The tiny model behind the loopback server writes no grade: every reply is unparseable after the retries,
+    scored 0 and counted; the requests are greedy and as short as the judge asks."""
+    judge = JudgeReward(backend="openai", model="tiny", tokenizer=str(tiny_model_dir), base_url=openai_server.url,
+                        retries=1)
+    got = judge.score([item("Shakespeare"), item("Marlowe"), item("Shakespeare")])
+    assert got == [0.0, 0.0, 0.0]
+    # two distinct answers, asked twice each (retries=1), both unparseable; the repeated answer cached
+    assert judge.stats == {"calls": 4, "cached": 1, "unparseable": 2, "retried": 2}
+    bodies = openai_server.bodies
+    assert bodies and all(b["max_tokens"] == 8 and b["temperature"] == 0.0 for b in bodies)
+    assert "Grade an answer" in bodies[0]["messages"][0]["content"]
