@@ -122,6 +122,22 @@ def test_a_training_step_with_the_evidence_reward_carries_the_expected_advantage
                           torch.tensor([0.475, 0.4, 0.5, -0.475, -0.4, -0.5]))
     assert torch.equal(batch.with_advantages(step_mix=1.0).advantages, batch.with_advantages().advantages)
 
+    class ChunkWords:  # a plug-in step reward that reads the chunk of each update (needs_chunks)
+        name, kind, needs_chunks = "chunk-words", "step", True
+        seen = []
+
+        def score(self, items):
+            self.seen += [(it.step, it.chunk) for it in items]
+            return [float(len(it.chunk.split())) if it.chunk else float("inf") for it in items]  # inf: unscored
+
+    backend.calls = 0
+    reader = ChunkWords()
+    batch = generate_rollouts(backend, cfg, [s], [3], 2, build_reward("boxed", "outcome"), seed=0, step_reward=reader)
+    chunk_texts = [c for _, c in reader.seen[:2]]
+    assert "".join(chunk_texts).replace(" ", "") == "factk3k7factk7v5"  # the document, in the chunks read
+    assert [st for st, _ in reader.seen] == [0, 1, 2] * 2 and reader.seen[2][1] is None  # the final: no chunk
+    assert torch.isnan(batch.step_rewards[[2, 5]]).all()  # a non-finite value is "not scored"
+
 
 def tiny_policy(tok, seed=0):
     from transformers import AutoModelForCausalLM

@@ -18,6 +18,7 @@ Shapes: N rows; group_ids, step_keys (N,) int64; rewards (N,) float32 (NaN = not
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
@@ -100,8 +101,8 @@ def score_steps(reward: Reward, updates: Sequence[Update]) -> Tensor:
     values = reward.score(list(updates)) if updates else []
     if len(values) != len(updates):
         raise ValueError(f"step reward {reward.name!r} returned {len(values)} values for {len(updates)} conversations")
-    return torch.tensor([float("nan") if v is None or not torch.isfinite(torch.tensor(float(v))) else float(v)
-                         for v in values], dtype=torch.float32)
+    return torch.tensor([float(v) if v is not None and math.isfinite(float(v)) else float("nan") for v in values],
+                        dtype=torch.float32)
 
 
 def document_chunks(document: str | Sequence[str], tokenizer: Any, chunk_tokens: int) -> list[str]:
