@@ -63,6 +63,7 @@ PLACES = {
     "memagent.agent": "agent",
     "memagent.agent.prompts": "base",  # the paper's templates, AgentConfig's defaults: imports nothing of memagent
     "memagent.tasks": "tasks",
+    "memagent.rewards": "tasks",  # the Reward protocol, its registry and built-ins: on the metrics, below rl and eval
     "memagent.rl": "rl",
     **{f"memagent.{m}": "eval" for m in ("eval", "protocol")},
     "memagent.scale": "scale",

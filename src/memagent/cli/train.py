@@ -103,6 +103,9 @@ class DemoOptions:
         "With --seeds: seeds run at once (the cores are shared out).")})
     pure_dapo: bool = field(default=False, metadata=flag(
         "The ablation: Multi-Conv DAPO alone, without the demo's value-copy loss (rl_copy_coef 0)."))
+    outcome_only: bool = field(default=False, metadata=flag(
+        "two-hop: train memagent on the final answer's reward alone (the paper's), without the evidence step "
+        "reward (docs/rewards.md)."))
     task: str = field(default="single-hop", metadata={**rule(choices=DEMO_TASKS), **flag(
         "single-hop: the paper's demo; two-hop: memagent and lookup trained side by side, with skim and "
         "full-context, split by order (docs/demo.md).")})
@@ -113,6 +116,8 @@ class DemoOptions:
 def demo(o: DemoOptions) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
+    if o.outcome_only and o.task != "two-hop":
+        raise ConfigError("--outcome-only is a flag of --task two-hop (the single-hop demo has no step reward)")
     if o.task == "two-hop" and o.seeds is not None:
         raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")
     out = check_demo_out(o.out)
@@ -124,7 +129,8 @@ def demo(o: DemoOptions) -> None:
         return
     with run_lock(out, "demo"):  # one demo per --out
         if o.task == "two-hop":
-            run_two_hop(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
+            run_two_hop(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo,
+                                             outcome_only=o.outcome_only))
             return
         run_demo(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
 

@@ -73,16 +73,23 @@ class TwoHopConfig(DemoConfig):
     hits: int = 1  # chunks `lookup` reads per query
     skim_k: int = 4  # chunks `skim` reads
     rl_copy_rows: int = 8_000
+    # NOT in the paper: memagent's step reward (rl.step_rewards): each memory update is paid for the gold facts it
+    # keeps ("A B", "B V"), so keeping the pointer earns its share at the step it happens; "" = outcome only
+    step_reward: str = "evidence"
+    step_mix: float = 0.8  # a in A = a * A_outcome + (1 - a) * A_step (ReMemR1's)
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str,  # type: ignore[override]
-                pure_dapo: bool = False) -> "TwoHopConfig":
-        """The recipe of the full run, or the CI version (--quick: small enough for a test)."""
+                pure_dapo: bool = False, outcome_only: bool = False) -> "TwoHopConfig":
+        """The recipe of the full run, or the CI version (--quick: small enough for a test); outcome_only: the
+        paper's final-answer reward alone for memagent (the run before step rewards)."""
         cfg = cls(seed=seed, out=out)
         if quick:
             cfg = cls(seed=seed, quick=True, out=out, multiples=(1, 4), eval_docs=24, warmup_rows=3_000,
                       rl_steps=4, rl_batch=4, rl_group=4, rl_mini_batches=1, rl_schedule="constant",
                       fc_rows=1_000, fc_lr=None, rl_copy_rows=500)
+        if outcome_only:
+            cfg = dataclasses.replace(cfg, step_reward="")
         return dataclasses.replace(cfg, rl_copy_coef=0.0) if pure_dapo else cfg
 
     def lookup_options(self) -> dict[str, Any]:
@@ -168,6 +175,8 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
     copy_rows = value_copy_rows(cfg, tokenizer, rng, demonstrations) if cfg.rl_copy_coef > 0 else None
     options = cfg.lookup_options() if workflow == "lookup" else {}
     rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
+    if workflow == "memagent" and cfg.step_reward:  # lookup keeps the outcome reward alone
+        rl_cfg = dataclasses.replace(rl_cfg, step_reward=cfg.step_reward, step_mix=cfg.step_mix)
     train(rl_cfg, rl_questions(cfg, two_hop=True), model=model, tokenizer=tokenizer, sft_data=copy_rows)
     return model
 

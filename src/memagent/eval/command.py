@@ -108,6 +108,7 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
         scoring=profile.scoring, workflow_options=profile_workflow_options(profile),
+        rewards=tuple(n for n in (profile.reward, profile.step_reward) if n),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
 

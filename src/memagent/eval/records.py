@@ -48,6 +48,7 @@ NON_RESULT: dict[str, Any] = {
     "scoring": None,  # applied to the stored replies; a change rescores without a model call
     "agent": {"max_batch_docs": None},  # batch size: speed only
     "workflow_options": None,  # folded into each workflow's own record fingerprint (eval.workflow_runs)
+    "rewards": None,  # values computed from the replies (eval.rewards), like the scores
 }
 
 

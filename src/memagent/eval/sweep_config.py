@@ -44,6 +44,8 @@ class SweepConfig:
     backend_settings: dict[str, Any] = field(default_factory=dict)  # backend kind, dtype ...: they change replies
     workflow_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # workflow name -> its own options
     #   (in that workflow's record fingerprint: memagent.eval.workflow_runs.method_fingerprint)
+    rewards: tuple[str, ...] = ()  # rewards each record keeps the value of (the profile's reward and step_reward;
+    #   memagent.eval.rewards): read off the replies, not a setting of them (NON_RESULT)
 
     def __post_init__(self) -> None:
         refuse_unknown_methods(self.methods)

@@ -21,6 +21,7 @@ from memagent.backends.base import SamplingParams
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import bm25_context, context_budget, middle_truncate, render_baseline
 from memagent.eval.records import record_length
+from memagent.eval.rewards import keep_memory, record_rewards
 from memagent.eval.scoring import failed_score, score_sample
 from memagent.eval.sweep_config import SweepConfig
 from memagent.eval.units import Unit, Work
@@ -54,11 +55,14 @@ def _tags(sample: dict) -> dict[str, Any]:
 
 
 def _record(cfg: SweepConfig, method: str, w: Work, fp: str, prediction: str | None, raw: str,
-            tokens: dict[str, int], seconds: float, group_size: int, note: str = "") -> dict:
+            tokens: dict[str, int], seconds: float, group_size: int, note: str = "",
+            memories: Sequence[str] | None = None) -> dict:
+    """An ok record; `memories`: those a workflow wrote, in order (for the step rewards of `cfg.rewards`)."""
     rec = _base(cfg, method, w, fp)
     score, scores = score_sample(rec["metric"], prediction, w.sample["answers"], cfg.scoring)
     rec.update(score=score, scores=scores, prediction=prediction, raw=raw, gold=w.sample["answers"], tokens=tokens,
-               seconds=round(seconds, 4), group_size=group_size, note=note)
+               seconds=round(seconds, 4), group_size=group_size, note=note,
+               **record_rewards(cfg.rewards, w.sample, raw, memories, cfg.agent.empty_memory))
     return rec
 
 
@@ -83,9 +87,11 @@ def _workflow_group(backend: Any, cfg: SweepConfig, method: str, group: Sequence
     results = run_workflow(wf, items)
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
+    memories: dict[str, list[str]] = {str(i): [] for i in range(len(group))}
     for line in trace.getvalue().splitlines():
         call = json.loads(line)
         count_call(usage[call["doc_id"]], call, backend.tokenizer)
+        keep_memory(memories[call["doc_id"]], call)
     out = []
     for i, (w, res) in enumerate(zip(group, results)):
         if res.error is not None:  # its calls failed after the backend's retries; the others went on
@@ -96,7 +102,7 @@ def _workflow_group(backend: Any, cfg: SweepConfig, method: str, group: Sequence
         u = usage[str(i)]
         u["kept"] = u["document"]
         out.append(_record(cfg, method, w, fp, res.answer, res.raw_answer, u, seconds, len(group),
-                           f"{res.num_chunks} chunks"))
+                           f"{res.num_chunks} chunks", memories[str(i)]))
     return out
 
 
@@ -180,8 +186,11 @@ def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: Para
             started[str(i)] = (w, time.perf_counter(), dict(prompt=0, generated=0, calls=0, document=0))
             yield AgentInput(w.sample["question"], document, str(i))
 
+    memories: dict[str, list[str]] = {}
+
     def on_step(call: dict) -> None:
         count_call(started[call["doc_id"]][2], call, backend.tokenizer)
+        keep_memory(memories.setdefault(call["doc_id"], []), call)
 
     def on_result(res: Any) -> None:
         w, t0, usage = started.pop(res.doc_id)
@@ -189,9 +198,11 @@ def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: Para
             log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], repeat,
                         res.error["message"])
             emit([error_record(cfg, method, w, fp, res.error)])
+            memories.pop(res.doc_id, None)
         else:
             emit([_record(cfg, method, w, fp, res.answer, res.raw_answer, dict(usage, kept=usage["document"]),
-                          time.perf_counter() - t0, cfg.agent.max_batch_docs, f"{res.num_chunks} chunks")])
+                          time.perf_counter() - t0, cfg.agent.max_batch_docs, f"{res.num_chunks} chunks",
+                          memories.pop(res.doc_id, []))])
 
     agent = dataclasses.replace(cfg.agent, seed=cfg.seed(repeat))
     wf = build(method, backend, agent, cfg.workflow_options, on_step=on_step, failures="record",

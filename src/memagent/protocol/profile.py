@@ -11,6 +11,8 @@ own profile, equal to `Profile()`):
     scoring:   golds (all | first), empty (zero | text), failed (wrong | skip)
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
     workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
+    reward:    the outcome reward training scores the final answer with (memagent.rewards: boxed, em, f1, judge, ...)
+    step_reward: the step reward of each memory update ("" none, the paper; evidence, answer-recall, ...)
 
 The prompts, sampling and budgets sections are AgentConfig's own fields (those it marks `section=...`, with
 their types, defaults and rules, declared once in memagent.config), plus the settings only a protocol has
@@ -36,6 +38,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
 from memagent.eval.scoring import ScoreOptions
 from memagent.io import atomic_write_text
+from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, check_reward_name
 from memagent.sections import build, rule, section_class
 
 if TYPE_CHECKING:
@@ -98,9 +101,17 @@ class Profile:
         "flags": {"golds": "golds", "empty": "empty_prediction", "failed": "failed"}})
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     workflow: WorkflowChoice = field(default_factory=WorkflowChoice)
+    reward: str = DEFAULT_REWARD  # training's outcome reward (a training config's own `reward`, when set, wins)
+    step_reward: str = ""  # training's step reward; "" = none (the paper's final-answer reward alone)
 
     def __post_init__(self) -> None:
         self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
+        try:
+            check_reward_name(self.reward, "outcome", "reward")
+            if self.step_reward:
+                check_reward_name(self.step_reward, "step", "step_reward")
+        except UnknownReward as e:
+            raise ConfigError(str(e)) from None
         try:
             check_baseline_template(self.prompts.baseline_template)
         except ValueError as e:
@@ -127,6 +138,16 @@ class Profile:
         rollouts sample at their own temperature (1.0 in the paper)."""
         wanted = self.agent_config()
         return dataclasses.replace(agent, **{k: getattr(wanted, k) for k in TRAIN_FIELDS if k not in keep})
+
+    def training_rewards(self, reward: str, step_reward: str) -> dict[str, str]:
+        """This profile's `reward` and `step_reward` for a training config whose own are `reward` and
+        `step_reward`: only those the config leaves at their defaults (a config's own names win)."""
+        out = {}
+        if reward == DEFAULT_REWARD:
+            out["reward"] = self.reward
+        if not step_reward:
+            out["step_reward"] = self.step_reward
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -260,6 +281,7 @@ def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] 
         cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, keep))
         if profile.chat_template_kwargs and not cfg.chat_template_kwargs:  # the config's own, if set, win
             cfg = dataclasses.replace(cfg, chat_template_kwargs=dict(profile.chat_template_kwargs))
+        cfg = dataclasses.replace(cfg, **profile.training_rewards(cfg.reward, cfg.step_reward))
     return cfg, training_profile(cfg, profile)
 
 
@@ -272,7 +294,8 @@ def training_profile(cfg: Any, profile: Profile | None) -> Profile:
         if f.metadata.get("section"):
             settings.setdefault(f.metadata["section"], {})[f.name] = getattr(agent, f.name)
     sections = {name: dataclasses.replace(getattr(base, name), **values) for name, values in settings.items()}
-    return dataclasses.replace(base, chat_template_kwargs=dict(cfg.chat_template_kwargs), **sections)
+    return dataclasses.replace(base, chat_template_kwargs=dict(cfg.chat_template_kwargs), **sections,
+                               reward=cfg.reward, step_reward=cfg.step_reward)
 
 
 class _Dumper(yaml.SafeDumper):

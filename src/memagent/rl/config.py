@@ -24,6 +24,7 @@ from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
+from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, check_reward_name
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 from memagent.sections import build, check_fields, deep_merge, load_mapping, parse_overrides, rule, spell_out, to_dict
 
@@ -49,7 +50,7 @@ class RolloutConfig:
     #   questions before training on fewer
     engine: str = field(default="policy", metadata=rule(choices=ENGINES))  # "policy": generate with the trained
     #   model itself; "vllm": a vLLM engine; "vllm-server": an external vLLM server (see VLLMConfig)
-    reward: str = "boxed"  # reward function by name (memagent.tasks.metrics.REWARDS)
+    reward: str = ""  # old spelling of the top-level `reward` (kept so older config files load); "" = unset
     max_batch_size: int = field(default=64, metadata=rule(min=1))  # prompts per generate() call of the policy
     #   backend (memory bound)
     seeding: str = field(default="rank", metadata=rule(choices=("rank", "sample")))  # "rank" (seeds per rank
@@ -297,6 +298,15 @@ class TrainConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # variables for the chat template of every
     #   rollout and validation prompt (a profile's chat_template_kwargs, e.g. enable_thinking: false), as ask renders
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: str = DEFAULT_REWARD  # the outcome reward of the final answer, by name (memagent.rewards.registry):
+    #   "boxed" (the paper's verifier), em, f1, sub_em, ..., judge, or a plug-in's
+    reward_options: dict[str, Any] = field(default_factory=dict)  # the outcome reward's own options (the judge's)
+    step_reward: str = ""  # NOT in the paper: a step reward of each memory update (evidence, answer-recall,
+    #   answer-likelihood, a plug-in's), mixed into the advantages (memagent.rl.step_rewards); "" = none (paper)
+    step_reward_options: dict[str, Any] = field(default_factory=dict)  # the step reward's own options
+    step_mix: float = field(default=0.8, metadata=rule(min=0, max=1))  # a in A = a * A_outcome + (1 - a) * A_step
+    #   on the rows a step reward scores (ReMemR1: 0.8); 1 = the paper's advantages exactly
+    step_scale: bool = False  # divide the centred step rewards by their (question, step) std (ReMemR1: no)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
@@ -322,6 +332,7 @@ class TrainConfig:
             raise ConfigError("agent.temperature must be > 0 for rollouts (0 is greedy: every rollout of a "
                               "group would be the same); the paper samples at 1.0")
         check_workflow(self.workflow, self.workflow_options)
+        self.reward = check_rewards(self)
         try:
             check_device(self.device, "device")
         except MemAgentError as e:
@@ -345,6 +356,27 @@ def check_workflow(name: str, options: Any) -> None:
         get_workflow(name)
     except MemAgentError as e:
         raise ConfigError(str(e)) from None
+
+
+def check_rewards(cfg: "TrainConfig") -> str:
+    """The outcome reward's name (the old `rollout.reward` taken when `reward` is left at its default); a
+    ConfigError listing the valid names for an unknown outcome or step reward, or options that are not a mapping."""
+    reward = cfg.reward
+    if cfg.rollout.reward:
+        if reward not in (DEFAULT_REWARD, cfg.rollout.reward):
+            raise ConfigError(f"reward is {reward!r} but rollout.reward (its old spelling) is {cfg.rollout.reward!r}; "
+                              "give the top-level `reward` only")
+        reward = cfg.rollout.reward
+    for name, value in (("reward_options", cfg.reward_options), ("step_reward_options", cfg.step_reward_options)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping of option: value, got {value!r}")
+    try:
+        check_reward_name(reward, "outcome", "reward")
+        if cfg.step_reward:
+            check_reward_name(cfg.step_reward, "step", "step_reward")
+    except UnknownReward as e:
+        raise ConfigError(str(e)) from None
+    return reward
 
 
 def largest_divisor(n: int, at_most: int) -> int:
@@ -395,7 +427,11 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
         return cfg
     explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
     kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
-    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs)
+    given = config_data(path, flags)  # the reward names the config file or the overrides set win over the profile's
+    rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
+               if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
+    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,
+                               **rewards)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:

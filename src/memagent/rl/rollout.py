@@ -5,7 +5,8 @@ One rollout (sample) of a question is one full run of the workflow (`workflow` i
 memagent.agent.registry): for the paper's `memagent`, K memory updates (one per chunk, in document order)
 and the final answer, i.e. n_i = K + 1 independent conversations; another workflow's conversations of every
 kind (e.g. a lookup query) are rows alike. The
-reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"). A sample's memory calls
+reward is computed on the final answer only (docs/paper.md, "Multi-Conv DAPO"); NOT in the paper, a step reward
+may also score each conversation, its advantage mixed in (memagent.rl.step_rewards, docs/rewards.md). A sample's memory calls
 run in sequence; the calls of different samples at the same step go to the backend in one batch
 (the workflow's own batching).
 
@@ -37,6 +38,7 @@ from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workfl
 from memagent.backends.base import Backend, BackendError
 from memagent.backends.hf import TransformersBackend
 from memagent.config import AgentConfig
+from memagent.rewards.protocol import Reward
 from memagent.rl.algos import broadcast_advantages, group_advantages, informative_groups
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo, all_gather_objects, all_reduce, full_state_dict, is_fsdp, unwrap
@@ -44,6 +46,8 @@ from memagent.rl.lora import empty_twin
 from memagent.rl.objectives import MiniBatch
 from memagent.rl.recipe import DataStream, step_seed
 from memagent.rl.samples import QASample
+from memagent.rl.step_rewards import (StepTally, mix_advantages, outcome_rewards, rollout_step_rewards,
+                                      step_advantages)
 from memagent.rl.vllm.engine import ServerRollout, VLLMRollout
 from memagent.tasks.metrics import RewardFn
 
@@ -131,7 +135,11 @@ class RolloutBatch:
     generated_tokens: int = 0  # response tokens over all rows
     seconds: float = 0.0  # wall-clock of generation
     sample_advantages: Tensor | None = None  # (S,) float32
-    advantages: Tensor | None = None  # (N,) float32, the sample's advantage copied to each of its rows
+    advantages: Tensor | None = None  # (N,) float32, the sample's advantage copied to each of its rows (mixed
+    #   with the step advantage where a step reward scores the row: memagent.rl.step_rewards)
+    step_rewards: Tensor | None = None  # (N,) float32, the step reward of each row (NaN: not scored); None: no
+    #   step reward in this run
+    step_keys: Tensor | None = None  # (N,) int64, (kind, step index) of each row (`step_rewards.step_key`)
 
     @property
     def num_rows(self) -> int:
@@ -150,11 +158,15 @@ class RolloutBatch:
         """(S,) int64 number of rows of each sample."""
         return torch.bincount(self.sample_index, minlength=self.num_samples)
 
-    def with_advantages(self, norm_by_std: bool = False) -> "RolloutBatch":
-        """The batch with each sample's group advantage (`algos.group_advantages`) broadcast to its rows."""
+    def with_advantages(self, norm_by_std: bool = False, step_mix: float = 1.0, step_scale: bool = False) -> "RolloutBatch":
+        """The batch with each sample's group advantage (`algos.group_advantages`) broadcast to its rows, mixed
+        with the centred step rewards where there are any (`step_rewards.mix_advantages`; step_mix = 1: none)."""
         adv = group_advantages(self.rewards, self.sample_group, norm_by_std=norm_by_std) if self.num_samples \
             else torch.zeros(0)  # (S,)
         rows = broadcast_advantages(adv, self.sample_index) if self.num_rows else torch.zeros(0)  # (N,)
+        if self.step_rewards is not None and self.step_keys is not None and self.num_rows and step_mix != 1.0:
+            step = step_advantages(self.step_rewards, self.group_id, self.step_keys, scale=step_scale)
+            rows = mix_advantages(rows, step, ~torch.isnan(self.step_rewards), step_mix)
         return replace(self, sample_advantages=adv, advantages=rows)
 
     def select_samples(self, keep: Tensor) -> "RolloutBatch":
@@ -176,6 +188,8 @@ class RolloutBatch:
             seconds=self.seconds,
             sample_advantages=None if self.sample_advantages is None else self.sample_advantages[keep],
             advantages=None if self.advantages is None else (self.advantages[idx] if rows else torch.zeros(0)),
+            step_rewards=None if self.step_rewards is None else self.step_rewards[idx] if rows else torch.zeros(0),
+            step_keys=None if self.step_keys is None else self.step_keys[idx] if rows else torch.zeros(0, dtype=torch.long),
         )
 
     @staticmethod
@@ -203,6 +217,10 @@ class RolloutBatch:
             predictions=[p for b in batches for p in b.predictions],
             generated_tokens=sum(b.generated_tokens for b in batches),
             seconds=sum(b.seconds for b in batches),
+            step_rewards=torch.cat([b.step_rewards for b in batches]) if batches and all(  # type: ignore[misc]
+                b.step_rewards is not None for b in batches) else None,
+            step_keys=torch.cat([b.step_keys for b in batches]) if batches and all(  # type: ignore[misc]
+                b.step_keys is not None for b in batches) else None,
         )
 
     def mini_batch(self, groups: Sequence[int], old_logprobs: list[Tensor],
@@ -243,9 +261,9 @@ def generate_rollouts(
     questions: Sequence[QASample],
     group_ids: Sequence[int],
     group_size: int,
-    reward_fn: RewardFn,
+    reward_fn: RewardFn | Reward,
     *,
-    seed: int | None,
+    seed: int | None, step_reward: Reward | None = None,
     per_sample: bool = False, workflow: str = DEFAULT_WORKFLOW, workflow_options: dict | None = None,
 ) -> RolloutBatch:
     """G rollouts of each question through the workflow, rewarded (advantages: `with_advantages`).
@@ -255,7 +273,8 @@ def generate_rollouts(
     per_sample: seed rollout g of question q by its global key group_ids[q] * G + g (`AgentInput.seed_key`)
         instead of by batch, so its draws do not depend on the other questions here (a backend that honours
         `SamplingParams.seeds`: the transformers one).
-    workflow, workflow_options: the workflow by name (memagent.agent.registry) and its own options.
+    workflow, workflow_options: the workflow by name (memagent.agent.registry) and its own options; reward_fn: a
+    Reward or `(reply, golds) -> float`; step_reward: a Reward scoring each row (rl.step_rewards) or None.
     Samples are ordered question by question: sample s = q * G + g.
     """
     items = rollout_inputs(questions, group_ids, group_size, per_sample)
@@ -283,18 +302,18 @@ def generate_rollouts(
                 logprobs = None
             sample_index.append(s)
             is_final.append(conv.kind == "final")  # any other kind (memory, query, ...) is an intermediate row
-    rewards = [float(reward_fn(res.raw_answer, questions[s // group_size].answers)) for s, res in enumerate(results)]
+    owners = [questions[s // group_size] for s in range(len(results))]  # the question of each rollout
+    steps = rollout_step_rewards(step_reward, owners, results, agent_config, backend.tokenizer) if step_reward else (None, None)
     return RolloutBatch(
-        prompt_ids=prompts,
-        response_ids=responses,
-        rollout_logprobs=logprobs,
+        prompt_ids=prompts, response_ids=responses, rollout_logprobs=logprobs,
         sample_index=torch.tensor(sample_index, dtype=torch.long),  # (N,)
         is_final=torch.tensor(is_final, dtype=torch.bool),
-        rewards=torch.tensor(rewards, dtype=torch.float32),  # (S,)
+        rewards=torch.tensor(outcome_rewards(reward_fn, owners, results), dtype=torch.float32),  # (S,)
         sample_group=torch.tensor([group_ids[s // group_size] for s in range(len(results))], dtype=torch.long),
         predictions=[res.answer for res in results],
         generated_tokens=sum(len(x) for x in responses),
         seconds=seconds,
+        step_rewards=steps[0], step_keys=steps[1],  # (N,) each, or None
     )
 
 
@@ -359,8 +378,13 @@ class StepRollouts:
 
 
 def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASample], data: DataStream,
-                     reward_fn: RewardFn, *, step: int, info: DistInfo) -> StepRollouts:
-    """This rank's groups of one training step: sampled in rounds, filtered, then advantaged."""
+                     reward_fn: RewardFn | Reward, *, step: int, info: DistInfo,
+                     step_reward: Reward | None = None) -> StepRollouts:
+    """This rank's groups of one training step: sampled in rounds, filtered, then advantaged (with the step
+    reward's advantages mixed in: cfg.step_mix, cfg.step_scale)."""
+    if step_reward is not None and hasattr(step_reward, "attach"):  # a reward that asks the policy
+        step_reward.attach(backend, cfg.agent)
+    steps = StepTally()
     B, m = cfg.rollout.batch_size, cfg.update.mini_batch_size
     per_sample = cfg.rollout.seeding == "sample"  # else seeded per rank: draws depend on the world size
     batches, tally, kept_ids, rounds = [], RolloutTally(), [], 0
@@ -371,8 +395,10 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
                                   cfg.rollout.group_size, reward_fn, per_sample=per_sample,
                                   seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank),
-                                  workflow=cfg.workflow, workflow_options=cfg.workflow_options)
+                                  workflow=cfg.workflow, workflow_options=cfg.workflow_options,
+                                  step_reward=step_reward)
         tally.add(batch)
+        steps.add(batch)
         if cfg.rollout.dynamic_sampling:
             batch = dynamic_sampling_filter(batch)
         batches.append(batch)
@@ -391,4 +417,8 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
     metrics = {"reward": t.reward / n, "accuracy": t.correct / n, "sampled_groups": rounds * B,
                "kept_groups": len(kept_ids), "sampling_rounds": rounds, "conversations_per_sample": t.rows / n,
                "generated_tokens": int(t.tokens), "rollout_s": t.seconds, "tokens_per_s": t.tokens / max(t.seconds, 1e-9)}
-    return StepRollouts(local.with_advantages(cfg.loss.norm_by_std), parts, metrics)
+    if step_reward is not None:
+        metrics.update(steps.metrics(step_reward.name, info))
+    metrics.update(getattr(reward_fn, "metrics", dict)())  # a reward's own counters (the judge's; this rank's)
+    return StepRollouts(local.with_advantages(cfg.loss.norm_by_std, cfg.step_mix if step_reward else 1.0,
+                                              cfg.step_scale), parts, metrics)

@@ -27,6 +27,7 @@ class QASample:
     document: str | tuple[str, ...] | Path
     answers: tuple[str, ...]
     memory: str | None = None  # the memory its rollouts start from; None: the agent's empty memory
+    evidence: tuple[str, ...] | None = None  # gold supporting strings (the `evidence` step reward); None: none
 
     def agent_input(self, doc_id: str, seed_key: int | None = None) -> AgentInput:
         """This question as one workflow input (text blocks as a list), its draws keyed by `seed_key` if given."""
@@ -35,7 +36,8 @@ class QASample:
 
     @classmethod
     def from_dict(cls, rec: dict[str, Any], where: str = "sample") -> "QASample":
-        """From {id, question, answers, document | context | lazy, optional memory}; a clear InputError when a
+        """From {id, question, answers, document | context | lazy, optional memory, optional evidence}; a clear
+        InputError when a
         field is wrong."""
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a mapping with id, question, answers, document, got {type(rec).__name__}")
@@ -57,7 +59,20 @@ class QASample:
         memory = rec.get("memory")
         if memory is not None and not isinstance(memory, str):
             raise InputError(f"{where}: 'memory' (the starting memory) must be a string, got {type(memory).__name__}")
-        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers, memory)
+        return cls(str(rec.get("id", where)), str(rec["question"]), doc, answers, memory,
+                   sample_evidence(rec.get("evidence"), where))
+
+
+def sample_evidence(value: Any, where: str) -> tuple[str, ...] | None:
+    """A record's `evidence` (a list of gold supporting strings, or one string) as a tuple; None when absent or
+    empty (such a sample gets no evidence reward); an InputError for anything else."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(e, str) for e in items):
+        raise InputError(f"{where}: 'evidence' must be a list of strings (the gold supporting facts), "
+                         f"got {type(value).__name__}")
+    return tuple(items) or None
 
 
 def load_samples(samples: Iterable[Any]) -> list[QASample]:

@@ -58,7 +58,7 @@ from memagent.rl.resume_guard import check_resume_dir, file_digest, samples_dige
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, make_engine, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.validation import make_validator
-from memagent.tasks.metrics import get_reward
+from memagent.rewards.registry import build_reward
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,8 @@ class MultiConvDAPO:
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn, recipe: Recipe,
                  ref: nn.Module | None, extra: Sequence[DrawnRows] = ()) -> None:
         self.cfg, self.samples, self.reward_fn, self.extra = config, samples, reward_fn, list(extra)
+        self.step_reward = build_reward(config.step_reward, "step", **config.step_reward_options) \
+            if config.step_reward else None  # NOT in the paper: credit per memory update (rl.step_rewards)
         self.recipe, self.info = recipe, recipe.info  # the model being trained, its optimiser, the data order
         self.ref = ref
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
@@ -156,7 +158,7 @@ class MultiConvDAPO:
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()
         got = collect_rollouts(self.engine.backend(), self.cfg, self.samples, run.data, self.reward_fn,
-                               step=run.step, info=self.info)
+                               step=run.step, info=self.info, step_reward=self.step_reward)
         getattr(self.engine, "offload", lambda: None)()  # a sleeping vLLM engine frees its GPU memory
         t1 = time.perf_counter()
         upd = self.update(got.batch, got.parts)
@@ -272,8 +274,9 @@ def train(
     config: TrainConfig (see memagent.rl.config; `load_config` reads YAML + overrides).
     dataset: samples {id, question, document (str or list of str) or context, answers (list of
         str)}; read once into memory. None reads `config.data` with `memagent.tasks.schema.read_samples`.
-    reward_fn: (final reply text or None, gold answers) -> float; default `config.rollout.reward`
-        ("boxed": the paper's verifier; any name of `memagent.tasks.metrics.get_reward`).
+    reward_fn: the outcome reward: (final reply text or None, gold answers) -> float, or a Reward
+        (memagent.rewards); default `config.reward` with `config.reward_options` ("boxed": the paper's
+        verifier; any outcome reward of memagent.rewards.registry). A step reward is `config.step_reward`.
     model, tokenizer: an in-memory Hugging Face causal LM and its tokenizer; default loaded from
         `config.model`. The model is trained in place (and returned in the result).
     callback: called as callback(step, metrics) after every step (on every rank: it must answer
@@ -292,7 +295,7 @@ def train(
     else:
         samples = load_samples(dataset)
         digest = None  # Trainer digests the samples
-    reward = reward_fn if reward_fn is not None else get_reward(config.rollout.reward)
+    reward = reward_fn if reward_fn is not None else build_reward(config.reward, "outcome", **config.reward_options)
     return Trainer(config, samples, reward, model, tokenizer, callback, sft_data, digest).run()
 
 

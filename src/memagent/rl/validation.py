@@ -21,6 +21,8 @@ import torch
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.backends.base import Backend
 from memagent.config import AgentConfig
+from memagent.rewards.protocol import Answered
+from memagent.rewards.registry import as_outcome_reward
 from memagent.rl.distributed import DistInfo, all_reduce
 from memagent.rl.recipe import step_seed
 from memagent.rl.samples import QASample, read_training_samples
@@ -51,7 +53,9 @@ def correct_answers(backend: Backend, agent: AgentConfig, samples: Sequence[QASa
     items = [s.agent_input(f"val-{s.id}", None if keys is None else keys[j]) for j, s in enumerate(samples)]
     cfg = replace(agent, temperature=temperature, seed=seed, max_batch_docs=len(items))
     results = run_workflow(build_workflow(workflow, backend, cfg, **(workflow_options or {})), items)
-    return sum(float(reward_fn(r.raw_answer, s.answers)) >= 1 for r, s in zip(results, samples))
+    scores = as_outcome_reward(reward_fn).score([Answered(s.question, r.raw_answer, s.answers)
+                                                 for r, s in zip(results, samples)])
+    return sum(float(v) >= 1 for v in scores)
 
 
 class Validator:

@@ -37,6 +37,7 @@ class QAEntry:
     gold: list[int]
     extra: list[int]
     own: tuple[int, ...] = ()  # all of the entry's paragraphs in file order (empty: gold + extra)
+    evidence: tuple[str, ...] = ()  # the supporting sentences (HotpotQA's supporting_facts), in their order
 
     @property
     def own_in_file_order(self) -> list[int]:
@@ -115,6 +116,26 @@ def _hotpot_support_titles(raw: dict, name: str) -> set[str] | None:
         raise DataError(f"HotpotQA {name}: 'supporting_facts' must be [title, sentence id] pairs") from exc
 
 
+def _hotpot_evidence(raw: dict, name: str) -> tuple[str, ...]:
+    """The supporting sentences of an entry: for each [title, sentence id] of `supporting_facts` (list or hub
+    layout), that sentence of the paragraph of that title, stripped; a fact whose sentence id is out of range
+    (a few official entries have one) names no sentence and is left out."""
+    facts, ctx = raw.get("supporting_facts"), raw.get("context")
+    if facts is None or ctx is None:
+        return ()
+    if isinstance(facts, dict):  # hub layout: {"title": [...], "sent_id": [...]}
+        facts = list(zip(facts.get("title", []), facts.get("sent_id", [])))
+    if isinstance(ctx, dict):
+        ctx = list(zip(ctx.get("title", []), ctx.get("sentences", [])))
+    sentences = {title: list(sents) for title, sents in ctx}
+    out = []
+    for title, sid in facts:
+        sents = sentences.get(title, [])
+        if isinstance(sid, int) and not isinstance(sid, bool) and 0 <= sid < len(sents) and sents[sid].strip():
+            out.append(sents[sid].strip())
+    return tuple(dict.fromkeys(out))
+
+
 def load_hotpotqa(source: str | Path) -> ParagraphCorpus:
     """Read a HotpotQA-format JSON (a list of entries with question, answer, context)."""
     data, where, sha = read_json_source(source)
@@ -141,7 +162,7 @@ def load_hotpotqa(source: str | Path) -> ParagraphCorpus:
         ids = list(dict.fromkeys(index[f"{t}\n{text}"] for t, text in pairs))
         gold = ids if support is None else list(dict.fromkeys(index[f"{t}\n{x}"] for t, x in pairs if t in support))
         entries.append(QAEntry(i, str(raw.get("_id", raw.get("id", i))), raw["question"], [raw["answer"]],
-                               gold, [k for k in ids if k not in gold], tuple(ids)))
+                               gold, [k for k in ids if k not in gold], tuple(ids), _hotpot_evidence(raw, _entry_name(i, raw))))
     return ParagraphCorpus(table, entries, where, sha, "hotpotqa")
 
 

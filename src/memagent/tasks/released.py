@@ -193,6 +193,21 @@ def check_lazy(value: Any, where: Where, field: str = "lazy") -> dict:
     return value
 
 
+def check_evidence(value: Any, where: Where, field: str = "evidence") -> list[str]:
+    """A record's gold supporting strings: a list of strings (the `evidence` step reward reads them)."""
+    if not isinstance(value, list) or not all(isinstance(e, str) for e in value):
+        raise DataError(f"{where(field)}: must be a list of strings (the gold supporting facts), got "
+                        f"{type(value).__name__}")
+    return value
+
+
+def with_evidence(sample: dict, rec: dict, where: Where) -> dict:
+    """`sample` with the source record's `evidence` passed on (checked), when it has one."""
+    if "evidence" in rec:
+        sample["evidence"] = check_evidence(rec["evidence"], where)
+    return sample
+
+
 def check_int(value: Any, where: Where, field: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise DataError(f"{where(field)}: must be an integer, got {value!r}")
@@ -345,7 +360,7 @@ def read_released(path: str | Path, source: str | Path | None = None,
         if fmt == "memagent":
             yield check_own(rec, where) if check_own else rec
         else:
-            yield _CONVERTERS[fmt](rec, where, sources, path, n)
+            yield with_evidence(_CONVERTERS[fmt](rec, where, sources, path, n), rec, where)
 
 
 def sniff_format(path: str | Path) -> tuple[str, str]:

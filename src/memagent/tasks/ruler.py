@@ -126,7 +126,8 @@ def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units
                   f"{kind} for {_join_keys(queried)} mentioned in the provided text?"),
         answers=[v for vs in values[: spec.num_queries] for v in vs],
         metric="string_match_all", context=context, num_tokens=tokens,
-        needle_depths=[round(d, 4) for d in depths], keys=keys)
+        needle_depths=[round(d, 4) for d in depths], keys=keys,
+        evidence=[NEEDLE.format(kind=kind, key=k, value=v) for k, vs in zip(queried, values) for v in vs])
 
 
 def _variable_tracking(rng: random.Random, target: int, tokenizer: Any, name: str, hops: int = 4) -> dict:

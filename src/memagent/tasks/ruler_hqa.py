@@ -139,6 +139,7 @@ def synthesize_ruler_hqa(
                 "tokenizer": tokenizer_name if tokenizer is not None else None,
                 "source_id": entry.source_id,
                 "gold_docs": plan.gold_positions,
+                **({"evidence": list(entry.evidence)} if entry.evidence else {}),  # supporting sentences
             }
             if lazy:
                 if corpus.sha256 is None:

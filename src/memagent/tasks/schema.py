@@ -20,6 +20,9 @@ One sample is one JSON object on one line:
                          the document is rebuilt as a stream of text blocks from the source file
                          (`sample_document`), so a multi-million-token sample is never held whole
 
+    evidence  list[str]  optional: gold supporting strings (the toy facts, RULER's queried needles, HotpotQA's
+                         supporting sentences); the `evidence` step reward pays a memory update for holding them
+
 Extra fields a task adds (gold document positions, the needles, ...) ride along unchanged.
 """
 from __future__ import annotations
@@ -33,8 +36,8 @@ from memagent.tasks.base import LAZY_DOC_THRESHOLD, DataError, count_tokens, fil
 from memagent.tasks.corpora import LOADERS, paragraph_table
 from memagent.tasks.documents import document_block
 from memagent.tasks.metrics import METRIC_ALIASES, METRICS
-from memagent.tasks.released import (check_answers, check_context, check_lazy, check_text, read_released,
-                                     sniff_format)
+from memagent.tasks.released import (check_answers, check_context, check_evidence, check_lazy, check_text,
+                                     read_released, sniff_format)
 
 __all__ = [
     "DataError",
@@ -77,6 +80,8 @@ def check_sample(sample: Any, where: Callable[[str | None], str], base: Path | N
         check_lazy(sample["lazy"], where)
     else:
         raise DataError(f"{where(None)}: sample {sample['id']!r} has neither 'context', 'document' nor a 'lazy' object")
+    if "evidence" in sample:
+        check_evidence(sample["evidence"], where)
     metric = sample.get("metric")
     if metric is not None:
         if not isinstance(metric, str):

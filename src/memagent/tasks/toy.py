@@ -87,7 +87,8 @@ def chunk_text(rng: random.Random, spec: ToySpec, facts: list[tuple[str, str]]) 
 
 
 def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str) -> dict[str, Any]:
-    """One sample: {id, task, question, answers, context, num_chunks, gold_chunk, metric}."""
+    """One sample: {id, task, question, answers, context, num_chunks, gold_chunk, metric, evidence}; evidence is
+    the fact's words as the document writes them after the marker ("k3 v5"), what a memory holding it holds."""
     if n_chunks < 1:
         raise ValueError(f"a toy document needs at least one chunk, got {n_chunks}")
     key, value = rng.choice(spec.keys), rng.choice(spec.values)
@@ -95,7 +96,7 @@ def make_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str
     chunks = [chunk_text(rng, spec, random_chunk(rng, spec, key, (key, value) if i == gold else None))
               for i in range(n_chunks)]
     return dict(id=sample_id, task="toy", question=key, answers=[value], context=" ".join(chunks),
-                num_chunks=n_chunks, gold_chunk=gold, metric="exact_match")
+                num_chunks=n_chunks, gold_chunk=gold, metric="exact_match", evidence=[f"{key} {value}"])
 
 
 def make_two_hop_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample_id: str) -> dict[str, Any]:
@@ -103,7 +104,8 @@ def make_two_hop_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample
     value fact "fact B V" sit in two distinct random chunks; the answer is V. Every other fact is a distractor
     with a key other than A and B. `order` says which came first: "value-first" (an overwritten memory cannot
     know to keep "fact B V" when it reads it) or "pointer-first". {id, task="toy-two-hop", question, answers,
-    context, num_chunks, pointer_chunk, value_chunk, order, metric}."""
+    context, num_chunks, pointer_chunk, value_chunk, order, metric, evidence}; evidence: the two facts' words
+    ["A B", "B V"] (the pointer pays its share of the evidence reward when it is kept)."""
     if n_chunks < 2:
         raise ValueError(f"a two-hop toy document needs at least two chunks (one per fact), got {n_chunks}")
     if spec.n_keys < spec.facts + 2:
@@ -121,7 +123,8 @@ def make_two_hop_sample(rng: random.Random, spec: ToySpec, n_chunks: int, sample
         chunks.append(chunk_text(rng, spec, facts))
     return dict(id=sample_id, task="toy-two-hop", question=first, answers=[value], context=" ".join(chunks),
                 num_chunks=n_chunks, pointer_chunk=pointer_chunk, value_chunk=value_chunk,
-                order="value-first" if value_chunk < pointer_chunk else "pointer-first", metric="exact_match")
+                order="value-first" if value_chunk < pointer_chunk else "pointer-first", metric="exact_match",
+                evidence=[f"{first} {second}", f"{second} {value}"])
 
 
 def make_samples(spec: ToySpec, n_chunks: int, n: int, seed: int, prefix: str = "toy",

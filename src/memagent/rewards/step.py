@@ -1,0 +1,130 @@
+"""The built-in step rewards: credit for one memory update (NOT in the paper; docs/rewards.md).
+
+Each is the change of a score of the memory from before the update to after it, `r_t = s(m_t) - s(m_{t-1})`,
+as ReMemR1 (arXiv 2509.23040) does for answer recall; a conversation that is not a memory update is not
+scored (None: its row keeps the outcome advantage).
+
+- `evidence`: s(m) = the share of the gold evidence the memory holds, the mean over evidence strings e of
+  |words(e) & words(m)| / |words(e)| (multiset intersection: a word twice in e must be twice in m). A sample
+  without evidence is not scored. Unlike answer recall it pays the update that keeps a bridge fact (the
+  pointer "k3 k7" of a two-hop chain holds no word of the answer).
+- `answer-recall`: s(m) = the best, over the gold answers a, of |words(a) & words(m)| / |words(a)| (ReMemR1's
+  recall; its format term is left out).
+- `answer-likelihood`: s(m) = the policy's mean log-probability of the gold answer's tokens given the question
+  and the memory (the final-answer prompt), IGPO / InfoMem's information gain; one batched forward pass over
+  every update's before and after memory (`attach` gives it the rollout backend). Off by default.
+
+Words are `normalize_answer`'s (lower case, ASCII punctuation and the articles a/an/the dropped) after Unicode
+NFKC normalisation, so a composed and a decomposed "é" are one word.
+"""
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections import Counter
+from typing import Any, Sequence
+
+from memagent.agent.prompts import render
+from memagent.rewards.protocol import Update
+from memagent.tasks.metrics import normalize_answer
+
+__all__ = ["AnswerLikelihoodReward", "AnswerRecallReward", "EvidenceReward", "answer_recall", "evidence_share",
+           "words"]
+
+
+def words(text: str) -> list[str]:
+    """The normalised words of `text` (NFKC, then SQuAD normalisation)."""
+    return normalize_answer(unicodedata.normalize("NFKC", text)).split()
+
+
+def _recall(target: list[str], memory: Counter[str]) -> float:
+    """|target & memory| / |target| (multisets); `target` is not empty."""
+    return sum((Counter(target) & memory).values()) / len(target)
+
+
+def evidence_share(memory: str, evidence: Sequence[str]) -> float | None:
+    """Mean over the evidence strings (those with a word) of the share of their words the memory holds;
+    None when no evidence string has a word."""
+    targets = [w for w in (words(e) for e in evidence) if w]
+    if not targets:
+        return None
+    held = Counter(words(memory))
+    return sum(_recall(t, held) for t in targets) / len(targets)
+
+
+def answer_recall(memory: str, answers: Sequence[str]) -> float:
+    """ReMemR1's recall: the best, over the gold answers with a word, of the share of its words in the memory
+    (0 when no answer has a word)."""
+    held = Counter(words(memory))
+    return max((_recall(t, held) for t in (words(a) for a in answers) if t), default=0.0)
+
+
+class EvidenceReward:
+    """`evidence`: evidence_share(after) - evidence_share(before) for a memory update; None for other calls and
+    for a sample without evidence."""
+
+    name, kind = "evidence", "step"
+
+    def score(self, items: Sequence[Update]) -> list[float | None]:
+        out: list[float | None] = []
+        for it in items:
+            if it.kind != "memory" or not it.evidence:
+                out.append(None)
+                continue
+            after, before = evidence_share(it.after, it.evidence), evidence_share(it.before, it.evidence)
+            out.append(None if after is None or before is None else after - before)
+        return out
+
+
+class AnswerRecallReward:
+    """`answer-recall`: answer_recall(after) - answer_recall(before) for a memory update; None for other calls."""
+
+    name, kind = "answer-recall", "step"
+
+    def score(self, items: Sequence[Update]) -> list[float | None]:
+        return [answer_recall(it.after, it.answers) - answer_recall(it.before, it.answers) if it.kind == "memory"
+                else None for it in items]
+
+
+class AnswerLikelihoodReward:
+    """`answer-likelihood`: mean log p(gold answer | question, memory after) minus the same with the memory before,
+    under the rollout policy (`attach(backend, agent_config)` first; the backend must have `encode_many` and
+    `score`, as the transformers one does). `answer_format` writes the gold answer as the model should
+    ("{answer}"; e.g. "\\\\boxed{{{answer}}}"); the first gold answer is used."""
+
+    name, kind = "answer-likelihood", "step"
+
+    def __init__(self, answer_format: str = "{answer}") -> None:
+        if "{answer}" not in answer_format:
+            raise ValueError(f"answer_format must hold {{answer}}, got {answer_format!r}")
+        self.answer_format = answer_format
+        self.backend: Any = None
+        self.template: str | None = None
+
+    def attach(self, backend: Any, agent_config: Any) -> None:
+        """The policy to score with, and the final-answer prompt (agent_config.final_template)."""
+        self.backend, self.template = backend, agent_config.final_template
+
+    def log_likelihoods(self, pairs: Sequence[tuple[str, str, str]]) -> list[float]:
+        """Mean log-prob of each answer given (question, memory): pairs of (question, memory, answer), one
+        forward pass for all."""
+        if self.backend is None or self.template is None:
+            raise RuntimeError("answer-likelihood: call attach(backend, agent_config) before score()")
+        if not pairs:
+            return []
+        tok = self.backend.tokenizer
+        prompts = self.backend.encode_many([render(self.template, question=q, memory=m) for q, m, _ in pairs])
+        answers = [list(tok(self.answer_format.format(answer=a), add_special_tokens=False)["input_ids"])
+                   for _, _, a in pairs]
+        logps = self.backend.score(prompts, answers)
+        return [sum(lp) / len(lp) if lp else -math.inf for lp in logps]
+
+    def score(self, items: Sequence[Update]) -> list[float | None]:
+        which = [i for i, it in enumerate(items) if it.kind == "memory" and it.answers]
+        pairs = [(items[i].question, m, items[i].answers[0]) for i in which for m in (items[i].before, items[i].after)]
+        values = self.log_likelihoods(pairs)
+        out: list[float | None] = [None] * len(items)
+        for k, i in enumerate(which):
+            before, after = values[2 * k], values[2 * k + 1]
+            out[i] = after - before if math.isfinite(before) and math.isfinite(after) else None
+        return out

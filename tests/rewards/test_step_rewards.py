@@ -1,0 +1,93 @@
+"""The built-in step rewards on hand-worked memories: evidence share, answer recall, their differences."""
+import pytest
+
+from memagent.rewards.protocol import Update
+from memagent.rewards.step import (AnswerLikelihoodReward, AnswerRecallReward, EvidenceReward, answer_recall,
+                                   evidence_share, words)
+
+
+def upd(before, after, evidence=("k3 k7", "k7 v5"), answers=("v5",), kind="memory", step=0):
+    return Update("k3", tuple(answers), None if evidence is None else tuple(evidence), kind, step, before, after)
+
+
+def test_words_are_normalised_and_unicode_is_folded():
+    assert words("The Cat, a DOG.") == ["cat", "dog"]  # lower case, punctuation and articles dropped
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    assert words(composed) == words(decomposed) == ["café"]  # NFKC: one word however it is written
+    assert words("\uff2b3") == ["k3"]  # a full-width K folds to K
+
+
+def test_evidence_share_by_hand():
+    ev = ["k3 k7", "k7 v5"]
+    assert evidence_share("none none", ev) == 0.0  # empty memory: nothing held
+    assert evidence_share("", ev) == 0.0
+    assert evidence_share("k3 k7", ev) == (1.0 + 0.5) / 2  # the pointer whole, half of the value fact
+    assert evidence_share("k7 v5 k3", ev) == 1.0
+    assert evidence_share("anything", ["", "..."]) is None  # no evidence string with a word
+    # repeated words count as often as the evidence has them (multisets): 2 of "k1 k1 v2"'s 3 words
+    assert evidence_share("k1 v2", ["k1 k1 v2"]) == pytest.approx(2 / 3)
+    assert evidence_share("k1 k1 k1 v2", ["k1 k1 v2"]) == 1.0
+    assert evidence_share("Ünïcode CAFÉ!", ["ünïcode café"]) == 1.0  # case and punctuation of any script
+
+
+def test_evidence_split_over_two_updates_pays_each_its_share():
+    """Pointer-first: the update that keeps the pointer earns +0.75 at once; moving on to the value fact keeps
+    the share (0), dropping it for a distractor loses it."""
+    r = EvidenceReward()
+    got = r.score([upd("none none", "k3 k7"), upd("k3 k7", "k7 v5", step=1), upd("k3 k7", "k1 v9", step=1),
+                   upd("k7 v5", "k7 v5", step=2)])
+    assert got == [0.75, 0.0, -0.75, 0.0]
+
+
+def test_evidence_is_not_scored_without_evidence_or_outside_memory_updates():
+    r = EvidenceReward()
+    assert r.score([upd("a", "k3 k7", evidence=None), upd("a", "k3 k7", evidence=()),
+                    upd("k3 k7", "\\boxed{v5}", kind="final"), upd("x", "x", kind="query")]) == [None] * 4
+
+
+def test_answer_recall_by_hand():
+    assert answer_recall("none", ["v5"]) == 0.0
+    assert answer_recall("the answer is Paris", ["Paris, France", "paris"]) == 1.0  # best over the golds
+    assert answer_recall("Paris", ["Paris France"]) == 0.5
+    assert answer_recall("new new", ["new new york"]) == pytest.approx(2 / 3)  # repeated words, multisets
+    assert answer_recall("anything", ["the", "."]) == 0.0  # no gold with a word
+    r = AnswerRecallReward()
+    # the pointer holds no word of the answer: answer recall pays it nothing (evidence does: see above)
+    assert r.score([upd("none none", "k3 k7"), upd("k3 k7", "k7 v5", step=1), upd("m", "v5", kind="final")]) \
+        == [0.0, 1.0, None]
+
+
+class ScriptedPolicy:
+    """A backend whose `score` gives each answer token log-prob -1 unless the prompt holds the answer (-0.25)."""
+
+    def __init__(self, tok):
+        self.tokenizer, self.seen = tok, []
+
+    def encode_many(self, prompts):
+        self.seen.append(list(prompts))
+        return [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+
+    def score(self, prompts, responses):
+        out = []
+        for p, r in zip(prompts, responses):
+            text = self.tokenizer.decode(p)
+            out.append([-0.25 if "v5" in text else -1.0] * len(r))
+        return out
+
+
+def test_answer_likelihood_is_after_minus_before_in_one_batch():
+    from types import SimpleNamespace
+
+    from memagent.backends.tiny import build_tokenizer
+
+    tok = build_tokenizer(vocab_size=1024)
+    policy = ScriptedPolicy(tok)
+    r = AnswerLikelihoodReward()
+    with pytest.raises(RuntimeError, match="attach"):
+        r.score([upd("a", "b")])
+    r.attach(policy, SimpleNamespace(final_template="M {memory} Q {question}"))
+    got = r.score([upd("none", "k7 v5"), upd("k7 v5", "k1 v2", step=1), upd("x", "y", kind="final")])
+    assert got == [pytest.approx(0.75), pytest.approx(-0.75), None]
+    assert len(policy.seen) == 1 and policy.seen[0] == ["M none Q k3", "M k7 v5 Q k3", "M k7 v5 Q k3", "M k1 v2 Q k3"]
+    with pytest.raises(ValueError, match="answer"):
+        AnswerLikelihoodReward(answer_format="no placeholder")
