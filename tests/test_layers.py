@@ -224,6 +224,8 @@ def report(graph: Graph) -> str:
 # A function-level import is allowed only for a package below, named by a trailing `# lazy: PKG` marker; each is
 # heavy to import or optional (an extra of pyproject.toml), so a command that does not need it never pays for it.
 LAZY_PACKAGES = {
+    "gguf": "optional (extra `gguf`): only reading a GGUF file (memagent model import, --model FILE.gguf)",
+    "fcntl": "POSIX only: the owner lock of temp index folders (Windows has none, and no folder is taken as dead)",
     "torch": "1-2 s to import and CUDA set-up; only training and the transformers backend use it",
     "transformers": "2-3 s to import (pulls torch); only model loading and tokenizers need it",
     "tokenizers": "Rust extension; only building the tiny/toy tokenizers",

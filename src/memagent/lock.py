@@ -12,6 +12,7 @@ written beside it (no `/dev/.null.lock`), and writes to a sink cannot interleave
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import threading
 from contextlib import contextmanager, nullcontext
@@ -91,7 +92,7 @@ class OwnerLock:
         self.fd: int | None = None
         self.path = folder / OWNER_NAME
         try:
-            import fcntl  # lazy: POSIX only
+            import fcntl  # lazy: fcntl
         except ImportError:  # pragma: no cover - Windows
             return
         staging = folder / f"{OWNER_NAME}.{os.getpid()}"
@@ -119,11 +120,9 @@ def sweep_dead(parent: Path, prefix: str) -> list[Path]:
     no process holds it); the folders removed. Left alone: a folder whose owner lives, one with no lock file
     (made by an older memagent, or kept with keep=True), one owned by another user, a symlink."""
     try:
-        import fcntl  # lazy: POSIX only
+        import fcntl  # lazy: fcntl
     except ImportError:  # pragma: no cover - Windows
         return []
-    import shutil
-
     removed = []
     try:
         candidates = [p for p in parent.iterdir() if p.name.startswith(prefix)]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from memagent.backends.gguf import check_gguf, import_gguf
 from memagent.cli.app import app
 from memagent.cli.params import options_command
 from memagent.flags import flag
@@ -29,8 +30,6 @@ class ModelImportOptions:
 @options_command(ModelImportOptions)
 def import_cmd(o: ModelImportOptions) -> None:
     """Convert a GGUF file into a model folder (float32 safetensors, its tokenizer and chat template)."""
-    from memagent.backends.gguf import check_gguf, import_gguf  # lazy: transformers
-
     check_gguf(o.file)  # a bad file: one error before anything is written
     out = check_output_dir(o.out, "--out", {"FILE": o.file})
     refuse_occupied(out, "--out", False)

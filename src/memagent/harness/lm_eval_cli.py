@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from memagent.cli import fail
+
 
 def default_device(argv: list[str]) -> list[str]:
     """`argv` with `--device auto` added for `--model memagent` when neither `--device` nor a `--config` file
@@ -26,8 +28,6 @@ def default_device(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from memagent.cli import fail  # lazy: the CLI's one error path
-
     try:
         # importing it registers the model with lm-eval
         import memagent.harness.lm_eval  # noqa: F401  # lazy: lm_eval

