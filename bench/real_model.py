@@ -119,6 +119,32 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
     return rows
 
 
+def plot(table: dict, path: Path) -> None:
+    """Accuracy by length, one panel a task, one line a method (docs/img/real_model.png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(table)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for method, cells in table[task].items():
+            if method.startswith("_"):
+                continue
+            xs = sorted(cells, key=int)
+            ax.errorbar([int(x) for x in xs], [cells[x]["accuracy"] for x in xs], yerr=[cells[x]["se"] for x in xs],
+                        marker="o", capsize=3, label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{task}, SmolLM2-135M-Instruct")
+        ax.set_xlabel("document tokens")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(-5, 105)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", default="1024,2048,4096,8192,16384")
@@ -148,6 +174,7 @@ def main() -> None:
                                                  "lm_eval_lengths", "lm_eval_limit")},
         "ruler": table, "examples": examples, "lm_eval_niah_single_1": lm_eval,
         "seconds": round(time.perf_counter() - t0, 1)})
+    plot(table, ROOT / "docs" / "img" / "real_model.png")
 
 
 if __name__ == "__main__":

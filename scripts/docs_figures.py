@@ -439,6 +439,36 @@ def workflows_two_hop(get: Get) -> str:
     return numeric_table(head, rows)
 
 
+def real_model(get: Get) -> str:
+    """bench/results/real_model.json: RULER NIAH with the essay haystack, a row a (task, method), a column a length
+    (accuracy ± standard error, calls and seconds a document), then lm-eval's own RULER rows."""
+    d = get("real_model")
+    sizes = d["sizes"]
+    lengths = sizes["lengths"].split(",")
+    rows = []
+    for task, methods in d["ruler"].items():
+        for method, cells in methods.items():
+            if method.startswith("_"):
+                continue
+            rows.append([task, method] + [
+                f"{cells[n]['accuracy']:.1f} ± {cells[n]['se']:.1f} ({cells[n]['calls_per_doc']:g} calls, "
+                f"{cells[n]['seconds_per_doc']:.0f} s)" if n in cells else "" for n in lengths])
+    out = [numeric_table(["task", "method", *[f"{n} tokens" for n in lengths]], rows, text_columns=2)]
+    lm = d.get("lm_eval_niah_single_1") or {}
+    if lm:
+        lm_lengths = sizes["lm_eval_lengths"].split(",")
+        out.append("\nlm-eval 0.4.13's own RULER `niah_single_1` (its synthetic haystack), "
+                   f"{sizes['lm_eval_limit']} samples a length, score (%):\n")
+        out.append(numeric_table(["model", *[f"{n} tokens" for n in lm_lengths]],
+                                 [[{"hf": "lm-eval `hf` (the whole prompt)", "memagent": "memagent (lm-eval model)"}
+                                   .get(k, k), *[f"{100 * v[n]:.1f}" if v.get(n) is not None else "" for n in lm_lengths]]
+                                  for k, v in lm.items()]))
+    out.append(f"\n{sizes['samples']} samples a cell (seed {sizes['seed']}), chunks of {sizes['chunk_tokens']} tokens, "
+               f"M = {sizes['memory_tokens']}, answer {sizes['answer_tokens']}, question {sizes['query_tokens']}; "
+               f"greedy; {d['machine']['cpu']}, {d['seconds'] / 60:.0f} min in all. Rerun: `{d['command']}`.")
+    return "\n".join(out)
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
     "workflows-two-hop": workflows_two_hop,
@@ -455,6 +485,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-numerics": demo_numerics_table,
     "demo-seeds": lambda get: seeds_markdown(get("demo_seeds")),
     "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
+    "real-model": real_model,
 }
 SOURCES = {  # what each region reads, for the report and the docs
     "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
@@ -464,7 +495,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "bench-cost-model": "cost_model", "benchmarks": "summary scaling pipeline replicas ray packing",
     "throughput-pipeline": "pipeline", "demo-default-seed": "demo_seed0 demo_numerics",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
-    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
+    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model",
 }
 
 
