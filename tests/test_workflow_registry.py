@@ -14,7 +14,7 @@ from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation
                                      build_workflow, get_workflow, register_workflow, run_workflow, stream_workflow,
                                      unregister_workflow, workflow_names)
 from memagent.agent.scheduler import run_lockstep
-from memagent.agent.workflow import MemoryAgent
+from memagent.agent.workflow import MemoryAgent, memagent
 from memagent.backends.base import Generation, SamplingParams
 from memagent.config import AgentConfig
 
@@ -40,7 +40,7 @@ def _digest(results: list[AgentResult]) -> str:
 
 def test_greedy_memagent_through_the_registry_is_todays_result(tiny_backend):
     wf = build_workflow("memagent", tiny_backend, CFG, keep_conversations=True)
-    assert isinstance(wf, MemoryAgent) and wf.name == "memagent"
+    assert wf.workflow is memagent and wf.name == "memagent"
     got = run_workflow(wf, _inputs())
     assert _digest(got) == TODAY
     assert _digest(MemoryAgent(tiny_backend, CFG, keep_conversations=True).run(_inputs())) == TODAY
