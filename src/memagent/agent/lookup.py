@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator
 from memagent.agent.answer import strip_think
 from memagent.agent.chunking import Chunk
 from memagent.agent.index import ChunkIndex, Hit
-from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
+from memagent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.protocol import Call, Document, Prompt, paper_window, workflow
 from memagent.agent.workflow import Reading, answer, read
 from memagent.config import AgentConfig, ConfigError, check_template

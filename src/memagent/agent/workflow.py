@@ -28,7 +28,7 @@ from typing import Any, Generator, Iterable, Sequence
 
 from memagent.agent.answer import final_answer, strip_think
 from memagent.agent.chunking import Chunk
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.agent.protocol import (AgentInput, AgentResult, Answer, BudgetError, Call, Conversation,  # noqa: F401
                                      Document, Reply, template_overhead, workflow)
 from memagent.agent.runner import Runner

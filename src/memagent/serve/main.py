@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.agent.registry import get_workflow
 from memagent.agent.split_prompt import parse_rule
 from memagent.agent.workflow import MemoryAgent

@@ -1,5 +1,7 @@
 """`memagent eval`: its options (one field per command-line option), the profile and sweep settings they
-resolve to, and the run: the sweep (`memagent.eval.sweep`), then profile.yaml, table.md, plots and summary.json.
+resolve to, and the run: the sweep (`memagent.eval.sweep.open_sweep`: the folder's lock and the plan; then
+`sweep` on the executor the command chose), then profile.yaml, table.md, plots and summary.json. The command
+(memagent.cli.evaluate) picks the executor: in this process, or on Ray actors for --ray.
 """
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from memagent.eval.executor import Executor, LocalExecutor
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
 from memagent.eval.report import write_report
 from memagent.eval.summary import write_summary
-from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
+from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
 from memagent.eval.workflow_runs import method_fingerprint
 from memagent.config import rule
 from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
 from memagent.io import OutputError, check_not_input
-from memagent.lock import LOCK_NAME, run_lock
+from memagent.lock import LOCK_NAME
 from memagent.protocol.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
@@ -134,7 +136,7 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     plots and summary.json, holding the output folder's lock throughout; returns the table. `executor` builds
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
-    must be given (this layer does not import the Ray runner)."""
+    must be given."""
     check_options(o)  # each option's rule, beside its field (as `ask` checks its own)
     o.ray.check()
     profile = eval_profile(o)
@@ -145,8 +147,7 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
     out = Path(o.out)
     check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
-    with run_lock(out, "eval"):
-        datas, keys = plan(cfg, o.data)
+    with open_sweep(out, cfg, o.data) as (datas, keys):
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
             return _rescore_run(o, cfg, datas, keys)
