@@ -208,3 +208,28 @@ def test_validation_reads_with_the_training_workflow(tiny_backend):
         unregister_workflow("counted")
     assert got == {"val/greedy_acc": 0.0, "val/sampled_acc": 0.0}
     assert built == [(0.0, {"trace_chunks": True}), (0.7, {"trace_chunks": True})]  # greedy, then sampled
+
+
+def test_serve_checks_the_window_of_the_workflow_it_runs(tiny_tokenizer):
+    """serve's start-up check builds the server's workflow: its declared largest prompt, not the paper's."""
+    from fakes import ScriptedBackend
+
+    from memagent.agent.protocol import BudgetError, Prompt, workflow
+    from memagent.serve.main import check_ready
+
+    cfg = AgentConfig(chunk_tokens=16, memory_tokens=8, answer_tokens=8, query_tokens=16)
+
+    @workflow(window=lambda c, o: [Prompt("{question}", dict(query=c.query_tokens, output=200), "the wide call")])
+    def wide(doc, question, options):
+        reply = yield Call("final", question, 200)
+        return reply
+
+    backend = ScriptedBackend(tiny_tokenizer, lambda p, c: "x", max_window=200)
+    register_workflow("wide", wide)
+    try:
+        check_ready(backend, cfg)  # memagent's calls fit: 139 tokens (the paper's memory template 91 + 16 + 16 + 2 * 8)
+        with pytest.raises(BudgetError, match=r"the wide call needs up to 216 tokens \(template 0 \+ query 16 \+ "
+                                              r"output 200\) but the model's window is 200"):
+            check_ready(backend, cfg, "wide")
+    finally:
+        unregister_workflow("wide")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memagent.agent.chunking import iter_chunks
-from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, get_workflow, run_workflow
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.serve.backend import JobBackend, SharedBackend
@@ -224,7 +224,8 @@ class JobManager:
                                                errors="replace"))
             self.store.set_total(job_id, total)
         workflow = job["workflow"] or self.workflow  # None: a job of a version-1 database (not recorded)
-        resume = workflow == DEFAULT_WORKFLOW  # another workflow's state is not only its memory: it starts over
+        resume = getattr(get_workflow(workflow), "resumable", False)  # declared beside it (@workflow(resumable=));
+        #   another workflow's state is not only its memory and the chunk reached: it starts over
         items = [_resume_input(q, path) if resume else AgentInput(q["question"], path, doc_id=str(q["index"]))
                  for q in questions if q["final"] is None]
         if not resume:  # it starts over: the records of its first attempt go

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from memagent.prompts import render
-from memagent.agent.registry import get_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, get_workflow
 from memagent.agent.split_prompt import parse_rule
-from memagent.agent.workflow import MemoryAgent
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig, rule
@@ -115,7 +114,7 @@ def open_state(o: ServeOptions) -> tuple[Any, Any]:
     return store, DocumentStore(o.state_dir / "documents", o.max_document_bytes)
 
 
-def check_ready(backend: Backend, config: AgentConfig) -> None:
+def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_WORKFLOW) -> None:
     """Refuse a model every request would fail on: a tokenizer that encodes text to no tokens (its files are
     missing), prompts its chat template cannot render (e.g. a profile's chat_template_kwargs), budgets over
     its window. Nothing is generated."""
@@ -132,7 +131,7 @@ def check_ready(backend: Backend, config: AgentConfig) -> None:
                          "profile's chat_template_kwargs and the model's chat template") from None
     if config.seed is not None and not 0 <= config.seed < 2**32:  # every seeded call would fail
         raise InputError(f"the profile's sampling seed {config.seed} is out of range; give one in 0..2**32-1")
-    MemoryAgent(backend, config).check_budget([])  # a call over the window: the budgets' own message
+    build_workflow(workflow, backend, config).check_budget([])  # the server's workflow: its largest prompts' window
 
 
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
@@ -170,7 +169,7 @@ def run_serve(o: ServeOptions) -> None:
         try:
             backend = open_backend(o.model, o.backend, profile)
             try:
-                check_ready(backend, config)
+                check_ready(backend, config, o.workflow)
             except BaseException:
                 getattr(backend, "close", lambda: None)()
                 raise
