@@ -123,6 +123,38 @@ def split_list(text: str, flag: str) -> list[str]:
     return items
 
 
+WORKFLOW_OPTION_HELP = ("An option of the reading workflow, KEY=VALUE (repeatable; e.g. hits=3 for lookup); it "
+                        "overrides the profile's workflow options. VALUE is read as an integer, a number, true, "
+                        "false or null when it is one, else as text.")
+
+
+def parse_workflow_options(pairs: list[str], flag: str = "--workflow-option") -> dict[str, Any]:
+    """["hits=3", "keep_index=true", "query_template=Q {question}"] -> {"hits": 3, "keep_index": True, ...}."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        key = key.strip()
+        if not eq or not key.replace("_", "").isalnum():
+            raise InputError(f"{flag} {pair!r} is not KEY=VALUE (KEY: letters, digits, '_'); e.g. {flag} hits=3")
+        if key in out:
+            raise InputError(f"{flag} names {key} twice; give each option once")
+        out[key] = _scalar(text)
+    return out
+
+
+def _scalar(text: str) -> Any:
+    """A command-line value as YAML would read a plain scalar: int, float, true/false, null, else the text."""
+    words = {"true": True, "false": False, "null": None, "none": None}
+    if text.strip().lower() in words:
+        return words[text.strip().lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def flag(help: str, *decls: str, parse: Any = None, argument: bool = False) -> dict[str, Any]:
     """`dataclasses.field` metadata that makes a field a command-line option (or, with `argument`, a positional
     argument named FIELD_NAME).

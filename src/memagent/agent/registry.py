@@ -25,13 +25,13 @@ from typing import Any, Callable
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
                                      Conversation, Document, Prompt, Reply, WorkflowOptions, check_questions,
                                      split_options, workflow)
-from memagent.agent.runner import Runner, run_workflow, stream_workflow
+from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
 from memagent.errors import MemAgentError
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
            "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
-           "WorkflowOptions", "build_workflow", "check_questions", "get_workflow", "refresh_entry_points",
+           "WorkflowOptions", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
            "register_workflow", "run_workflow", "split_options", "stream_workflow", "workflow", "workflow_names"]
 
 WorkflowFactory = Callable[..., Any]  # a workflow generator function, or factory(backend, config, **options)
@@ -134,6 +134,14 @@ def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
     if isinstance(wf, Runner) or not getattr(wf, "name", None):
         wf.name = name
     return wf
+
+
+def check_workflow_options(name: str, options: dict[str, Any]) -> None:
+    """ConfigError for options workflow `name` does not have or whose values it refuses (checked before any
+    model is loaded; a factory of the earlier protocol checks its own when it is built)."""
+    target = get_workflow(name)
+    if is_generator_workflow(target):
+        own_options(target, name, split_options(options)[1])
 
 
 def parse_workflows(text: str) -> list[str]:

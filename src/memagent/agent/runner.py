@@ -43,6 +43,18 @@ class _Doc:
     conversations: list[Conversation] = field(default_factory=list)
 
 
+def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
+    """The workflow's own options object (its declared `options` class, which checks them; None: it has none);
+    ConfigError for a name it does not have, listing those it has."""
+    cls = getattr(workflow, "options", None)
+    valid = [f.name for f in fields(cls)] if cls is not None else []
+    unknown = sorted(set(own) - set(valid))
+    if unknown:
+        raise ConfigError(f"workflow {name} has no option {', '.join(unknown)}; its options are "
+                          f"{', '.join(valid) or 'none'} (and the shared run options)")
+    return cls(**own) if cls is not None else None
+
+
 class Runner:
     """A workflow (a generator function, memagent.agent.protocol) ready to run on `backend` under `config`:
     `options` are the shared run options (WorkflowOptions) and the workflow's own (its `options` class).
@@ -52,13 +64,7 @@ class Runner:
         self.workflow, self.name = workflow, getattr(workflow, "__name__", "")
         self.backend, self.config = backend, config or AgentConfig()
         self.options, own = split_options(options)
-        cls = getattr(workflow, "options", None)
-        valid = [f.name for f in fields(cls)] if cls is not None else []
-        unknown = sorted(set(own) - set(valid))
-        if unknown:
-            raise ConfigError(f"workflow {self.name} has no option {', '.join(unknown)}; its options are "
-                              f"{', '.join(valid) or 'none'} (and the shared run options)")
-        self.own = cls(**own) if cls is not None else None
+        self.own = own_options(workflow, self.name, own)
         self.stats = RunStats()  # of the last run
         self._window_checked: AgentConfig | None = None  # the config whose window check passed
         resolve_schedule(self.options.schedule, backend)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from memagent.agent.registry import check_workflow_options
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.executor import Executor, LocalExecutor
@@ -20,7 +21,9 @@ from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
 from memagent.eval.workflow_runs import method_fingerprint
 from memagent.config import rule
-from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
+from memagent.errors import InputError
+from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
+                            limited, parse_workflow_options, split_list)
 from memagent.io import OutputError, check_not_input
 from memagent.lock import LOCK_NAME
 from memagent.protocol.profile import open_backend, write_profile
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
     from memagent.protocol.profile import Profile
 
 __all__ = ["EvalOptions", "eval_profile", "run_eval", "sweep_config"]
+
+
+# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None: the profile's value
+PROFILE_FLAG = {"profile": True}
 
 
 @dataclass
@@ -45,6 +52,9 @@ class EvalOptions:
     workflows: Optional[list[str]] = field(default=None, metadata=flag(
         "Reading workflows to evaluate, a row each (e.g. memagent,lookup,skim) with model calls and seconds per "
         "document; they replace the workflows of --methods, its baselines stay.", parse=lambda text, name: None if text is None else split_list(text, name)))
+    workflow_option: list[str] = field(default_factory=list, metadata=flag(
+        WORKFLOW_OPTION_HELP + " With several workflows name the one it is for: NAME.KEY=VALUE (lookup.hits=3).",
+        "--workflow-option"))
     split_by: Optional[str] = field(default=None, metadata=flag(
         "Split every table row by this sample tag (e.g. order: value-first | pointer-first of two-hop toy data)."))
     backend: BackendOptions = field(default_factory=BackendOptions)
@@ -61,7 +71,7 @@ class EvalOptions:
         "At most this many samples per data file.")})
     progress: bool = field(default=True, metadata=flag("One line per finished sample on stderr.",
                                                        "--progress/--no-progress"))
-    repeats: Optional[int] = field(default=None, metadata={**limited(
+    repeats: Optional[int] = field(default=None, metadata={**PROFILE_FLAG, **limited(
         1_000, "repeats of every sample (the paper reports the mean of a few)"), **flag(
         "[default: the profile's, 1] Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± "
         "standard error.")})
@@ -70,12 +80,12 @@ class EvalOptions:
         "Stop once this many samples have failed in this run.")})
     rescore: bool = field(default=False, metadata=flag(
         "Recompute every score from the stored replies; no model is loaded."))
-    golds: Optional[str] = field(default=None, metadata=flag(
+    golds: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, all] Score against all golds (best of) or the first gold only: all | first."))
-    empty_prediction: Optional[str] = field(default=None, metadata=flag(
+    empty_prediction: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, zero] A prediction empty once normalised: zero (scores 0) | text (the official "
         "raw substring rule)."))
-    failed: Optional[str] = field(default=None, metadata=flag(
+    failed: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
@@ -83,19 +93,18 @@ class EvalOptions:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
         values = {k: v for k, v in flag_values(self).items() if k not in left_out
-                  and not (k in ("workflows", "split_by") and v is None)}  # added when given: older keys stay as they were
+                  and not (k in ("workflows", "split_by") and v is None)  # added when given: older keys stay as they were
+                  and not (k == "workflow_option" and not v)}
         return dict(values, backend=dataclasses.asdict(self.backend))
 
 
-# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None in EvalOptions: the profile's
-_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
 
 
 def eval_profile(o: EvalOptions) -> "Profile":
     """The settings `eval` runs with, by `ask`'s rule: the built-in profile, the model's memagent.json, --profile,
     then the flags."""
     return resolve_model_profile(o.model, o.profile, window=o.window, **flag_values(o.budgets),
-                                 **flag_values(o.sampling), **{k: getattr(o, k) for k in _LATER_FLAGS})
+                                 **flag_values(o.sampling), **{f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.metadata.get("profile")})
 
 
 def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:
@@ -108,7 +117,7 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring, workflow_options=profile_workflow_options(profile),
+        scoring=profile.scoring, workflow_options=eval_workflow_options(o, profile),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
 
@@ -119,6 +128,27 @@ def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
     options reach `name` where it is one of the methods; --workflows and --methods choose the methods."""
     options = dict(profile.workflow.options)
     return {profile.workflow.name: options} if options else {}
+
+
+def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[str, Any]]:
+    """The profile's workflow options, then --workflow-option's: {workflow name: its options}."""
+    out = profile_workflow_options(profile)
+    workflows = [m for m in eval_methods(o) if m not in BASELINES]
+    given: dict[str, list[str]] = {}
+    for pair in o.workflow_option:
+        name, dot, rest = pair.partition("=")[0].partition(".")
+        if not dot and len(workflows) != 1:
+            raise InputError(f"--workflow-option {pair!r}: this run evaluates {len(workflows)} workflows "
+                             f"({', '.join(workflows) or 'none'}); name the one it is for: NAME.KEY=VALUE")
+        target = name if dot else workflows[0]
+        if target not in workflows:
+            raise InputError(f"--workflow-option {pair!r}: {target} is not one of the workflows evaluated "
+                             f"({', '.join(workflows) or 'none'})")
+        given.setdefault(target, []).append(pair[len(name) + 1:] if dot else pair)
+    for name, pairs in given.items():
+        out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}
+        check_workflow_options(name, out[name])  # before any model is loaded
+    return out
 
 
 def eval_methods(o: EvalOptions) -> list[str]:

@@ -105,9 +105,10 @@ class JobManager:
 
     def __init__(self, store: Store, docs: DocumentStore, backend: SharedBackend, config: AgentConfig,
                  metrics: Metrics, max_running: int = 4, max_queued: int = 64,
-                 workflow: str = DEFAULT_WORKFLOW) -> None:
+                 workflow: str = DEFAULT_WORKFLOW, workflow_options: dict[str, Any] | None = None) -> None:
         self.store, self.docs, self.backend, self.config, self.metrics = store, docs, backend, config, metrics
         self.workflow = workflow  # the server's (serve --workflow); a job may name its own (`submit`), kept in SQLite
+        self.workflow_options = dict(workflow_options or {})  # the server's workflow's (serve --workflow-option)
         self.max_running, self.max_queued = max_running, max_queued
         self.pool = ThreadPoolExecutor(max_running, thread_name_prefix="memagent-job")
         self.live: OrderedDict[str, Live] = OrderedDict()
@@ -251,7 +252,8 @@ class JobManager:
             live.emit("step", dict(record, question_index=idx, chunks_total=total))
 
         backend = JobBackend(self.backend, on_usage, lambda: live.cancel.is_set() or self._stopping)
-        run_workflow(build_workflow(workflow, backend, self.config, errors="replace", on_step=on_step), items)
+        own = self.workflow_options if workflow == self.workflow else {}
+        run_workflow(build_workflow(workflow, backend, self.config, errors="replace", on_step=on_step, **own), items)
 
     # -- views ----------------------------------------------------------------------------------
     def job_or_404(self, job_id: str) -> dict[str, Any]:
