@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from memagent.config import SEED_RULE, AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
@@ -196,17 +196,28 @@ def _shown(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _agent_flags(name: str, sections: tuple[str, ...], doc: str) -> type:
-    """Option type `name`: one optional flag per AgentConfig field of `sections` that has a `cli` help, with
-    that field's type, rule (or its `cli_rule`, the flag's own) and help, declared once, in memagent.config;
-    None: the profile's value."""
-    hints = hints_of(AgentConfig)
-    own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={
-        **f.metadata, **f.metadata.get("cli_rule", {}), **flag(
-            f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
-        for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in sections and f.metadata.get("cli")]
-    return dataclasses.make_dataclass(name, own, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
+def agent_flag(name: str) -> Any:
+    """The optional flag of AgentConfig's field `name`: that field's rule (or its `cli_rule`, the flag's own) and
+    help, declared once, in memagent.config; None: the profile's value."""
+    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
+    return field(default=None, metadata={**f.metadata, **f.metadata.get("cli_rule", {}), **flag(
+        f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")})
 
 
-BudgetOptions = _agent_flags("BudgetOptions", ("budgets",), "The token budgets of the read-write loop.")
-SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.")
+@dataclass(frozen=True)
+class BudgetOptions:
+    """The token budgets of the read-write loop."""
+
+    chunk_tokens: Optional[int] = agent_flag("chunk_tokens")
+    memory_tokens: Optional[int] = agent_flag("memory_tokens")
+    answer_tokens: Optional[int] = agent_flag("answer_tokens")
+    query_tokens: Optional[int] = agent_flag("query_tokens")
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How replies are sampled."""
+
+    temperature: Optional[float] = agent_flag("temperature")
+    top_p: Optional[float] = agent_flag("top_p")
+    seed: Optional[int] = agent_flag("seed")
