@@ -233,3 +233,75 @@ def test_serve_checks_the_window_of_the_workflow_it_runs(tiny_tokenizer):
             check_ready(backend, cfg, "wide")
     finally:
         unregister_workflow("wide")
+
+
+def test_a_generator_workflow_with_options_of_its_own_and_a_kind_of_its_own(tiny_tokenizer):
+    """The runner does the recording: a call the workflow did not keep() is traced with its text and generated
+    tokens; keep() sets the conversation's text and the record's fields; options come checked by their class."""
+    from dataclasses import dataclass
+
+    from memagent.agent.protocol import Answer, workflow
+
+    @dataclass
+    class Opts:
+        times: int = 1
+
+        def __post_init__(self):
+            if self.times < 1:
+                raise ValueError("times must be at least 1")
+
+    @workflow(options=Opts)
+    def twice(doc, question, o):
+        for i in range(o.times):
+            yield Call("note", f"n{i} {question}", 4, step=i)  # not kept: the record carries the reply's text
+        reply = yield Call("final", "f", 8, step=o.times)
+        reply.keep("kept " + reply.text, answer="a", raw_answer=reply.text)
+        return Answer("a", reply.text, "", o.times)
+
+    from fakes import ScriptedBackend
+
+    records, backend = [], ScriptedBackend(tiny_tokenizer, lambda p, c: "x")
+    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    register_workflow("twice", twice)
+    try:
+        wf = build_workflow("twice", backend, CFG, times=2, keep_conversations=True, on_step=records.append)
+        [res] = run_workflow(wf, [AgentInput("q", "", "d")])
+        with pytest.raises(ValueError, match="at least 1"):
+            build_workflow("twice", backend, CFG, times=0)
+    finally:
+        unregister_workflow("twice")
+    assert (res.answer, res.num_chunks, res.calls) == ("a", 2, 3)
+    assert [(c.kind, c.step, c.text) for c in res.conversations] == [("note", 0, "x"), ("note", 1, "x"),
+                                                                     ("final", 2, "kept x")]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in records] == [
+        dict(doc_id="d", step=0, kind="note", prompt_tokens=n("n0 q"), text="x", generated_tokens=n("x"), batch_size=1),
+        dict(doc_id="d", step=1, kind="note", prompt_tokens=n("n1 q"), text="x", generated_tokens=n("x"), batch_size=1),
+        dict(doc_id="d", step=2, kind="final", prompt_tokens=n("f"), answer="a", raw_answer="x", batch_size=1)]
+    assert backend.batches == [["n0 q"], ["n1 q"], ["f"]]  # one document: a batch per call
+
+
+def test_a_workflow_must_yield_calls_and_return_an_answer(tiny_tokenizer):
+    from fakes import ScriptedBackend
+
+    from memagent.agent.protocol import workflow
+
+    @workflow()
+    def bad(doc, question, options):
+        yield "not a call"
+
+    @workflow()
+    def plain(doc, question, options):
+        reply = yield Call("final", "f", 4)
+        return reply.text  # not an Answer
+
+    backend = ScriptedBackend(tiny_tokenizer, lambda p, c: "x")
+    register_workflow("bad", bad)
+    register_workflow("plain", plain)
+    try:
+        with pytest.raises(TypeError, match="workflow bad must yield a Call, got str"):
+            run_workflow(build_workflow("bad", backend, CFG), [AgentInput("q", "", "d")])
+        with pytest.raises(TypeError, match="workflow plain must return an Answer, got str"):
+            run_workflow(build_workflow("plain", backend, CFG), [AgentInput("q", "", "d")])
+    finally:
+        unregister_workflow("bad")
+        unregister_workflow("plain")
