@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from memagent.prompts import render
+from memagent.agent.prompts import render
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, check_workflow_options
 from memagent.agent.split_prompt import parse_rule
 from memagent.backends.base import Backend
