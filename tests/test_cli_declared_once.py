@@ -143,3 +143,29 @@ def _required(cls: type, values: dict) -> object:
             value = None
         object.__setattr__(obj, f.name, values.get(f.name, value))
     return obj
+
+
+def test_the_written_out_option_classes_hold_every_agent_field_of_their_section():
+    """BudgetOptions / SamplingOptions (the flags) and the profile's Prompts / Sampling / Budgets are plain
+    dataclasses; each holds, in AgentConfig's order, the AgentConfig fields of its section (with a `cli` help for
+    a flag), their rules and help copied from AgentConfig (declared once, there)."""
+    from memagent.config import AgentConfig
+    from memagent.flags import BudgetOptions, SamplingOptions
+    from memagent.protocol.profile import Budgets, Prompts, Sampling
+
+    def of(section, cli=False):
+        return [f.name for f in dataclasses.fields(AgentConfig)
+                if f.metadata.get("section") == section and (f.metadata.get("cli") or not cli)]
+
+    names = lambda cls: [f.name for f in dataclasses.fields(cls)]  # noqa: E731
+    assert names(BudgetOptions) == of("budgets", cli=True) == ["chunk_tokens", "memory_tokens", "answer_tokens",
+                                                                "query_tokens"]
+    assert names(SamplingOptions) == of("sampling", cli=True) == ["temperature", "top_p", "seed"]
+    assert names(Prompts)[:-1] == of("prompts") and names(Sampling)[:-1] == of("sampling")
+    assert names(Budgets)[:5] == of("budgets")
+    agent = {f.name: f for f in dataclasses.fields(AgentConfig)}
+    for cls in (Prompts, Sampling, Budgets):
+        for f in dataclasses.fields(cls):
+            if f.name in agent:
+                assert f.default == agent[f.name].default and f.metadata == agent[f.name].metadata
+    assert dataclasses.fields(BudgetOptions)[0].metadata["rule"] == {"min": 1}  # the rule beside the field

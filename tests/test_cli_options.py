@@ -91,7 +91,7 @@ def test_a_bad_record_is_the_same_error_through_ask_and_eval(run_cli, tmp_path, 
 
 
 def test_eval_and_ask_resolve_a_models_saved_settings_by_one_rule(tmp_path):
-    from memagent.eval.command import EvalOptions, eval_profile
+    from memagent.cli.eval_command import EvalOptions, eval_profile
     from memagent.protocol.resolve import model_profile, save_agent_settings
 
     cfg = AgentConfig(chunk_tokens=16, memory_tokens=2, answer_tokens=3, query_tokens=4,

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from memagent.agent.lookup import MAX_HITS, MAX_LOOKUPS, LookupAgent, template_overhead
+from memagent.agent.lookup import MAX_HITS, MAX_LOOKUPS, lookup
+from memagent.agent.protocol import template_overhead
 from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.registry import AgentInput, BudgetError, build_workflow, run_workflow
 from memagent.backends.base import BackendError
@@ -224,7 +225,7 @@ def test_a_query_template_of_ones_own_is_the_query_calls_prompt(tiny_tokenizer):
 
 def test_options_from_a_command_line_are_read_as_integers(tiny_tokenizer):
     wf = build_workflow("lookup", ScriptedBackend(tiny_tokenizer, one_fact_reader), _config(), lookups="2", hits="3")
-    assert isinstance(wf, LookupAgent) and (wf.lookups, wf.hits, wf.name) == (2, 3, "lookup")
+    assert wf.workflow is lookup and (wf.own.lookups, wf.own.hits, wf.name) == (2, 3, "lookup")
 
 
 def test_index_files_go_to_the_run_folder_and_are_removed_unless_kept(tiny_tokenizer, tmp_path):

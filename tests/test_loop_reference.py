@@ -1,14 +1,18 @@
-"""The reference loop (memagent.agent.loop) against MemoryAgent behind the scheduler: the same memory after every
-chunk and the same answer, document by document, under greedy decoding: on a deterministic fake backend (lock-step
-batches and pipelined requests) and on the tiny model (lock-step batches of several documents)."""
+"""The paper's loop (memagent.agent.workflow.memagent, its one definition) driven by hand, one document and one
+model call at a time, against the same workflow behind the scheduler (many documents, batched or pipelined): the
+same memory after every chunk and the same answer, document by document, under greedy decoding: on a
+deterministic fake backend (lock-step batches and pipelined requests) and on the tiny model (lock-step batches of
+several documents)."""
 from __future__ import annotations
 
 import hashlib
 
 import pytest
 
-from memagent.agent.loop import read_and_answer
-from memagent.agent.workflow import AgentInput, MemoryAgent
+from memagent.agent.protocol import Document, Reply
+from memagent.agent.scheduler import call_seed
+from memagent.agent.workflow import AgentInput, MemoryAgent, memagent
+from memagent.backends.base import SamplingParams
 from memagent.config import AgentConfig
 
 from fakes import ScriptedBackend
@@ -59,12 +63,24 @@ def _scheduler(backend, config, docs, schedule="auto"):
             for r in results]
 
 
+def read_and_answer(backend, cfg, question, document):
+    """The workflow generator with no scheduler: each call sent alone as it is yielded, the k-th seeded as a
+    one-document run seeds it; the memories are what the workflow kept of each memory reply."""
+    loop = memagent(Document(0, AgentInput(question, document), cfg, backend.tokenizer), question)
+    call, memories, k = next(loop), [], 1
+    try:
+        while True:
+            params = SamplingParams(call.max_new_tokens, cfg.temperature, cfg.top_p, call_seed(cfg.seed, k))
+            reply = Reply(backend.generate([call.prompt], params)[0])
+            kind, call, k = call.kind, loop.send(reply), k + 1
+            if kind == "memory":
+                memories.append(reply.kept)
+    except StopIteration as stop:
+        return memories, stop.value.memory, stop.value.answer, stop.value.raw_answer
+
+
 def _reference(backend, config, docs):
-    out = []
-    for q, d in docs:
-        r = read_and_answer(backend, config, q, d)
-        out.append((r.memories, r.memory, r.answer, r.raw_answer))
-    return out
+    return [read_and_answer(backend, config, q, d) for q, d in docs]
 
 
 class _Concurrent(ScriptedBackend):

@@ -6,7 +6,7 @@ import pytest
 
 from memagent.agent.chunking import iter_chunks
 from memagent.agent.registry import AgentInput, build_workflow, run_workflow
-from memagent.agent.skim import MAX_K, SkimAgent
+from memagent.agent.skim import MAX_K, skim
 from memagent.config import AgentConfig, ConfigError
 
 from fakes import ScriptedBackend
@@ -136,4 +136,4 @@ def test_options_are_bounded_and_checked(tiny_tokenizer, options, message):
     with pytest.raises(ConfigError, match=message):
         build_workflow("skim", ScriptedBackend(tiny_tokenizer, reader), _config(), **options)
     wf = build_workflow("skim", ScriptedBackend(tiny_tokenizer, reader), _config(), k="8")
-    assert isinstance(wf, SkimAgent) and wf.k == 8
+    assert wf.workflow is skim and wf.own.k == 8

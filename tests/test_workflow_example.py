@@ -19,7 +19,7 @@ def echo_installed(tmp_path, monkeypatch):
     info = tmp_path / "site" / "echo_workflow-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-workflow\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.workflows]\necho = echo_workflow:build\n")
+    (info / "entry_points.txt").write_text("[memagent.workflows]\necho = echo_workflow:echo\n")
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     registry.refresh_entry_points()

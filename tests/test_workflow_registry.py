@@ -14,7 +14,7 @@ from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation
                                      build_workflow, get_workflow, register_workflow, run_workflow, stream_workflow,
                                      unregister_workflow, workflow_names)
 from memagent.agent.scheduler import run_lockstep
-from memagent.agent.workflow import MemoryAgent
+from memagent.agent.workflow import MemoryAgent, memagent
 from memagent.backends.base import Generation, SamplingParams
 from memagent.config import AgentConfig
 
@@ -40,7 +40,7 @@ def _digest(results: list[AgentResult]) -> str:
 
 def test_greedy_memagent_through_the_registry_is_todays_result(tiny_backend):
     wf = build_workflow("memagent", tiny_backend, CFG, keep_conversations=True)
-    assert isinstance(wf, MemoryAgent) and wf.name == "memagent"
+    assert wf.workflow is memagent and wf.name == "memagent"
     got = run_workflow(wf, _inputs())
     assert _digest(got) == TODAY
     assert _digest(MemoryAgent(tiny_backend, CFG, keep_conversations=True).run(_inputs())) == TODAY
@@ -208,3 +208,100 @@ def test_validation_reads_with_the_training_workflow(tiny_backend):
         unregister_workflow("counted")
     assert got == {"val/greedy_acc": 0.0, "val/sampled_acc": 0.0}
     assert built == [(0.0, {"trace_chunks": True}), (0.7, {"trace_chunks": True})]  # greedy, then sampled
+
+
+def test_serve_checks_the_window_of_the_workflow_it_runs(tiny_tokenizer):
+    """serve's start-up check builds the server's workflow: its declared largest prompt, not the paper's."""
+    from fakes import ScriptedBackend
+
+    from memagent.agent.protocol import BudgetError, Prompt, workflow
+    from memagent.serve.main import check_ready
+
+    cfg = AgentConfig(chunk_tokens=16, memory_tokens=8, answer_tokens=8, query_tokens=16)
+
+    @workflow(window=lambda c, o: [Prompt("{question}", dict(query=c.query_tokens, output=200), "the wide call")])
+    def wide(doc, question, options):
+        reply = yield Call("final", question, 200)
+        return reply
+
+    backend = ScriptedBackend(tiny_tokenizer, lambda p, c: "x", max_window=200)
+    register_workflow("wide", wide)
+    try:
+        check_ready(backend, cfg)  # memagent's calls fit: 139 tokens (the paper's memory template 91 + 16 + 16 + 2 * 8)
+        with pytest.raises(BudgetError, match=r"the wide call needs up to 216 tokens \(template 0 \+ query 16 \+ "
+                                              r"output 200\) but the model's window is 200"):
+            check_ready(backend, cfg, "wide")
+    finally:
+        unregister_workflow("wide")
+
+
+def test_a_generator_workflow_with_options_of_its_own_and_a_kind_of_its_own(tiny_tokenizer):
+    """The runner does the recording: a call the workflow did not keep() is traced with its text and generated
+    tokens; keep() sets the conversation's text and the record's fields; options come checked by their class."""
+    from dataclasses import dataclass
+
+    from memagent.agent.protocol import Answer, workflow
+
+    @dataclass
+    class Opts:
+        times: int = 1
+
+        def __post_init__(self):
+            if self.times < 1:
+                raise ValueError("times must be at least 1")
+
+    @workflow(options=Opts)
+    def twice(doc, question, o):
+        for i in range(o.times):
+            yield Call("note", f"n{i} {question}", 4, step=i)  # not kept: the record carries the reply's text
+        reply = yield Call("final", "f", 8, step=o.times)
+        reply.keep("kept " + reply.text, answer="a", raw_answer=reply.text)
+        return Answer("a", reply.text, "", o.times)
+
+    from fakes import ScriptedBackend
+
+    records, backend = [], ScriptedBackend(tiny_tokenizer, lambda p, c: "x")
+    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    register_workflow("twice", twice)
+    try:
+        wf = build_workflow("twice", backend, CFG, times=2, keep_conversations=True, on_step=records.append)
+        [res] = run_workflow(wf, [AgentInput("q", "", "d")])
+        with pytest.raises(ValueError, match="at least 1"):
+            build_workflow("twice", backend, CFG, times=0)
+    finally:
+        unregister_workflow("twice")
+    assert (res.answer, res.num_chunks, res.calls) == ("a", 2, 3)
+    assert [(c.kind, c.step, c.text) for c in res.conversations] == [("note", 0, "x"), ("note", 1, "x"),
+                                                                     ("final", 2, "kept x")]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in records] == [
+        dict(doc_id="d", step=0, kind="note", prompt_tokens=n("n0 q"), text="x", generated_tokens=n("x"), batch_size=1),
+        dict(doc_id="d", step=1, kind="note", prompt_tokens=n("n1 q"), text="x", generated_tokens=n("x"), batch_size=1),
+        dict(doc_id="d", step=2, kind="final", prompt_tokens=n("f"), answer="a", raw_answer="x", batch_size=1)]
+    assert backend.batches == [["n0 q"], ["n1 q"], ["f"]]  # one document: a batch per call
+
+
+def test_a_workflow_must_yield_calls_and_return_an_answer(tiny_tokenizer):
+    from fakes import ScriptedBackend
+
+    from memagent.agent.protocol import workflow
+
+    @workflow()
+    def bad(doc, question, options):
+        yield "not a call"
+
+    @workflow()
+    def plain(doc, question, options):
+        reply = yield Call("final", "f", 4)
+        return reply.text  # not an Answer
+
+    backend = ScriptedBackend(tiny_tokenizer, lambda p, c: "x")
+    register_workflow("bad", bad)
+    register_workflow("plain", plain)
+    try:
+        with pytest.raises(TypeError, match="workflow bad must yield a Call, got str"):
+            run_workflow(build_workflow("bad", backend, CFG), [AgentInput("q", "", "d")])
+        with pytest.raises(TypeError, match="workflow plain must return an Answer, got str"):
+            run_workflow(build_workflow("plain", backend, CFG), [AgentInput("q", "", "d")])
+    finally:
+        unregister_workflow("bad")
+        unregister_workflow("plain")

@@ -1,6 +1,6 @@
 """MemAgent: long documents read chunk by chunk with an overwritten, fixed-size text memory.
 
-The package, lowest layer first (tests/test_layers.py keeps the order: a module imports only from its own
+The package, lowest layer first (pyproject.toml's import-linter contracts keep the order: a module imports only from its own
 layer and the layers before it).
 
 Base helpers, flat at the top (each imports at most other base modules):
@@ -15,12 +15,13 @@ Base helpers, flat at the top (each imports at most other base modules):
     lock.py       one run per output (file locks)
     progress.py   progress on stderr: a bar on a terminal, plain lines in a log
     model_shapes.py  shapes and parameter counts of known models (FLOPs, the training memory estimate)
+    prompts.py    the paper's prompt templates and their placeholders (AgentConfig's defaults)
     timeline/     the memory timeline of a trace: its rows, evidence steps and the `memagent report` HTML file
 
 The layers above:
 
     backends/     the model Protocol and its implementations (transformers, vLLM, OpenAI-compatible HTTP, tiny)
-    agent/        chunking, the paper's prompt templates (agent/prompts.py), the read-write loop, workflows
+    agent/        chunking, the read-write loop (a workflow: a generator of model calls), the scheduler
     tasks/        samples, data synthesis, released formats, metrics
     rl/           training (SFT, Multi-Conv DAPO)
     eval/         the evaluation sweep, baselines, scoring, Table 1

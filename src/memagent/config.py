@@ -6,7 +6,7 @@ class's `__post_init__`; `check_value` checks one value, e.g. a command-line fla
 The loader of YAML and `key=value` overrides is `memagent.sections`.
 
 The values a config is checked against live here too: `check_template` (the paper's templates, the defaults,
-and their placeholders are declared in `memagent.agent.prompts`, a leaf module, and stay importable from
+and their placeholders are declared in `memagent.prompts`, a leaf module, and stay importable from
 here), the answer protocols and think modes (applied by `memagent.agent.answer`).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from memagent.agent.prompts import FINAL_FIELDS, MEMORY_FIELDS, PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE, PLACEHOLDER
+from memagent.prompts import FINAL_FIELDS, MEMORY_FIELDS, PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE, PLACEHOLDER
 from memagent.errors import MemAgentError
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from memagent.config import SEED_RULE, AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
@@ -125,6 +125,38 @@ def split_list(text: str, flag: str) -> list[str]:
     return items
 
 
+WORKFLOW_OPTION_HELP = ("An option of the reading workflow, KEY=VALUE (repeatable; e.g. hits=3 for lookup); it "
+                        "overrides the profile's workflow options. VALUE is read as an integer, a number, true, "
+                        "false or null when it is one, else as text.")
+
+
+def parse_workflow_options(pairs: list[str], flag: str = "--workflow-option") -> dict[str, Any]:
+    """["hits=3", "keep_index=true", "query_template=Q {question}"] -> {"hits": 3, "keep_index": True, ...}."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        key = key.strip()
+        if not eq or not key.replace("_", "").isalnum():
+            raise InputError(f"{flag} {pair!r} is not KEY=VALUE (KEY: letters, digits, '_'); e.g. {flag} hits=3")
+        if key in out:
+            raise InputError(f"{flag} names {key} twice; give each option once")
+        out[key] = _scalar(text)
+    return out
+
+
+def _scalar(text: str) -> Any:
+    """A command-line value as YAML would read a plain scalar: int, float, true/false, null, else the text."""
+    words = {"true": True, "false": False, "null": None, "none": None}
+    if text.strip().lower() in words:
+        return words[text.strip().lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def flag(help: str, *decls: str, parse: Any = None, argument: bool = False) -> dict[str, Any]:
     """`dataclasses.field` metadata that makes a field a command-line option (or, with `argument`, a positional
     argument named FIELD_NAME).
@@ -166,17 +198,28 @@ def _shown(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _agent_flags(name: str, sections: tuple[str, ...], doc: str) -> type:
-    """Option type `name`: one optional flag per AgentConfig field of `sections` that has a `cli` help, with
-    that field's type, rule (or its `cli_rule`, the flag's own) and help, declared once, in memagent.config;
-    None: the profile's value."""
-    hints = hints_of(AgentConfig)
-    own = [(f.name, Optional[hints[f.name]], field(default=None, metadata={
-        **f.metadata, **f.metadata.get("cli_rule", {}), **flag(
-            f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")}))
-        for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in sections and f.metadata.get("cli")]
-    return dataclasses.make_dataclass(name, own, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
+def agent_flag(name: str) -> Any:
+    """The optional flag of AgentConfig's field `name`: that field's rule (or its `cli_rule`, the flag's own) and
+    help, declared once, in memagent.config; None: the profile's value."""
+    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
+    return field(default=None, metadata={**f.metadata, **f.metadata.get("cli_rule", {}), **flag(
+        f"{f.metadata['cli']} (default: the profile's, {_shown(f.default)}).")})
 
 
-BudgetOptions = _agent_flags("BudgetOptions", ("budgets",), "The token budgets of the read-write loop.")
-SamplingOptions = _agent_flags("SamplingOptions", ("sampling",), "How replies are sampled.")
+@dataclass(frozen=True)
+class BudgetOptions:
+    """The token budgets of the read-write loop."""
+
+    chunk_tokens: Optional[int] = agent_flag("chunk_tokens")
+    memory_tokens: Optional[int] = agent_flag("memory_tokens")
+    answer_tokens: Optional[int] = agent_flag("answer_tokens")
+    query_tokens: Optional[int] = agent_flag("query_tokens")
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How replies are sampled."""
+
+    temperature: Optional[float] = agent_flag("temperature")
+    top_p: Optional[float] = agent_flag("top_p")
+    seed: Optional[int] = agent_flag("seed")

@@ -32,23 +32,14 @@ from memagent.config import ConfigError, check_fields, hints_of, key_of, optiona
 from memagent.errors import MemAgentError
 
 __all__ = ["ConfigError", "build", "check_fields", "coerce", "deep_merge", "load_mapping", "parse_override",
-           "parse_overrides", "rule", "section_class", "spell_out", "to_dict"]
+           "parse_overrides", "rule", "copy_field", "spell_out", "to_dict"]
 
 
-def section_class(name: str, source: type, section: str, extra: list[tuple[str, Any, Any]], doc: str,
-                  module: str) -> type:
-    """A frozen dataclass `name` whose fields are `source`'s fields marked `rule(..., section=SECTION)` (the same
-    types, defaults and rules: declared once, in `source`), then `extra` (make_dataclass's (name, type, field));
-    it checks its rules as section `section`."""
-    hints = hints_of(source)
-    own = [(f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
-           for f in dataclasses.fields(source) if f.metadata.get("section") == section]
-
-    def __post_init__(self: Any) -> None:
-        check_fields(self, section)
-
-    return dataclasses.make_dataclass(name, own + extra, frozen=True, namespace={
-        "__post_init__": __post_init__, "__doc__": doc, "__module__": module})
+def copy_field(source: type, name: str) -> Any:
+    """Field `name` of the dataclass `source` for another dataclass: its default and metadata (rule, section,
+    help: declared once, in `source`); the new class writes out the field's type."""
+    f = next(f for f in dataclasses.fields(source) if f.name == name)
+    return dataclasses.field(default=f.default, metadata=f.metadata)
 
 
 def _fields(cls: type) -> dict[str, dataclasses.Field]:

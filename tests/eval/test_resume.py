@@ -19,7 +19,7 @@ from memagent.eval.baselines import EvalError
 from memagent.eval.records import load_records
 from memagent.eval.report import write_report
 from memagent.eval.scoring import ScoreOptions
-from memagent.eval.command import EvalOptions, run_eval, sweep_config
+from memagent.cli.eval_command import EvalOptions, run_eval, sweep_config
 from memagent.eval.sweep import SweepConfig, plan, run_sweep
 from memagent.flags import BudgetOptions
 from memagent.lock import RunLockedError
@@ -374,7 +374,7 @@ def test_a_task_name_matplotlib_would_parse_plots(tmp_path):
 
 def test_eval_writes_its_report_then_fails_with_the_count_of_failed_samples(tokenizer, data, tmp_path, monkeypatch):
     broken = Scripted(tokenizer, fail_on="item 5")
-    monkeypatch.setattr("memagent.eval.command.open_backend", lambda *a, **k: broken)
+    monkeypatch.setattr("memagent.cli.eval_command.open_backend", lambda *a, **k: broken)
     o = _options(data, tmp_path / "out")
     with pytest.raises(EvalError, match=r"^1 of 3 samples failed; see the records with status \"error\" in .*"
                                         r"results.jsonl .*rerun with --retry-failed$"):
@@ -384,5 +384,5 @@ def test_eval_writes_its_report_then_fails_with_the_count_of_failed_samples(toke
     assert (tmp_path / "out" / "table.md").is_file()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["records"]["failed"] == 1
-    monkeypatch.setattr("memagent.eval.command.open_backend", lambda *a, **k: Scripted(tokenizer))
+    monkeypatch.setattr("memagent.cli.eval_command.open_backend", lambda *a, **k: Scripted(tokenizer))
     assert "(n=3)" in run_eval(dataclasses.replace(o, retry_failed=True))  # healed: exit 0

@@ -11,7 +11,7 @@ import pytest
 from memagent.backends.base import Generation
 from memagent.config import AgentConfig
 from memagent.eval.baselines import EvalError
-from memagent.eval.command import EvalOptions, sweep_config
+from memagent.cli.eval_command import EvalOptions, sweep_config
 from memagent.eval.executor import Executor, LocalExecutor
 from memagent.eval.records import data_file
 from memagent.eval.results_file import ResultsFile

@@ -1,33 +1,100 @@
-"""What every reading workflow shares: its inputs and results, the options a run is observed and scheduled
-with, the `Workflow` protocol the scheduler drives, and the run helpers (`run_workflow`, `stream_workflow`).
+"""What a reading workflow is, and what it shares with the scheduler that drives it.
 
-A workflow is a per-document state machine (memagent.agent.scheduler.Steps: start, next call, take the reply,
-fail) plus a window check made before any call. Its result carries the answer and every conversation it had
-with the model; the trainer (Multi-Conv DAPO) turns each conversation into one training row that shares the
-sample's final reward, whatever its kind. The paper's workflow is `memagent.agent.workflow.MemoryAgent`; the
-registry of workflows by name is memagent.agent.registry.
+A workflow is a generator function: it takes the document being read, the question and its own options, yields
+one model call at a time and receives each reply, and returns the answer:
 
-Kinds of calls and conversations are an open set: "memory" and "final" are the paper's; a workflow may add its
-own ("query", ...). In the lock-step schedule the calls of one kind (and output budget) form one batch.
+    @workflow()
+    def memagent(doc, question, options):
+        memory = doc.memory
+        for chunk in doc.chunks():
+            reply = yield Call("memory", render(..., chunk=chunk.text), M, step=chunk.index, chunk=chunk)
+            memory = ...
+        reply = yield Call("final", ..., A, step=doc.num_chunks)
+        return Answer(...)
+
+Everything else is the scheduler's (memagent.agent.scheduler): many documents at once (lock-step batches by
+kind and budget, or pipelined), the seed of each call, the conversations kept for training, the trace records,
+failures, progress. A workflow says what it kept of a reply with `reply.keep(text, **record)` (the
+conversation's text and the trace record's fields); `@workflow(...)` declares beside it its own options class,
+the largest prompts it can build (`Prompt`: the window check made before any call) and whether it can go on
+from a saved memory (`resumable`). The paper's workflow and its reading loop are memagent.agent.workflow.
+
+Kinds of calls are an open set: "memory" and "final" are the paper's; a workflow may add its own ("query", ...).
+The trainer (Multi-Conv DAPO) turns each conversation into one training row sharing the sample's reward.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
-from memagent.agent.chunking import DocumentSource
-from memagent.agent.scheduler import (FAILURES, SCHEDULES, Call, RunStats, resolve_schedule, run_lockstep,
-                                      run_pipelined)
+from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
 from memagent.agent.trace import TraceWriter
-from memagent.backends.base import Backend, Generation, SamplingParams
-from memagent.config import AgentConfig
+from memagent.backends.base import Generation
+from memagent.config import PLACEHOLDER, AgentConfig
 from memagent.errors import MemAgentError
-from memagent.progress import CallRate, StepProgress
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("auto", "pipelined", "lockstep")
+FAILURES = ("raise", "record")
 
 
 class BudgetError(MemAgentError, ValueError):
     """A question, or the window budget, does not fit; nothing was sent to the model."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One model call a workflow yields."""
+
+    kind: str  # an open set: "memory" | "final" (the paper's), or a workflow's own ("query", ...)
+    prompt: str
+    max_new_tokens: int
+    step: int = 0  # the conversation's and trace record's step (the paper's: chunk number; the final: K)
+    chunk: Chunk | None = None  # the chunk read (its offsets go into the trace record: the evidence)
+
+
+@dataclass
+class Reply:
+    """A model's reply as the workflow receives it (`reply = yield Call(...)`)."""
+
+    gen: Generation  # text, token ids, log-probs, prompt ids
+    kept: str | None = None  # set by keep(): the conversation's text (None: the reply's text)
+    truncated: bool = False
+    record: dict[str, Any] | None = None  # set by keep(): the trace record's own fields
+
+    @property
+    def text(self) -> str:
+        return self.gen.text
+
+    def keep(self, text: str, truncated: bool = False, /, **record: Any) -> None:
+        """What the workflow kept of the reply (the conversation's text; `truncated`: it was cut) and what the
+        trace record says of it. Without keep() the record carries `text` and `generated_tokens`."""
+        self.kept, self.truncated, self.record = text, truncated, record
+
+
+@dataclass
+class Answer:
+    """What a workflow returns for a document."""
+
+    answer: str | None  # under config.answer_protocol; None when the model wrote none
+    raw_answer: str
+    memory: str  # the final memory (or what the workflow answered from)
+    num_chunks: int
+    think_removed: bool = False
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The largest prompt of one kind of call a workflow makes, for the window check before any call: its template
+    and the most tokens each field filled in and the output take."""
+
+    template: str
+    parts: dict[str, int]  # e.g. {"query": Q, "chunk": C, "memory": M, "output": M}
+    call: str = "a call"  # how the error names it
+    fix: str = "lower --chunk-tokens or --memory-tokens"
 
 
 @dataclass
@@ -67,12 +134,107 @@ class AgentResult:
     conversations: list[Conversation] = field(default_factory=list)  # every call, in the order made
     think_removed: bool = False  # a think block was cut from the final reply before extraction
     error: dict[str, Any] | None = None  # a failed document: {kind, message, attempts}; answer is None
-    calls: int = 0  # model calls made for this document (all kinds; 0 where the workflow does not count them)
+    calls: int = 0  # model calls made for this document (all kinds)
+
+
+class Document:
+    """The document a workflow reads, under the run's config: its chunks (after `document_tokens` middle
+    truncation; a resumed one from its `start_token`), its starting memory and step."""
+
+    def __init__(self, pos: int, item: AgentInput, config: AgentConfig, tokenizer: Any, errors: str = "strict"):
+        self.pos, self.item, self.config, self.tokenizer, self.errors = pos, item, config, tokenizer, errors
+        self.id = item.doc_id
+        self.memory = config.empty_memory if item.memory is None else item.memory  # to start from
+        self.num_chunks = item.start_step  # the chunks of the document handed out so far (resumed: counted)
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The chunks of C tokens still to read, in order, read from the source as they are asked for."""
+        document = self.item.document
+        if self.config.document_tokens is not None:
+            document = middle_truncate(document, self.tokenizer, self.config.document_tokens).context
+        n = 0
+        for chunk in iter_chunks(document, self.tokenizer, self.config.chunk_tokens, errors=self.errors):
+            if chunk.start_token < self.item.start_token:  # resuming: skip the chunks read
+                continue
+            n += 1
+            self.num_chunks += 1
+            yield chunk
+        if n == 0 and self.item.start_token == 0:
+            log.warning("document %s is empty: answering from an empty memory", self.id)
+
+    def count(self, text: str) -> int:
+        """Tokens of `text` (no special tokens)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def paper_window(config: AgentConfig, options: Any = None) -> list[Prompt]:
+    """The paper's two calls: a memory update (question, memory, chunk; up to M new tokens) and the final answer."""
+    c = config
+    return [Prompt(c.memory_template, dict(query=c.query_tokens, chunk=c.chunk_tokens, memory=c.memory_tokens,
+                                           output=c.memory_tokens)),
+            Prompt(c.final_template, dict(query=c.query_tokens, memory=c.memory_tokens, output=c.answer_tokens))]
+
+
+def workflow(options: type | None = None, window: Callable[[AgentConfig, Any], list[Prompt]] = paper_window,
+             resumable: bool = False) -> Callable[[Callable], Callable]:
+    """Declare a generator function a workflow: `options`, a class built from the workflow's own keyword options
+    (it checks them; None: no options); `window(config, options)`, the largest prompts it builds (default: the
+    paper's two); `resumable`, whether it goes on from AgentInput.memory / start_token (a saved memory)."""
+
+    def declare(fn: Callable) -> Callable:
+        fn.options, fn.window, fn.resumable = options, window, resumable  # type: ignore[attr-defined]
+        return fn
+
+    return declare
+
+
+def template_overhead(backend: Any, template: str) -> int:
+    """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
+    prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
+    over the empty render. A tokenizer may merge the pieces of an empty render ("<problem>\\n" + "\\n</problem>"
+    -> one "\\n\\n" token) that filled fields keep apart, so the empty render alone can undercount."""
+    tok = backend.tokenizer
+    empty = PLACEHOLDER.sub("", template)
+    n_empty = len(tok(empty, add_special_tokens=False)["input_ids"])
+    pieces = [p for p in PLACEHOLDER.split(template)[::2] if p]  # split keeps the field names at odd places
+    n_pieces = sum(len(ids) for ids in tok(pieces, add_special_tokens=False)["input_ids"]) if pieces else 0
+    return backend.prompt_length(empty) + max(0, n_pieces - n_empty)
+
+
+def check_window(backend: Any, prompts: list[Prompt]) -> None:
+    """BudgetError for the first prompt that cannot fit the backend's window (none: no limit)."""
+    window = backend.max_window
+    if window is None:
+        return
+    for p in prompts:
+        overhead = template_overhead(backend, p.template)  # an upper bound: see its docstring
+        need = overhead + sum(p.parts.values())
+        if need > window:
+            parts = " + ".join(f"{k} {v}" for k, v in p.parts.items())
+            raise BudgetError(f"{p.call} needs up to {need} tokens (template {overhead} + {parts}) but the model's "
+                              f"window is {window}; {p.fix}")
+
+
+def check_questions(backend: Any, config: AgentConfig, items: Any) -> None:
+    """BudgetError for an empty question, one over config.query_tokens, or a starting memory over M tokens."""
+    tok = backend.tokenizer
+    for it in items:
+        n = len(tok(it.question, add_special_tokens=False)["input_ids"])
+        if n > config.query_tokens:
+            raise BudgetError(f"question of document {it.doc_id or '#?'} has {n} tokens, over its budget of "
+                              f"{config.query_tokens}; shorten it or raise --query-tokens")
+        if not it.question.strip():
+            raise BudgetError(f"question of document {it.doc_id or '#?'} is empty")
+        if it.memory is not None:
+            n = len(tok(it.memory, add_special_tokens=False)["input_ids"])
+            if n > config.memory_tokens:
+                raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
+                                  f"memory budget of {config.memory_tokens}; shorten it or raise --memory-tokens")
 
 
 @dataclass
 class WorkflowOptions:
-    """How a run is observed and scheduled: the same keyword options for every workflow's factory.
+    """How a run is observed and scheduled: the same keyword options for every workflow.
 
     keep_conversations: keep every call's prompt/response ids in the result (the trainer needs them; for
     inference over long documents leave it off, so RAM does not grow with length).
@@ -106,9 +268,7 @@ class WorkflowOptions:
         return self._trace is not None or self.on_step is not None
 
     def emit(self, record: dict[str, Any], chunk_text: str | None = None) -> None:
-        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step.
-
-        A record of a kind other than the paper's memory update carries `kind`."""
+        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
         full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
         if self._trace:
             self._trace.write(full if self.trace_chunks else record)
@@ -123,125 +283,3 @@ def split_options(options: dict[str, Any]) -> tuple[WorkflowOptions, dict[str, A
     """(the shared run options, the rest: the workflow's own options) of a factory's keyword options."""
     shared = {k: v for k, v in options.items() if k in WORKFLOW_OPTIONS}
     return WorkflowOptions(**shared), {k: v for k, v in options.items() if k not in WORKFLOW_OPTIONS}
-
-
-class Workflow(Protocol):
-    """A reading strategy the scheduler drives, one state per document (memagent.agent.scheduler.Steps).
-
-    A document state has `pos` (input position) and `calls` (model calls made so far; the scheduler counts
-    them). Build one with `factory(backend, config, **options)` (memagent.agent.registry)."""
-
-    name: str
-    backend: Backend
-    config: AgentConfig
-    options: WorkflowOptions
-    stats: RunStats  # of the last run
-
-    def check_budget(self, items: Sequence[AgentInput]) -> None:
-        """Raise BudgetError for a question over its budget or a window that cannot hold one of the workflow's
-        calls; `check_budget([])` checks the window alone. Called before any model call."""
-        ...
-
-    def start(self, pos: int, item: AgentInput) -> Any: ...
-
-    def next_call(self, doc: Any) -> Call: ...
-
-    def take(self, doc: Any, call: Call, gen: Generation, seconds: float, batch_size: int) -> AgentResult | None:
-        """Apply the reply; the document's result when it is done, else None."""
-        ...
-
-    def fail(self, doc: Any, exc: BaseException) -> AgentResult:
-        """The error result of a document whose call failed (`doc` may be a bare (pos, item) record)."""
-        ...
-
-    def params(self, max_new_tokens: int, seed: int | None) -> SamplingParams: ...
-
-
-def check_questions(backend: Backend, config: AgentConfig, items: Sequence[AgentInput]) -> None:
-    """BudgetError for an empty question, one over config.query_tokens, or a starting memory over M tokens."""
-    tok = backend.tokenizer
-    for it in items:
-        n = len(tok(it.question, add_special_tokens=False)["input_ids"])
-        if n > config.query_tokens:
-            raise BudgetError(f"question of document {it.doc_id or '#?'} has {n} tokens, over its budget of "
-                              f"{config.query_tokens}; shorten it or raise --query-tokens")
-        if not it.question.strip():
-            raise BudgetError(f"question of document {it.doc_id or '#?'} is empty")
-        if it.memory is not None:
-            n = len(tok(it.memory, add_special_tokens=False)["input_ids"])
-            if n > config.memory_tokens:
-                raise BudgetError(f"starting memory of document {it.doc_id or '#?'} has {n} tokens, over the "
-                                  f"memory budget of {config.memory_tokens}; shorten it or raise --memory-tokens")
-
-
-def with_ids(items: Iterable[AgentInput]) -> Iterable[AgentInput]:
-    """Each item with a doc_id: its own, or its input position."""
-    return (replace(it, doc_id=it.doc_id or str(i)) for i, it in enumerate(items))
-
-
-def run_workflow(wf: Workflow, items: Sequence[AgentInput],
-                 on_result: Callable[[AgentResult], None] | None = None) -> list[AgentResult]:
-    """Run every (question, document) pair through `wf`; results come back in input order.
-
-    on_result: called with each result as soon as its document finishes (finishing order), e.g. to write it
-    out, so an error in a later document does not lose it. `wf.stats` holds the run's counts afterwards."""
-    items = list(with_ids(items))
-    wf.check_budget(items)
-    results, wf.stats = _drive(wf, wf, items, on_result, len(items), collect=True)
-    return results
-
-
-def stream_workflow(wf: Workflow, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None],
-                    total: int | None = None) -> RunStats:
-    """Run `items` as they come: the iterable is read only when a document can start, each result goes to
-    `on_result` as its document finishes, and none is kept (memory stays bounded by max_batch_docs documents).
-    The window is checked first; a question over its budget fails its own document (raised under
-    failures="raise"). `total`: the number of items, for the progress bar."""
-    wf.check_budget([])
-    _, wf.stats = _drive(_CheckEach(wf), wf, with_ids(items), on_result, total, collect=False)
-    return wf.stats
-
-
-class _CheckEach:
-    """`wf`'s steps, each document's question checked as it starts (a stream is not checked up front)."""
-
-    def __init__(self, wf: Workflow) -> None:
-        self.wf = wf
-        self.next_call, self.take, self.fail, self.params = wf.next_call, wf.take, wf.fail, wf.params
-
-    def start(self, pos: int, item: AgentInput) -> Any:
-        self.wf.check_budget([item])
-        return self.wf.start(pos, item)
-
-
-def _drive(steps: Any, wf: Workflow, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None] | None,
-           total: int | None, collect: bool) -> tuple[list[AgentResult], RunStats]:
-    o = wf.options
-    o._trace = TraceWriter(o.trace_path) if o.trace_path else None
-    schedule = resolve_schedule(o.schedule, wf.backend)
-    bar = _Progress(total) if o.progress and total is not None else None
-    go = run_pipelined if schedule == "pipelined" else run_lockstep
-    try:
-        return go(steps, wf.backend, items, wf.config.max_batch_docs, wf.config.seed, o.failures,
-                  on_result, bar.update if bar else None, collect)
-    finally:
-        if o._trace:
-            o._trace.close()
-        o._trace = None
-        if bar:
-            bar.close()
-
-
-class _Progress:
-    """Documents finished, calls in flight and calls/s, on stderr (a bar on a terminal, a plain line every 5%
-    in a log)."""
-
-    def __init__(self, n_docs: int) -> None:
-        self._p = StepProgress("read", n_docs, unit="documents")
-        self._rate = CallRate()
-
-    def update(self, docs: int, calls_done: int, in_flight: int) -> None:
-        self._p.update(docs, self._rate.info(calls_done, in_flight))
-
-    def close(self) -> None:
-        self._p.close()

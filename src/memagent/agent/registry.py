@@ -1,44 +1,48 @@
 """Reading workflows by name: the built-ins, and third-party ones registered through the entry-point group
 `memagent.workflows`.
 
-A factory builds a workflow as `factory(backend, config, **options)`: `options` are the shared run options
-(memagent.agent.protocol.WorkflowOptions: trace_path, progress, errors, keep_conversations, on_step, trace_chunks,
-schedule, failures) plus the workflow's own, and the result follows the `Workflow` protocol. Every caller
-(rollouts, validation, eval, ask, serve, the Ray worker, the demo) builds its workflow here by name, so a
-package that registers one can be trained and evaluated without a fork.
+A workflow is a generator function (memagent.agent.protocol: `workflow(doc, question, options)` yields `Call`s,
+returns an `Answer`); `build_workflow(name, backend, config, **options)` makes it a `Runner`
+(memagent.agent.scheduler) under the shared run options (WorkflowOptions: trace_path, progress, errors,
+keep_conversations, on_step, trace_chunks, schedule, failures) plus the workflow's own. Every caller (rollouts,
+validation, eval, ask, serve, the Ray worker, the demo) builds its workflow here by name, so a package that
+registers one can be trained and evaluated without a fork. A registered name may also be a factory
+`factory(backend, config, **options)` returning a state machine of the earlier protocol (one release).
 
 Built-ins are named by "module:attribute" and imported only when asked for (a missing module is a clear
 error). Entry points are read once, on the first lookup of a name that is not built in or registered; an entry
-point's value is "module:factory" (`[project.entry-points."memagent.workflows"] echo = "pkg.mod:build"`).
+point's value is "module:attribute" (`[project.entry-points."memagent.workflows"] echo = "pkg.mod:echo"`).
 
-This module re-exports the protocol's names, so a plug-in needs one import.
+This module re-exports the names a caller needs.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
-from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, BudgetError, Conversation,
-                                     Workflow, WorkflowOptions, check_questions, run_workflow, split_options,
-                                     stream_workflow)
-from memagent.agent.scheduler import Call, RunStats
+from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
+                                     Conversation, Document, Prompt, Reply, WorkflowOptions, check_questions,
+                                     split_options, workflow)
+from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
+from memagent.agent.scheduler import RunStats
 from memagent.errors import MemAgentError
 
-__all__ = ["AgentInput", "AgentResult", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW", "RunStats",
-           "UnknownWorkflow", "WORKFLOW_OPTIONS", "Workflow", "WorkflowFactory", "WorkflowOptions", "build_workflow",
-           "check_questions", "get_workflow", "refresh_entry_points", "register_workflow", "run_workflow", "split_options",
-           "stream_workflow", "workflow_names"]
+__all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
+           "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
+           "WorkflowOptions", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
+           "register_workflow", "run_workflow", "split_options", "stream_workflow", "workflow", "workflow_names"]
 
-WorkflowFactory = Callable[..., Workflow]  # factory(backend, config: AgentConfig, **options) -> Workflow
+WorkflowFactory = Callable[..., Any]  # a workflow generator function, or factory(backend, config, **options)
 ENTRY_POINT_GROUP = "memagent.workflows"
 DEFAULT_WORKFLOW = "memagent"
 
 # name -> "module:attribute", imported on first use (kept as strings: the registry imports no workflow module)
 BUILTINS: dict[str, str] = {
-    "memagent": "memagent.agent.workflow:MemoryAgent",  # the paper's overwrite loop (the default)
-    "lookup": "memagent.agent.lookup:build",  # read, index the chunks, look back with a query of the model's
-    "skim": "memagent.agent.skim:build",  # rank the chunks against the question, read the top k
+    "memagent": "memagent.agent.workflow:memagent",  # the paper's overwrite loop (the default)
+    "lookup": "memagent.agent.lookup:lookup",  # read, index the chunks, look back with a query of the model's
+    "skim": "memagent.agent.skim:skim",  # rank the chunks against the question, read the top k
 }
 
 
@@ -111,17 +115,33 @@ def _load(name: str, target: str, where: str) -> WorkflowFactory:
         raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package "
                               f"that provides it or choose one of: {', '.join(workflow_names())}") from None
     if not callable(obj):
-        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) is not callable; it must be a factory "
-                              "(backend, config, **options) -> Workflow")
+        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) is not callable; it must be a workflow "
+                              "(a generator function of document, question, options)")
     return obj
 
 
-def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Workflow:
-    """`get_workflow(name)(backend, config, **options)`; its `name` is set to `name` when it has none."""
-    wf = get_workflow(name)(backend, config, **options)
-    if not getattr(wf, "name", None):
+def is_generator_workflow(obj: Any) -> bool:
+    """Whether `obj` is a workflow generator function (else a factory of the earlier state-machine protocol)."""
+    return inspect.isgeneratorfunction(obj) or inspect.isgeneratorfunction(getattr(obj, "__call__", None))
+
+
+def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
+    """Workflow `name` ready to run: a `Runner` of its generator function (a factory of the earlier protocol:
+    `factory(backend, config, **options)`); its `name` is `name`."""
+    target = get_workflow(name)
+    wf = Runner(target, backend, config, **options) if is_generator_workflow(target) else \
+        target(backend, config, **options)
+    if isinstance(wf, Runner) or not getattr(wf, "name", None):
         wf.name = name
     return wf
+
+
+def check_workflow_options(name: str, options: dict[str, Any]) -> None:
+    """ConfigError for options workflow `name` does not have or whose values it refuses (checked before any
+    model is loaded; a factory of the earlier protocol checks its own when it is built)."""
+    target = get_workflow(name)
+    if is_generator_workflow(target):
+        own_options(target, name, split_options(options)[1])
 
 
 def parse_workflows(text: str) -> list[str]:

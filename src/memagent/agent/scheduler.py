@@ -1,12 +1,12 @@
-"""How the documents of a run advance: each is a small state machine (next memory step, final step, done,
-failed) that the scheduler drives; a workflow (memagent.agent.protocol.Workflow, e.g. `MemoryAgent`) supplies
-the steps (`Steps`).
+"""The scheduler: how the documents of a run advance, many at once. Each is a small state machine (`Steps`: start,
+next call, take the reply, fail); memagent.agent.runner makes one of each workflow generator
+(memagent.agent.protocol) and records what the scheduler does not: conversations, trace records, results.
 
 Two schedules:
 - "lockstep" (in-process backends: transformers, the vLLM engine): the ready prompts of every document in
   flight form the next `generate` batches, one per call kind and output budget (memory prompts in one batch,
-  final prompts in another, a workflow's other kinds in their own); a document that finishes frees its place for the next one at once. The `call`-th
-  batch of a run under seed s is seeded `call_seed(s, call)`.
+  final prompts in another, a workflow's other kinds in their own); a document that finishes frees its place
+  for the next one at once. The `call`-th batch of a run under seed s is seeded `call_seed(s, call)`.
 - "pipelined" (concurrent backends: HTTP): each document's next call goes out as soon as its previous reply
   is in, with at most `max_concurrency` requests and `max_batch_docs` documents in flight. The k-th call
   (1, 2, ...) of the document at input position p is seeded `doc_call_seed(s, p, k)`: timing never changes a
@@ -20,7 +20,7 @@ input position or the other documents.
 Failures: with `failures="record"` a document whose call fails (a `MemAgentError`: the backend gave up after
 its retries, the document cannot be read) gets an error result and the others go on; with "raise" the run
 stops with that error. In lock-step a failed batch is retried one prompt at a time, so only the documents
-whose own call fails are failed.
+whose own call fails are failed. A failed document's generator is closed (its `finally` blocks run).
 """
 from __future__ import annotations
 
@@ -31,12 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from memagent.agent.protocol import FAILURES, SCHEDULES, Call  # noqa: F401  (re-exported)
 from memagent.backends.base import Generation, SamplingParams
 from memagent.errors import MemAgentError
-
-SCHEDULES = ("auto", "pipelined", "lockstep")
-FAILURES = ("raise", "record")
-
 
 def call_seed(seed: int | None, call: int) -> int | None:
     """The sampling seed of the `call`-th model call (1, 2, ...) of a run under the config's `seed` (None:
@@ -83,15 +80,6 @@ def batch_seeds(seed: int | None, docs: list[Any]) -> tuple[int, ...] | None:
     if seed is None or all(getattr(d, "seed_key", None) is None for d in docs):
         return None
     return tuple(doc_seed(seed, d, d.calls + 1) for d in docs)  # type: ignore[misc]
-
-
-@dataclass(frozen=True)
-class Call:
-    """One model call a document asks for next."""
-
-    kind: str  # an open set: "memory" | "final" (the paper's), or a workflow's own ("query", ...)
-    prompt: str
-    max_new_tokens: int
 
 
 @dataclass

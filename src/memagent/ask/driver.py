@@ -8,22 +8,23 @@ from __future__ import annotations
 import errno
 import sys
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from memagent.agent.chunking import open_document
-from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, get_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, check_workflow_options, run_workflow
 from memagent.agent.split_prompt import parse_rule, split_prompt
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.config import rule
 from memagent.documents import check_document
-from memagent.flags import ERRORS, MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values
+from memagent.flags import (ERRORS, MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag,
+                            flag_values, parse_workflow_options)
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
-from memagent.protocol.profile import Profile, open_backend, write_profile
+from memagent.protocol.profile import Profile, WorkflowChoice, open_backend, write_profile
 from memagent.protocol.resolve import model_profile
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask
@@ -62,13 +63,14 @@ class AskOptions:
     progress: bool = field(default=True, metadata=flag("Progress bar on stderr.", "--progress/--no-progress"))
     workflow: str = field(default=DEFAULT_WORKFLOW, metadata=flag(
         "Reading workflow: memagent (the paper's overwrite loop), lookup, skim, or one a package registers."))
+    workflow_option: list[str] = field(default_factory=list, metadata=flag(WORKFLOW_OPTION_HELP, "--workflow-option"))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
 
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
     check_options(o)  # each option's rule, beside its field
-    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
+    check_workflow_options(o.workflow, parse_workflow_options(o.workflow_option))  # before any model is loaded
     if o.prompt is not None:
         if o.question is not None or o.document is not None or o.input is not None:
             raise InputError("--prompt holds document and question together; do not combine it with "
@@ -138,10 +140,13 @@ def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
+    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run; then the flags
+    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
+    if o.workflow_option:  # recorded in the profile written beside the results
+        options.update(parse_workflow_options(o.workflow_option))
+        profile = replace(profile, workflow=WorkflowChoice(o.workflow, options))
     if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
-    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run
-    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
         with _open_trace(o.trace, append=bool(results.done)) as trace, results:
             ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
-from memagent.eval.command import EvalOptions, run_eval
+from memagent.cli.eval_command import EvalOptions, run_eval
 from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
 from memagent.flags import flag
 from memagent.io import check_not_input, check_output_dir, check_output_file

@@ -19,7 +19,7 @@ ScoreOptions applied), prediction (boxed answer or null), raw (the model's last 
 and generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds (the
 group's wall-clock divided by its size; MemAgent on a concurrent backend: the sample's own wall-clock),
 group_size (there: --batch-docs, the samples in flight), note; an error record has error {kind, message,
-attempts} instead of the reply and tokens. The `memagent eval` command around it is `memagent.eval.command`.
+attempts} instead of the reply and tokens. The `memagent eval` command around it is `memagent.cli.eval_command`.
 
 The pieces, each public: the settings (`memagent.eval.sweep_config.SweepConfig`), the units and what is still
 pending (`memagent.eval.units`), running one unit (`memagent.eval.unit_run.run_unit`), the results file with
@@ -29,8 +29,9 @@ ties them together for any executor.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from rich.console import Console
 
@@ -41,7 +42,8 @@ from memagent.eval.sweep_config import BASELINES, METHODS, SweepConfig
 from memagent.eval.units import plan, plan_units
 from memagent.lock import run_lock
 
-__all__ = ["BASELINES", "METHODS", "SweepConfig", "load_done", "plan", "progress_line", "run_sweep", "sweep"]
+__all__ = ["BASELINES", "METHODS", "SweepConfig", "load_done", "open_sweep", "plan", "progress_line", "run_sweep",
+           "sweep"]
 
 
 def load_done(path: Path) -> set[str]:
@@ -54,9 +56,17 @@ def run_sweep(backend: Any, data_files: Sequence[str | Path], out_dir: str | Pat
               retry_failed: bool = False, max_failures: int | None = None) -> Path:
     """Run every method on every sample not yet in `out_dir/results.jsonl` (holding the folder's lock);
     returns that path. `backend`: a model backend (run here) or an `Executor`, as for `sweep`."""
-    with run_lock(out_dir, "eval"):
-        datas, _ = plan(cfg, data_files)
+    with open_sweep(out_dir, cfg, data_files) as (datas, _):
         return sweep(backend, datas, Path(out_dir), cfg, on_record, progress, retry_failed, max_failures)
+
+
+@contextmanager
+def open_sweep(out_dir: str | Path, cfg: SweepConfig,
+               data_files: Sequence[str | Path]) -> Iterator[tuple[list[DataFile], list[str]]]:
+    """The sweep's folder held (its one lock, for the whole run: the sweep and whatever is written beside its
+    results) and the plan made: yields (the data files read, every record key of the run)."""
+    with run_lock(out_dir, "eval"):
+        yield plan(cfg, data_files)
 
 
 def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,

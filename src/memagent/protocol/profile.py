@@ -39,7 +39,7 @@ from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
 from memagent.eval.scoring import ScoreOptions
 from memagent.io import atomic_write_text
 from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, check_reward_name
-from memagent.sections import build, rule, section_class
+from memagent.sections import build, check_fields, copy_field, rule
 
 if TYPE_CHECKING:
     from memagent.backends.base import Backend
@@ -61,23 +61,53 @@ TEMPLATE_KWARGS_MAX_ITEMS = 1000  # values (scalars, list items, mapping entries
 TEMPLATE_KWARGS_MAX_CHARS = 65536  # characters of all strings together
 
 
-Prompts = section_class("Prompts", AgentConfig, "prompts", [
-    ("baseline_template", str, field(default=BASELINE_TEMPLATE)),  # full-context and rag-bm25: {question}, {context}
-], "The prompts: AgentConfig's templates, answer protocol and think mode, and the baselines' template.", __name__)
+@dataclass(frozen=True)
+class Prompts:
+    """The prompts: AgentConfig's templates, answer protocol and think mode, and the baselines' template."""
 
-Sampling = section_class("Sampling", AgentConfig, "sampling", [
-    ("repeats", int, field(default=1, metadata=rule(min=1, flag_name="repeats"))),  # runs of every sample
-    #   (eval --repeats); tables show mean ± standard error
-], "How replies are sampled: AgentConfig's temperature, top_p and seed, and the repeats of every sample.", __name__)
+    memory_template: str = copy_field(AgentConfig, "memory_template")
+    final_template: str = copy_field(AgentConfig, "final_template")
+    empty_memory: str = copy_field(AgentConfig, "empty_memory")
+    answer_protocol: str = copy_field(AgentConfig, "answer_protocol")
+    think: str = copy_field(AgentConfig, "think")
+    baseline_template: str = BASELINE_TEMPLATE  # full-context and rag-bm25: {question}, {context}
 
-Budgets = section_class("Budgets", AgentConfig, "budgets", [
+    def __post_init__(self) -> None:
+        check_fields(self, "prompts")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How replies are sampled: AgentConfig's temperature, top_p and seed, and the repeats of every sample."""
+
+    temperature: float = copy_field(AgentConfig, "temperature")
+    top_p: float = copy_field(AgentConfig, "top_p")
+    seed: Optional[int] = copy_field(AgentConfig, "seed")
+    # runs of every sample (eval --repeats); tables show mean ± standard error
+    repeats: int = field(default=1, metadata=rule(min=1, flag_name="repeats"))
+
+    def __post_init__(self) -> None:
+        check_fields(self, "sampling")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The token budgets: AgentConfig's, and the baselines' answer and window budgets and YaRN."""
+
+    chunk_tokens: int = copy_field(AgentConfig, "chunk_tokens")
+    memory_tokens: int = copy_field(AgentConfig, "memory_tokens")
+    answer_tokens: int = copy_field(AgentConfig, "answer_tokens")
+    query_tokens: int = copy_field(AgentConfig, "query_tokens")
+    document_tokens: Optional[int] = copy_field(AgentConfig, "document_tokens")
     # baselines' max new tokens; None: answer_tokens (reference: 10000)
-    ("baseline_answer_tokens", Optional[int], field(default=None, metadata=rule(min=1))),
+    baseline_answer_tokens: Optional[int] = field(default=None, metadata=rule(min=1))
     # baselines' window; None: the model's (reference: 120000; 990000 with YaRN); flag --window
-    ("baseline_window", Optional[int], field(default=None, metadata=rule(min=1, flag_name="window"))),
+    baseline_window: Optional[int] = field(default=None, metadata=rule(min=1, flag_name="window"))
     # YaRN rope scaling of the model (transformers, vllm backends); it multiplies the trained window
-    ("yarn_factor", Optional[float], field(default=None, metadata=rule(above=1))),
-], "The token budgets: AgentConfig's, and the baselines' answer and window budgets and YaRN.", __name__)
+    yarn_factor: Optional[float] = field(default=None, metadata=rule(above=1))
+
+    def __post_init__(self) -> None:
+        check_fields(self, "budgets")
 
 
 # AgentConfig fields a profile sets for training rollouts: its prompts and budgets (not its sampling)

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from memagent.agent.prompts import render
-from memagent.agent.registry import get_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, check_workflow_options
 from memagent.agent.split_prompt import parse_rule
-from memagent.agent.workflow import MemoryAgent
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig, rule
 from memagent.errors import InputError, MemAgentError
-from memagent.flags import MODEL_HELP, BudgetOptions, check_options, flag
+from memagent.flags import MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, check_options, flag, parse_workflow_options
 from memagent.lock import run_lock
 from memagent.protocol.profile import open_backend
 from memagent.protocol.resolve import model_profile
@@ -78,6 +77,9 @@ class ServeOptions:
     workflow: str = field(default="memagent", metadata=flag(
         "Reading workflow of the jobs (memagent, lookup, skim, or one a package registers); a job may name its own "
         "(\"workflow\" in POST /v1/jobs)."))
+    workflow_option: list[str] = field(default_factory=list, metadata=flag(
+        WORKFLOW_OPTION_HELP + " For the server's workflow (a job naming another runs it with its defaults).",
+        "--workflow-option"))
     prompt_split: str = field(default="auto", metadata=flag(
         "Where the question is in a one-message chat (document and question together, as harnesses send it): "
         "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
@@ -117,7 +119,8 @@ def open_state(o: ServeOptions) -> tuple[Any, Any]:
     return store, DocumentStore(o.state_dir / "documents", o.max_document_bytes)
 
 
-def check_ready(backend: Backend, config: AgentConfig) -> None:
+def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_WORKFLOW,
+                workflow_options: dict[str, Any] | None = None) -> None:
     """Refuse a model every request would fail on: a tokenizer that encodes text to no tokens (its files are
     missing), prompts its chat template cannot render (e.g. a profile's chat_template_kwargs), budgets over
     its window. Nothing is generated."""
@@ -134,7 +137,7 @@ def check_ready(backend: Backend, config: AgentConfig) -> None:
                          "profile's chat_template_kwargs and the model's chat template") from None
     if config.seed is not None and not 0 <= config.seed < 2**32:  # every seeded call would fail
         raise InputError(f"the profile's sampling seed {config.seed} is out of range; give one in 0..2**32-1")
-    MemoryAgent(backend, config).check_budget([])  # a call over the window: the budgets' own message
+    build_workflow(workflow, backend, config, **(workflow_options or {})).check_budget([])  # its largest prompts
 
 
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
@@ -146,7 +149,8 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
     store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
-    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow)
+    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow,
+                         parse_workflow_options(o.workflow_option))
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
@@ -160,7 +164,7 @@ def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
     require_serve_deps()
     check_options(o)
-    get_workflow(o.workflow)  # an unknown name lists the valid ones, before any model is loaded
+    check_workflow_options(o.workflow, parse_workflow_options(o.workflow_option))  # before the model loads
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)
@@ -218,7 +222,7 @@ def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, pr
         try:
             backend = open_backend(o.model, o.backend, profile)
             try:
-                check_ready(backend, config)
+                check_ready(backend, config, o.workflow, parse_workflow_options(o.workflow_option))
             except BaseException:
                 getattr(backend, "close", lambda: None)()
                 raise

@@ -1,5 +1,7 @@
 """`memagent eval`: its options (one field per command-line option), the profile and sweep settings they
-resolve to, and the run: the sweep (`memagent.eval.sweep`), then profile.yaml, table.md, plots and summary.json.
+resolve to, and the run: the sweep (`memagent.eval.sweep.open_sweep`: the folder's lock and the plan; then
+`sweep` on the executor the command chose), then profile.yaml, table.md, plots and summary.json. The command
+(memagent.cli.evaluate) picks the executor: in this process, or on Ray actors for --ray.
 """
 from __future__ import annotations
 
@@ -9,19 +11,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from memagent.agent.registry import check_workflow_options
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.executor import Executor, LocalExecutor
 from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
 from memagent.eval.report import write_report
 from memagent.eval.summary import write_summary
-from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, plan, sweep
+from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
 from memagent.eval.sweep_config import refuse_unknown_methods
 from memagent.eval.workflow_runs import method_fingerprint
 from memagent.config import rule
-from memagent.flags import MODEL_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values, limited, split_list
+from memagent.errors import InputError
+from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
+                            limited, parse_workflow_options, split_list)
 from memagent.io import OutputError, check_not_input
-from memagent.lock import LOCK_NAME, run_lock
+from memagent.lock import LOCK_NAME
 from memagent.protocol.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
@@ -30,6 +35,10 @@ if TYPE_CHECKING:
     from memagent.protocol.profile import Profile
 
 __all__ = ["EvalOptions", "eval_profile", "run_eval", "sweep_config"]
+
+
+# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None: the profile's value
+PROFILE_FLAG = {"profile": True}
 
 
 @dataclass
@@ -44,6 +53,9 @@ class EvalOptions:
     workflows: Optional[list[str]] = field(default=None, metadata=flag(
         "Reading workflows to evaluate, a row each (e.g. memagent,lookup,skim) with model calls and seconds per "
         "document; they replace the workflows of --methods, its baselines stay.", parse=lambda text, name: None if text is None else split_list(text, name)))
+    workflow_option: list[str] = field(default_factory=list, metadata=flag(
+        WORKFLOW_OPTION_HELP + " With several workflows name the one it is for: NAME.KEY=VALUE (lookup.hits=3).",
+        "--workflow-option"))
     split_by: Optional[str] = field(default=None, metadata=flag(
         "Split every table row by this sample tag (e.g. order: value-first | pointer-first of two-hop toy data)."))
     backend: BackendOptions = field(default_factory=BackendOptions)
@@ -60,7 +72,7 @@ class EvalOptions:
         "At most this many samples per data file.")})
     progress: bool = field(default=True, metadata=flag("One line per finished sample on stderr.",
                                                        "--progress/--no-progress"))
-    repeats: Optional[int] = field(default=None, metadata={**limited(
+    repeats: Optional[int] = field(default=None, metadata={**PROFILE_FLAG, **limited(
         1_000, "repeats of every sample (the paper reports the mean of a few)"), **flag(
         "[default: the profile's, 1] Runs of each sample, with seeds seed+0 .. seed+N-1; table cells show mean ± "
         "standard error.")})
@@ -69,12 +81,12 @@ class EvalOptions:
         "Stop once this many samples have failed in this run.")})
     rescore: bool = field(default=False, metadata=flag(
         "Recompute every score from the stored replies; no model is loaded."))
-    golds: Optional[str] = field(default=None, metadata=flag(
+    golds: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, all] Score against all golds (best of) or the first gold only: all | first."))
-    empty_prediction: Optional[str] = field(default=None, metadata=flag(
+    empty_prediction: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, zero] A prediction empty once normalised: zero (scores 0) | text (the official "
         "raw substring rule)."))
-    failed: Optional[str] = field(default=None, metadata=flag(
+    failed: Optional[str] = field(default=None, metadata=PROFILE_FLAG | flag(
         "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
@@ -82,19 +94,18 @@ class EvalOptions:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
         values = {k: v for k, v in flag_values(self).items() if k not in left_out
-                  and not (k in ("workflows", "split_by") and v is None)}  # added when given: older keys stay as they were
+                  and not (k in ("workflows", "split_by") and v is None)  # added when given: older keys stay as they were
+                  and not (k == "workflow_option" and not v)}
         return dict(values, backend=dataclasses.asdict(self.backend))
 
 
-# the sweep's own flags that override the profile (sampling.repeats, scoring.*); None in EvalOptions: the profile's
-_LATER_FLAGS = ("repeats", "golds", "empty_prediction", "failed")
 
 
 def eval_profile(o: EvalOptions) -> "Profile":
     """The settings `eval` runs with, by `ask`'s rule: the built-in profile, the model's memagent.json, --profile,
     then the flags."""
     return resolve_model_profile(o.model, o.profile, window=o.window, **flag_values(o.budgets),
-                                 **flag_values(o.sampling), **{k: getattr(o, k) for k in _LATER_FLAGS})
+                                 **flag_values(o.sampling), **{f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.metadata.get("profile")})
 
 
 def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfig:
@@ -107,7 +118,7 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring, workflow_options=profile_workflow_options(profile),
+        scoring=profile.scoring, workflow_options=eval_workflow_options(o, profile),
         rewards=tuple(n for n in (profile.reward, profile.step_reward) if n),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
@@ -119,6 +130,27 @@ def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
     options reach `name` where it is one of the methods; --workflows and --methods choose the methods."""
     options = dict(profile.workflow.options)
     return {profile.workflow.name: options} if options else {}
+
+
+def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[str, Any]]:
+    """The profile's workflow options, then --workflow-option's: {workflow name: its options}."""
+    out = profile_workflow_options(profile)
+    workflows = [m for m in eval_methods(o) if m not in BASELINES]
+    given: dict[str, list[str]] = {}
+    for pair in o.workflow_option:
+        name, dot, rest = pair.partition("=")[0].partition(".")
+        if not dot and len(workflows) != 1:
+            raise InputError(f"--workflow-option {pair!r}: this run evaluates {len(workflows)} workflows "
+                             f"({', '.join(workflows) or 'none'}); name the one it is for: NAME.KEY=VALUE")
+        target = name if dot else workflows[0]
+        if target not in workflows:
+            raise InputError(f"--workflow-option {pair!r}: {target} is not one of the workflows evaluated "
+                             f"({', '.join(workflows) or 'none'})")
+        given.setdefault(target, []).append(pair[len(name) + 1:] if dot else pair)
+    for name, pairs in given.items():
+        out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}
+        check_workflow_options(name, out[name])  # before any model is loaded
+    return out
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
@@ -138,7 +170,7 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     plots and summary.json, holding the output folder's lock throughout; returns the table. `executor` builds
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
-    must be given (this layer does not import the Ray runner)."""
+    must be given."""
     check_options(o)  # each option's rule, beside its field (as `ask` checks its own)
     o.ray.check()
     profile = eval_profile(o)
@@ -149,8 +181,7 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
     out = Path(o.out)
     check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
-    with run_lock(out, "eval"):
-        datas, keys = plan(cfg, o.data)
+    with open_sweep(out, cfg, o.data) as (datas, keys):
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
             return _rescore_run(o, cfg, datas, keys)
