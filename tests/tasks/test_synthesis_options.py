@@ -172,8 +172,8 @@ def test_cli_filter_flags_reach_the_filter(small_hotpot, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("flags, says", [
     (["--filter-rule", "fuzzy"], "unknown --filter-rule"),
-    (["--filter-replies", "0"], "must be positive"),
-    (["--filter-top-p", "1.5"], "--filter-top-p in"),
+    (["--filter-replies", "0"], "--filter-replies must be a positive integer, got 0"),
+    (["--filter-top-p", "1.5"], "--filter-top-p must be in (0, 1], got 1.5"),
     (["--placement", "middle"], "unknown placement"),
     (["--select", "last"], "unknown selection"),
 ])
