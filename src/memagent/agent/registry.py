@@ -27,6 +27,7 @@ from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, 
                                      split_options, workflow)
 from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
+from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
@@ -136,12 +137,23 @@ def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
     return wf
 
 
-def check_workflow_options(name: str, options: dict[str, Any]) -> None:
-    """ConfigError for options workflow `name` does not have or whose values it refuses (checked before any
-    model is loaded; a factory of the earlier protocol checks its own when it is built)."""
+def check_workflow_options(name: str, options: Any) -> None:
+    """ConfigError for options of workflow `name` that a file or a flag may not set: not a mapping, a run-time
+    setting of the command (WORKFLOW_OPTIONS: trace_path, on_step, errors, failures, schedule, progress, ...),
+    a name the workflow does not have, or a value its options class refuses (its type or range). The one check
+    of every entry (--workflow-option, a profile's `workflow.options`, a training config's `workflow_options`,
+    serve, eval sweeps), made before any model is loaded or file written; a factory of the earlier protocol
+    checks its own when it is built."""
+    if not isinstance(options, dict):
+        raise ConfigError(f"workflow {name}: options must be a mapping of option: value, got "
+                          f"{type(options).__name__}")
+    run_time = sorted(set(options) & set(WORKFLOW_OPTIONS))
+    if run_time:
+        raise ConfigError(f"workflow {name}: {', '.join(run_time)} is a run-time setting of the command, not an "
+                          "option a profile, a config or --workflow-option can set (use the command's own flags)")
     target = get_workflow(name)
     if is_generator_workflow(target):
-        own_options(target, name, split_options(options)[1])
+        own_options(target, name, options)
 
 
 def parse_workflows(text: str) -> list[str]:

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 from memagent.agent.protocol import (AgentInput, AgentResult, Answer, Call, Conversation, Document, Reply,
-                                     check_questions, check_window, paper_window, split_options)
+                                     check_option_types, check_questions, check_window, paper_window,
+                                     split_options)
 from memagent.agent.scheduler import RunStats, resolve_schedule, run_lockstep, run_pipelined
 from memagent.agent.trace import TraceWriter
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.config import AgentConfig, ConfigError
+from memagent.errors import MemAgentError
 from memagent.progress import CallRate, StepProgress
 
 log = logging.getLogger(__name__)
@@ -45,14 +47,24 @@ class _Doc:
 
 def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
     """The workflow's own options object (its declared `options` class, which checks them; None: it has none);
-    ConfigError for a name it does not have, listing those it has."""
+    ConfigError for a name it does not have (listing those it has), a value of the wrong type for its field
+    (memagent.agent.protocol.check_option_types), or whatever else the class refuses."""
     cls = getattr(workflow, "options", None)
     valid = [f.name for f in fields(cls)] if cls is not None else []
     unknown = sorted(set(own) - set(valid))
     if unknown:
         raise ConfigError(f"workflow {name} has no option {', '.join(unknown)}; its options are "
                           f"{', '.join(valid) or 'none'} (and the shared run options)")
-    return cls(**own) if cls is not None else None
+    if cls is None:
+        return None
+    check_option_types(cls, name, own)
+    try:
+        return cls(**own)
+    except MemAgentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plug-in's options class: its refusal is the user's to fix
+        raise ConfigError(f"workflow {name}: its options ({cls.__name__}) refused {sorted(own)}: "
+                          f"{type(e).__name__}: {str(e)[:300]}") from None
 
 
 class Runner:
