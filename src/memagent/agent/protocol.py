@@ -49,6 +49,15 @@ class BudgetError(MemAgentError, ValueError):
     """A question, or the window budget, does not fit; nothing was sent to the model."""
 
 
+class WorkflowError(MemAgentError, RuntimeError):
+    """A workflow broke its contract or raised: a plug-in's fault, named as such (the document it was reading
+    fails; the others go on). memagent.agent.runner turns whatever a plug-in raises into one of these."""
+
+
+MAX_CALLS_PER_CHUNK = 8  # the default call cap of a document: 8 calls per chunk read, plus MAX_CALLS_SLACK
+MAX_CALLS_SLACK = 64
+
+
 @dataclass(frozen=True)
 class Call:
     """One model call a workflow yields."""
@@ -291,6 +300,9 @@ class WorkflowOptions:
     schedule: "auto" (pipelined for a concurrent backend, lock-step batches for an in-process one), "pipelined"
     or "lockstep" (memagent.agent.scheduler).
     failures: "raise" (a failed call stops the run) or "record" (the document gets a result with `error`).
+    max_calls: the most model calls one document may make (a workflow that asks for more fails that document);
+    None: MAX_CALLS_PER_CHUNK (8) per chunk read so far, plus MAX_CALLS_SLACK (64): `memagent` makes 1 per chunk
+    and 1 more, `lookup` at most 37 more.
     """
 
     trace_path: str | Path | TextIO | None = None  # a path (rewritten) or an open text stream
@@ -301,6 +313,7 @@ class WorkflowOptions:
     trace_chunks: bool = False
     schedule: str = "auto"
     failures: str = "raise"
+    max_calls: int | None = None
     _trace: TraceWriter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -308,6 +321,13 @@ class WorkflowOptions:
             raise ValueError(f"failures must be one of {', '.join(FAILURES)}, got {self.failures!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.max_calls is not None and (not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool)
+                                           or self.max_calls < 1):
+            raise ValueError(f"max_calls must be a positive integer or None, got {self.max_calls!r}")
+
+    def call_cap(self, chunks: int) -> int:
+        """The most calls a document that has been handed `chunks` chunks may make."""
+        return self.max_calls if self.max_calls is not None else MAX_CALLS_PER_CHUNK * chunks + MAX_CALLS_SLACK
 
     @property
     def observed(self) -> bool:

@@ -11,11 +11,13 @@ runs through `run_workflow` unchanged, for one release.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
-from memagent.agent.protocol import (AgentInput, AgentResult, Answer, Call, Conversation, Document, Reply,
+from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentInput, AgentResult, Answer,
+                                     BudgetError, Call, Conversation, Document, Prompt, Reply, WorkflowError,
                                      check_option_types, check_questions, check_window, paper_window,
                                      split_options)
 from memagent.agent.scheduler import RunStats, resolve_schedule, run_lockstep, run_pipelined
@@ -43,6 +45,22 @@ class _Doc:
     memory: str = ""  # the memory kept by the last "memory" call (a failed document's result shows it)
     num_chunks: int = 0  # chunks read so far (the final call's step once it is asked for)
     conversations: list[Conversation] = field(default_factory=list)
+    doc: Document | None = None  # what the workflow reads (its chunks handed out so far bound its calls)
+
+
+def is_plugin(workflow: Any) -> bool:
+    """Whether `workflow` is a third party's (defined outside the memagent package): what it raises is its fault,
+    reported as such (WorkflowError) and failing the document only, and its calls are checked against the window."""
+    module = getattr(workflow, "__module__", None) or ""
+    return module != "memagent" and not module.startswith("memagent.")
+
+
+def plugin_fault(name: str, workflow: Any, what: str, exc: BaseException) -> WorkflowError:
+    """The WorkflowError of a plug-in that raised `exc` while doing `what`: names it and its module."""
+    message = str(exc).replace("\n", " ")[:300]
+    return WorkflowError(f"workflow {name} (a plug-in, module {getattr(workflow, '__module__', '?')}) failed {what}: "
+                         f"{type(exc).__name__}{': ' + message if message else ''}; this is a fault of the "
+                         "plug-in, not of memagent: report it to its authors or choose another --workflow")
 
 
 def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
@@ -77,6 +95,7 @@ class Runner:
         self.backend, self.config = backend, config or AgentConfig()
         self.options, own = split_options(options)
         self.own = own_options(workflow, self.name, own)
+        self.plugin = is_plugin(workflow)  # a third party's: its faults are named as its own, its calls checked
         self.stats = RunStats()  # of the last run
         self._window_checked: AgentConfig | None = None  # the config whose window check passed
         resolve_schedule(self.options.schedule, backend)
@@ -94,7 +113,17 @@ class Runner:
         (its declared `window`); `check_budget([])` checks the window alone. Made before any model call."""
         check_questions(self.backend, self.config, items)
         if self._window_checked is not self.config:  # once per config (a stream checks each document)
-            check_window(self.backend, getattr(self.workflow, "window", paper_window)(self.config, self.own))
+            try:
+                prompts = getattr(self.workflow, "window", paper_window)(self.config, self.own)
+                if self.plugin and (not isinstance(prompts, list) or not all(isinstance(p, Prompt) for p in prompts)):
+                    raise TypeError(f"window() must return a list of Prompt, got {type(prompts).__name__}")
+            except MemAgentError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a plug-in's window declaration
+                if not self.plugin:
+                    raise
+                raise plugin_fault(self.name, self.workflow, "declaring its window", e) from None
+            check_window(self.backend, prompts)
             self._window_checked = self.config
 
     def run(self, items: Sequence[AgentInput],
@@ -110,12 +139,24 @@ class Runner:
     # -- the steps of one document (Steps) ------------------------------------------------------
     def start(self, pos: int, item: AgentInput) -> _Doc:
         doc = Document(pos, item, self.config, self.backend.tokenizer, self.options.errors)
-        d = _Doc(pos, item, self.workflow(doc, item.question, self.own), seed_key=item.seed_key, memory=doc.memory,
-                 num_chunks=item.start_step)
+        try:
+            gen = self.workflow(doc, item.question, self.own)
+            if not inspect.isgenerator(gen):
+                raise WorkflowError(f"workflow {self.name} must be a generator function (it yields its calls), "
+                                    f"but calling it gave {type(gen).__name__}")
+        except Exception as e:  # noqa: BLE001
+            raise self._fault(e, f"starting document {item.doc_id}") from None
+        d = _Doc(pos, item, gen, seed_key=item.seed_key, memory=doc.memory, num_chunks=item.start_step, doc=doc)
         try:
             self._ask(d, next(d.gen))  # runs the workflow to its first call (reads the first chunk)
         except StopIteration:
-            raise TypeError(f"workflow {self.name} returned without a model call (document {item.doc_id})") from None
+            raise WorkflowError(f"workflow {self.name} returned without a model call (document {item.doc_id})") \
+                from None
+        except BaseException as e:
+            _close(d.gen)  # its finally blocks run (e.g. an index removed)
+            if isinstance(e, Exception):
+                raise self._fault(e, f"reading document {item.doc_id}") from None
+            raise
         return d
 
     def next_call(self, d: _Doc) -> Call:
@@ -131,12 +172,13 @@ class Runner:
             self._ask(d, d.gen.send(reply))
         except StopIteration as stop:
             finished, answer = True, stop.value
+        except Exception as e:  # noqa: BLE001 - a plug-in's error fails its document, named as its own
+            raise self._fault(e, f"reading document {d.item.doc_id}") from None
         finally:
             self._record(d, call, reply, seconds, batch_size)
         if not finished:
             return None
-        if not isinstance(answer, Answer):
-            raise TypeError(f"workflow {self.name} must return an Answer, got {type(answer).__name__}")
+        check_answer(self.name, answer, d.item.doc_id)
         return AgentResult(d.item.doc_id, d.item.question, answer.answer, answer.raw_answer, answer.memory,
                            answer.num_chunks, d.conversations, answer.think_removed, calls=d.calls)
 
@@ -145,16 +187,31 @@ class Runner:
         log.warning("document %s failed: %s", d.item.doc_id, exc)
         if not isinstance(d, _Doc):  # failed before its first call
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
-        d.gen.close()
+        _close(d.gen)
         attempts = 1
         if isinstance(exc, BackendError):  # the tries the request made (replicas: more; a 4xx: one), else the most
             attempts = getattr(exc, "attempts", None) or 1 + int(getattr(self.backend, "max_retries", 0) or 0)
         return AgentResult(d.item.doc_id, d.item.question, None, "", d.memory, d.num_chunks, d.conversations,
                            error=_error(exc, attempts), calls=d.calls)
 
+    def _fault(self, exc: Exception, what: str) -> Exception:
+        """What a workflow's exception becomes: a plug-in's (not a MemAgentError) a WorkflowError naming it."""
+        if isinstance(exc, MemAgentError) or not self.plugin:
+            return exc
+        return plugin_fault(self.name, self.workflow, what, exc)
+
     def _ask(self, d: _Doc, call: Any) -> None:
-        if not isinstance(call, Call):
-            raise TypeError(f"workflow {self.name} must yield a Call, got {type(call).__name__}")
+        """Take the call the workflow yielded: checked (a Call of sound fields; within the document's call cap; for
+        a plug-in, its prompt counted against the window) before the scheduler sends it."""
+        check_call(self.name, call, d.item.doc_id)
+        chunks = d.doc.num_chunks if d.doc is not None else 0
+        cap = self.options.call_cap(chunks)
+        if d.calls + 1 > cap:
+            raise WorkflowError(f"workflow {self.name} asked for call {d.calls + 1} of document {d.item.doc_id}, "
+                                f"over its cap of {cap} calls ({'max_calls' if self.options.max_calls else f'{MAX_CALLS_PER_CHUNK} per chunk read ({chunks}) + {MAX_CALLS_SLACK}'}); "
+                                "a workflow that never finishes is stopped here")
+        if self.plugin:
+            check_call_fits(self.backend, call, self.name, d.item.doc_id)
         d.call = call
         if call.kind == "final":
             d.num_chunks = call.step
@@ -187,6 +244,70 @@ class Runner:
             record[k] = v
         record.update(seconds=round(seconds, 6), batch_size=batch_size)
         o.emit(record, call.chunk.text if call.chunk is not None else None)
+
+
+def _close(gen: Any) -> None:
+    """Close a workflow's generator (its finally blocks run); what a broken one raises then is logged, not raised."""
+    try:
+        gen.close()
+    except Exception as e:  # noqa: BLE001 - the document has failed already
+        log.warning("closing a workflow's generator raised %s: %s", type(e).__name__, str(e)[:200])
+
+
+def check_call(name: str, call: Any, doc_id: str) -> None:
+    """WorkflowError for a yield that is not a sound Call: kind a non-empty string, prompt a string,
+    max_new_tokens a positive integer, step an integer."""
+    if not isinstance(call, Call):
+        raise WorkflowError(f"workflow {name} must yield a Call, got {type(call).__name__} (document {doc_id})")
+    bad = [f"kind {call.kind!r}" if not isinstance(call.kind, str) or not call.kind else "",
+           f"prompt of type {type(call.prompt).__name__}" if not isinstance(call.prompt, str) else "",
+           f"max_new_tokens {call.max_new_tokens!r}" if not isinstance(call.max_new_tokens, int)
+           or isinstance(call.max_new_tokens, bool) or call.max_new_tokens < 1 else "",
+           f"step {call.step!r}" if not isinstance(call.step, int) or isinstance(call.step, bool) else ""]
+    if any(bad):
+        raise WorkflowError(f"workflow {name} yielded a Call with {', '.join(b for b in bad if b)[:300]} (document "
+                            f"{doc_id}); a call needs a kind (text), a prompt (text), max_new_tokens >= 1, an "
+                            "integer step")
+
+
+def check_answer(name: str, answer: Any, doc_id: str) -> None:
+    """WorkflowError for a return that is not a sound Answer: answer text or None, raw_answer and memory text,
+    num_chunks an integer."""
+    if not isinstance(answer, Answer):
+        raise WorkflowError(f"workflow {name} must return an Answer, got {type(answer).__name__} (document {doc_id})")
+    bad = [f"answer of type {type(answer.answer).__name__}" if not isinstance(answer.answer, (str, type(None)))
+           else "",
+           f"raw_answer of type {type(answer.raw_answer).__name__}" if not isinstance(answer.raw_answer, str) else "",
+           f"memory of type {type(answer.memory).__name__}" if not isinstance(answer.memory, str) else "",
+           f"num_chunks {answer.num_chunks!r}" if not isinstance(answer.num_chunks, int)
+           or isinstance(answer.num_chunks, bool) else ""]
+    if any(bad):
+        raise WorkflowError(f"workflow {name} returned an Answer with {', '.join(b for b in bad if b)[:300]} "
+                            f"(document {doc_id}); answer must be text or None, raw_answer and memory text")
+
+
+def check_call_fits(backend: Any, call: Call, name: str, doc_id: str) -> None:
+    """BudgetError, before it is sent, for a call whose prompt and new tokens do not fit the backend's window (a
+    plug-in's calls: the window it declared is not trusted). The prompt is counted in pieces of a few times the
+    window in characters, stopping as soon as it is over: a prompt of any length costs O(window) to refuse."""
+    window = backend.max_window
+    if window is None:
+        return
+    budget = window - call.max_new_tokens
+    over = f"workflow {name} asked for a {call.kind} call (document {doc_id}) of "
+    if budget < 1:
+        raise BudgetError(f"{over}{call.max_new_tokens} new tokens, over the model's window of {window}")
+    piece, n, pieces = 8 * window, 0, 0
+    for at in range(0, len(call.prompt), piece):  # pieces: at most one token more each than the whole
+        n += len(backend.tokenizer(call.prompt[at:at + piece], add_special_tokens=False)["input_ids"])
+        pieces += 1
+        if n - pieces > budget:
+            raise BudgetError(f"{over}over {n - pieces} prompt tokens + {call.max_new_tokens} new tokens, over the "
+                              f"model's window of {window}; nothing was sent")
+    need = backend.prompt_length(call.prompt)  # the exact count, chat template included
+    if need > budget:
+        raise BudgetError(f"{over}{need} prompt tokens + {call.max_new_tokens} new tokens, over the model's "
+                          f"window of {window}; nothing was sent")
 
 
 def _error(exc: BaseException, attempts: int) -> dict[str, Any]:
