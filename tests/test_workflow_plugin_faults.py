@@ -235,3 +235,47 @@ def test_serve_fails_the_plugins_job_by_name_and_keeps_answering(plugins, tiny_b
     assert views["raises_at_start"]["state"] == "failed" and "internal error" not in views["raises_at_start"]["error"]
     assert "workflow raises_at_start (a plug-in" in views["raises_at_start"]["error"]
     assert views["huge_prompt"]["state"] == "failed" and "over the model's window" in views["huge_prompt"]["error"]
+
+
+@workflow()
+def keeps_an_object(doc, question, options):
+    reply = yield Call("echo", "note", 4)
+    reply.keep(reply.text, note=object())  # not JSON: the trace line could not be written
+    return Answer("a", reply.text, "", 0)
+
+
+def faulty_machine(backend, config, **options):
+    """A state machine of the earlier protocol whose `take` breaks on one document."""
+    from memagent.agent.workflow import MemoryAgent
+
+    agent = MemoryAgent(backend, config, **options)
+
+    class Machine:
+        def __getattr__(self, attr):
+            return getattr(agent, attr)
+
+        def take(self, d, *args):
+            if d.item.doc_id == "bad":
+                raise ZeroDivisionError("oops")
+            return agent.take(d, *args)
+
+    return Machine()
+
+
+def test_a_bad_record_or_an_earlier_protocol_machines_fault_fails_one_document(tiny_tokenizer, tmp_path):
+    register_workflow("keeps_an_object", keeps_an_object)
+    register_workflow("faulty_machine", faulty_machine)
+    try:
+        wf = build_workflow("keeps_an_object", _backend(tiny_tokenizer), CFG, failures="record",
+                            trace_path=tmp_path / "t.jsonl")
+        [r] = run_workflow(wf, [AgentInput("q", "w", "d")])
+        assert "workflow keeps_an_object kept a trace record that is not plain JSON" in r.error["message"]
+        wf = build_workflow("faulty_machine", _backend(tiny_tokenizer), CFG, failures="record")
+        ok, bad = run_workflow(wf, ITEMS)
+        assert ok.error is None and ok.raw_answer == "fact"
+        assert bad.error["kind"] == "WorkflowError" and bad.error["message"].startswith(
+            "workflow faulty_machine (a plug-in, module test_workflow_plugin_faults) failed taking a reply: "
+            "ZeroDivisionError: oops")
+    finally:
+        unregister_workflow("keeps_an_object")
+        unregister_workflow("faulty_machine")

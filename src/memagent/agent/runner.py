@@ -12,6 +12,7 @@ runs through `run_workflow` unchanged, for one release.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
@@ -230,6 +231,13 @@ class Runner:
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else \
             self.backend.prompt_length(call.prompt)
         own = reply.record if reply.record is not None else dict(text=text, generated_tokens=len(gen.token_ids))
+        if self.plugin and reply.record is not None:  # what it kept must be a JSON record (a trace line, an event)
+            try:
+                json.dumps(own, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise WorkflowError(f"workflow {self.name} kept a trace record that is not plain JSON ({e}; "
+                                    f"document {d.item.doc_id}); reply.keep() takes text, numbers, lists and "
+                                    "mappings") from None
         record: dict[str, Any] = dict(doc_id=d.item.doc_id, step=call.step)
         if call.kind != "memory":
             record["kind"] = call.kind
