@@ -279,3 +279,17 @@ def test_a_bad_record_or_an_earlier_protocol_machines_fault_fails_one_document(t
     finally:
         unregister_workflow("keeps_an_object")
         unregister_workflow("faulty_machine")
+
+
+def test_options_that_are_not_a_dataclass_are_the_plugins_fault(tiny_tokenizer):
+    @workflow(options=dict)
+    def dict_options(doc, question, options):
+        yield Call("final", "f", 4)
+
+    register_workflow("dict_options", dict_options)
+    try:
+        with pytest.raises(WorkflowError, match="workflow dict_options declares options=<class 'dict'>, which is "
+                                                "not a dataclass"):
+            registry.check_workflow_options("dict_options", {"x": 1})
+    finally:
+        unregister_workflow("dict_options")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentInput, AgentResult, Answer,
@@ -69,6 +69,9 @@ def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
     ConfigError for a name it does not have (listing those it has), a value of the wrong type for its field
     (memagent.agent.protocol.check_option_types), or whatever else the class refuses."""
     cls = getattr(workflow, "options", None)
+    if cls is not None and not (isinstance(cls, type) and is_dataclass(cls)):
+        raise WorkflowError(f"workflow {name} declares options={cls!r}"[:200] + ", which is not a dataclass; "
+                            "@workflow(options=...) takes the dataclass of its own options")
     valid = [f.name for f in fields(cls)] if cls is not None else []
     unknown = sorted(set(own) - set(valid))
     if unknown:
