@@ -24,15 +24,15 @@ from typing import Any, Callable
 
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
                                      Conversation, Document, Prompt, Reply, WorkflowError, WorkflowOptions,
-                                     check_questions,
-                                     split_options, workflow)
+                                     check_questions, split_options, workflow)
 from memagent.agent.runner import Runner, is_plugin, own_options, plugin_fault, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
-           "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS", "WorkflowError",
+           "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
+           "WorkflowError",
            "WorkflowOptions", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
            "register_workflow", "run_workflow", "split_options", "stream_workflow", "workflow", "workflow_names"]
 

@@ -211,9 +211,11 @@ class Runner:
         chunks = d.doc.num_chunks if d.doc is not None else 0
         cap = self.options.call_cap(chunks)
         if d.calls + 1 > cap:
+            rule = "max_calls" if self.options.max_calls else \
+                f"{MAX_CALLS_PER_CHUNK} per chunk read ({chunks}) + {MAX_CALLS_SLACK}"
             raise WorkflowError(f"workflow {self.name} asked for call {d.calls + 1} of document {d.item.doc_id}, "
-                                f"over its cap of {cap} calls ({'max_calls' if self.options.max_calls else f'{MAX_CALLS_PER_CHUNK} per chunk read ({chunks}) + {MAX_CALLS_SLACK}'}); "
-                                "a workflow that never finishes is stopped here")
+                                f"over its cap of {cap} calls ({rule}); a workflow that never finishes is stopped "
+                                "here (raise the run option max_calls if it needs more)")
         if self.plugin:
             check_call_fits(self.backend, call, self.name, d.item.doc_id)
         d.call = call
