@@ -238,6 +238,13 @@ def test_serve_fails_the_plugins_job_by_name_and_keeps_answering(plugins, tiny_b
 
 
 @workflow()
+def keeps_a_number(doc, question, options):
+    reply = yield Call("echo", "note", 4)
+    reply.keep(7)  # the conversation's text must be a string
+    return Answer("a", reply.text, "", 0)
+
+
+@workflow()
 def keeps_an_object(doc, question, options):
     reply = yield Call("echo", "note", 4)
     reply.keep(reply.text, note=object())  # not JSON: the trace line could not be written
@@ -270,6 +277,10 @@ def test_a_bad_record_or_an_earlier_protocol_machines_fault_fails_one_document(t
                             trace_path=tmp_path / "t.jsonl")
         [r] = run_workflow(wf, [AgentInput("q", "w", "d")])
         assert "workflow keeps_an_object kept a trace record that is not plain JSON" in r.error["message"]
+        register_workflow("keeps_a_number", keeps_a_number)
+        [r] = run_workflow(build_workflow("keeps_a_number", _backend(tiny_tokenizer), CFG, failures="record"),
+                           [AgentInput("q", "w", "d")])
+        assert "workflow keeps_a_number kept a reply's text of type int (document d)" in r.error["message"]
         wf = build_workflow("faulty_machine", _backend(tiny_tokenizer), CFG, failures="record")
         ok, bad = run_workflow(wf, ITEMS)
         assert ok.error is None and ok.raw_answer == "fact"
@@ -278,6 +289,7 @@ def test_a_bad_record_or_an_earlier_protocol_machines_fault_fails_one_document(t
             "ZeroDivisionError: oops")
     finally:
         unregister_workflow("keeps_an_object")
+        unregister_workflow("keeps_a_number")
         unregister_workflow("faulty_machine")
 
 
@@ -293,3 +305,14 @@ def test_options_that_are_not_a_dataclass_are_the_plugins_fault(tiny_tokenizer):
             registry.check_workflow_options("dict_options", {"x": 1})
     finally:
         unregister_workflow("dict_options")
+
+
+def test_serve_refuses_to_start_on_a_plugin_whose_window_declaration_raises(plugins, run_cli, tiny_model_dir,
+                                                                            tmp_path):
+    pytest.importorskip("fastapi")
+    code, _, err = run_cli("serve", "--model", tiny_model_dir, "--workflow", "bad_window", "--state-dir",
+                           tmp_path / "state", "--port", "1")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: workflow bad_window (a plug-in, module test_workflow_plugin_faults) failed "
+                               "declaring its window: ValueError: cannot count"), err

@@ -225,6 +225,9 @@ class Runner:
     def _record(self, d: _Doc, call: Call, reply: Reply, seconds: float, batch_size: int) -> None:
         """The call's conversation (keep_conversations) and trace record (when observed), as the workflow kept it."""
         gen, o = reply.gen, self.options
+        if self.plugin and reply.kept is not None and not isinstance(reply.kept, str):
+            raise WorkflowError(f"workflow {self.name} kept a reply's text of type {type(reply.kept).__name__} "
+                                f"(document {d.item.doc_id}); reply.keep(text, ...) takes a string")
         text = gen.text if reply.kept is None else reply.kept
         if call.kind == "memory":
             d.memory, d.num_chunks = text, max(d.num_chunks, call.step + 1)
