@@ -25,7 +25,8 @@ from typing import Any, Callable
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
                                      Conversation, Document, Prompt, Reply, WorkflowError, WorkflowOptions,
                                      check_questions, split_options, workflow)
-from memagent.agent.runner import Runner, is_plugin, own_options, plugin_fault, run_workflow, stream_workflow
+from memagent.agent.guards import GuardedSteps, is_plugin, plugin_fault
+from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
@@ -152,44 +153,6 @@ def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
     if isinstance(wf, Runner) or not getattr(wf, "name", None):
         wf.name = name
     return wf
-
-
-class GuardedSteps:
-    """A plug-in's state machine of the earlier protocol, whatever its methods raise (not a MemAgentError) turned
-    into a WorkflowError naming it: a fault in `start` or `take` fails that document only, one in `check_budget`,
-    `next_call` or `fail` stops the run with one error line. Every other attribute is the machine's own."""
-
-    def __init__(self, wf: Any, name: str, target: Any) -> None:
-        self.__dict__.update(_wf=wf, _name=name, _target=target)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.__dict__["_wf"], attr)
-
-    def _guard(self, what: str, method: str, *args: Any) -> Any:
-        try:
-            return getattr(self._wf, method)(*args)
-        except MemAgentError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the plug-in's fault
-            raise plugin_fault(self._name, self._target, what, e) from None
-
-    def check_budget(self, items: Any) -> None:
-        self._guard("checking its budget", "check_budget", items)
-
-    def start(self, pos: int, item: Any) -> Any:
-        return self._guard(f"starting document {getattr(item, 'doc_id', pos)}", "start", pos, item)
-
-    def next_call(self, doc: Any) -> Any:
-        return self._guard("choosing its next call", "next_call", doc)
-
-    def take(self, doc: Any, *args: Any) -> Any:
-        return self._guard("taking a reply", "take", doc, *args)
-
-    def fail(self, doc: Any, exc: BaseException) -> Any:
-        return self._guard("failing a document", "fail", doc, exc)
-
-    def params(self, *args: Any) -> Any:
-        return self._guard("choosing its sampling", "params", *args)
 
 
 def check_workflow_options(name: str, options: Any) -> None:

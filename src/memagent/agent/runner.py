@@ -17,8 +17,9 @@ import logging
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
+from memagent.agent.guards import check_answer, check_call, check_call_fits, close_quietly, is_plugin, plugin_fault
 from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentInput, AgentResult, Answer,
-                                     BudgetError, Call, Conversation, Document, Prompt, Reply, WorkflowError,
+                                     Call, Conversation, Document, Prompt, Reply, WorkflowError,
                                      check_option_types, check_questions, check_window, paper_window,
                                      split_options)
 from memagent.agent.scheduler import RunStats, resolve_schedule, run_lockstep, run_pipelined
@@ -47,21 +48,6 @@ class _Doc:
     num_chunks: int = 0  # chunks read so far (the final call's step once it is asked for)
     conversations: list[Conversation] = field(default_factory=list)
     doc: Document | None = None  # what the workflow reads (its chunks handed out so far bound its calls)
-
-
-def is_plugin(workflow: Any) -> bool:
-    """Whether `workflow` is a third party's (defined outside the memagent package): what it raises is its fault,
-    reported as such (WorkflowError) and failing the document only, and its calls are checked against the window."""
-    module = getattr(workflow, "__module__", None) or ""
-    return module != "memagent" and not module.startswith("memagent.")
-
-
-def plugin_fault(name: str, workflow: Any, what: str, exc: BaseException) -> WorkflowError:
-    """The WorkflowError of a plug-in that raised `exc` while doing `what`: names it and its module."""
-    message = str(exc).replace("\n", " ")[:300]
-    return WorkflowError(f"workflow {name} (a plug-in, module {getattr(workflow, '__module__', '?')}) failed {what}: "
-                         f"{type(exc).__name__}{': ' + message if message else ''}; this is a fault of the "
-                         "plug-in, not of memagent: report it to its authors or choose another --workflow")
 
 
 def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
@@ -157,7 +143,7 @@ class Runner:
             raise WorkflowError(f"workflow {self.name} returned without a model call (document {item.doc_id})") \
                 from None
         except BaseException as e:
-            _close(d.gen)  # its finally blocks run (e.g. an index removed)
+            close_quietly(d.gen)  # its finally blocks run (e.g. an index removed)
             if isinstance(e, Exception):
                 raise self._fault(e, f"reading document {item.doc_id}") from None
             raise
@@ -191,7 +177,7 @@ class Runner:
         log.warning("document %s failed: %s", d.item.doc_id, exc)
         if not isinstance(d, _Doc):  # failed before its first call
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
-        _close(d.gen)
+        close_quietly(d.gen)
         attempts = 1
         if isinstance(exc, BackendError):  # the tries the request made (replicas: more; a 4xx: one), else the most
             attempts = getattr(exc, "attempts", None) or 1 + int(getattr(self.backend, "max_retries", 0) or 0)
@@ -260,70 +246,6 @@ class Runner:
             record[k] = v
         record.update(seconds=round(seconds, 6), batch_size=batch_size)
         o.emit(record, call.chunk.text if call.chunk is not None else None)
-
-
-def _close(gen: Any) -> None:
-    """Close a workflow's generator (its finally blocks run); what a broken one raises then is logged, not raised."""
-    try:
-        gen.close()
-    except Exception as e:  # noqa: BLE001 - the document has failed already
-        log.warning("closing a workflow's generator raised %s: %s", type(e).__name__, str(e)[:200])
-
-
-def check_call(name: str, call: Any, doc_id: str) -> None:
-    """WorkflowError for a yield that is not a sound Call: kind a non-empty string, prompt a string,
-    max_new_tokens a positive integer, step an integer."""
-    if not isinstance(call, Call):
-        raise WorkflowError(f"workflow {name} must yield a Call, got {type(call).__name__} (document {doc_id})")
-    bad = [f"kind {call.kind!r}" if not isinstance(call.kind, str) or not call.kind else "",
-           f"prompt of type {type(call.prompt).__name__}" if not isinstance(call.prompt, str) else "",
-           f"max_new_tokens {call.max_new_tokens!r}" if not isinstance(call.max_new_tokens, int)
-           or isinstance(call.max_new_tokens, bool) or call.max_new_tokens < 1 else "",
-           f"step {call.step!r}" if not isinstance(call.step, int) or isinstance(call.step, bool) else ""]
-    if any(bad):
-        raise WorkflowError(f"workflow {name} yielded a Call with {', '.join(b for b in bad if b)[:300]} (document "
-                            f"{doc_id}); a call needs a kind (text), a prompt (text), max_new_tokens >= 1, an "
-                            "integer step")
-
-
-def check_answer(name: str, answer: Any, doc_id: str) -> None:
-    """WorkflowError for a return that is not a sound Answer: answer text or None, raw_answer and memory text,
-    num_chunks an integer."""
-    if not isinstance(answer, Answer):
-        raise WorkflowError(f"workflow {name} must return an Answer, got {type(answer).__name__} (document {doc_id})")
-    bad = [f"answer of type {type(answer.answer).__name__}" if not isinstance(answer.answer, (str, type(None)))
-           else "",
-           f"raw_answer of type {type(answer.raw_answer).__name__}" if not isinstance(answer.raw_answer, str) else "",
-           f"memory of type {type(answer.memory).__name__}" if not isinstance(answer.memory, str) else "",
-           f"num_chunks {answer.num_chunks!r}" if not isinstance(answer.num_chunks, int)
-           or isinstance(answer.num_chunks, bool) else ""]
-    if any(bad):
-        raise WorkflowError(f"workflow {name} returned an Answer with {', '.join(b for b in bad if b)[:300]} "
-                            f"(document {doc_id}); answer must be text or None, raw_answer and memory text")
-
-
-def check_call_fits(backend: Any, call: Call, name: str, doc_id: str) -> None:
-    """BudgetError, before it is sent, for a call whose prompt and new tokens do not fit the backend's window (a
-    plug-in's calls: the window it declared is not trusted). The prompt is counted in pieces of a few times the
-    window in characters, stopping as soon as it is over: a prompt of any length costs O(window) to refuse."""
-    window = backend.max_window
-    if window is None:
-        return
-    budget = window - call.max_new_tokens
-    over = f"workflow {name} asked for a {call.kind} call (document {doc_id}) of "
-    if budget < 1:
-        raise BudgetError(f"{over}{call.max_new_tokens} new tokens, over the model's window of {window}")
-    piece, n, pieces = 8 * window, 0, 0
-    for at in range(0, len(call.prompt), piece):  # pieces: at most one token more each than the whole
-        n += len(backend.tokenizer(call.prompt[at:at + piece], add_special_tokens=False)["input_ids"])
-        pieces += 1
-        if n - pieces > budget:
-            raise BudgetError(f"{over}over {n - pieces} prompt tokens + {call.max_new_tokens} new tokens, over the "
-                              f"model's window of {window}; nothing was sent")
-    need = backend.prompt_length(call.prompt)  # the exact count, chat template included
-    if need > budget:
-        raise BudgetError(f"{over}{need} prompt tokens + {call.max_new_tokens} new tokens, over the model's "
-                          f"window of {window}; nothing was sent")
 
 
 def _error(exc: BaseException, attempts: int) -> dict[str, Any]:
