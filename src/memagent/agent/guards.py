@@ -82,7 +82,7 @@ def check_call_fits(backend: Any, call: Call, name: str, doc_id: str) -> None:
     if window is None:
         return
     budget = window - call.max_new_tokens
-    over = f"workflow {name} asked for a {call.kind} call (document {doc_id}) of "
+    over = f"workflow {name} asked for a call of kind {call.kind!r} (document {doc_id}) with "
     if budget < 1:
         raise BudgetError(f"{over}{call.max_new_tokens} new tokens, over the model's window of {window}")
     piece, n, pieces = 8 * window, 0, 0
