@@ -86,7 +86,8 @@ def check_call_fits(backend: Any, call: Call, name: str, doc_id: str) -> None:
     if budget < 1:
         raise BudgetError(f"{over}{call.max_new_tokens} new tokens, over the model's window of {window}")
     piece, n, pieces = 8 * window, 0, 0
-    for at in range(0, len(call.prompt), piece):  # pieces: at most one token more each than the whole
+    long = len(call.prompt) > piece  # a short prompt gets the exact count only
+    for at in range(0, len(call.prompt) if long else 0, piece):  # pieces: at most one token more each than whole
         n += len(backend.tokenizer(call.prompt[at:at + piece], add_special_tokens=False)["input_ids"])
         pieces += 1
         if n - pieces > budget:
