@@ -24,8 +24,9 @@ def test_file_sets_workflow_and_flag_overrides_name(tmp_path):
     p = load_profile(f)
     assert p.workflow == WorkflowChoice("lookup", {"lookups": 2})
     assert p.budgets == Profile().budgets  # the rest keeps the base values
-    q = resolve_profile(f, workflow="skim")  # the flag names another workflow; the file's options stay
-    assert q.workflow == WorkflowChoice("skim", {"lookups": 2})
+    q = resolve_profile(f, workflow="skim")  # the flag names another workflow: lookup's options are not skim's
+    assert q.workflow == WorkflowChoice("skim", {})
+    assert resolve_profile(f, workflow="lookup").workflow == WorkflowChoice("lookup", {"lookups": 2})
     assert resolve_profile(f).workflow.name == "lookup"
     again = tmp_path / "again.yaml"
     again.write_text(dump_profile(p), encoding="utf-8")

@@ -285,7 +285,7 @@ def test_a_generator_workflow_with_options_of_its_own_and_a_kind_of_its_own(tiny
 def test_a_workflow_must_yield_calls_and_return_an_answer(tiny_tokenizer):
     from fakes import ScriptedBackend
 
-    from memagent.agent.protocol import workflow
+    from memagent.agent.protocol import WorkflowError, workflow
 
     @workflow()
     def bad(doc, question, options):
@@ -300,9 +300,9 @@ def test_a_workflow_must_yield_calls_and_return_an_answer(tiny_tokenizer):
     register_workflow("bad", bad)
     register_workflow("plain", plain)
     try:
-        with pytest.raises(TypeError, match="workflow bad must yield a Call, got str"):
+        with pytest.raises(WorkflowError, match="workflow bad must yield a Call, got str"):
             run_workflow(build_workflow("bad", backend, CFG), [AgentInput("q", "", "d")])
-        with pytest.raises(TypeError, match="workflow plain must return an Answer, got str"):
+        with pytest.raises(WorkflowError, match="workflow plain must return an Answer, got str"):
             run_workflow(build_workflow("plain", backend, CFG), [AgentInput("q", "", "d")])
     finally:
         unregister_workflow("bad")

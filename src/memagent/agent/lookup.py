@@ -42,7 +42,7 @@ QUERY_FIELDS = ("question", "memory")  # the placeholders of a query template
 def bounded_int(workflow: str, name: str, value: Any, low: int, high: int) -> int:
     """`value` as an int in [low, high] (a string of digits, as a command line gives it, is read); else a
     ConfigError that says the range."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):  # ASCII digits ("²" is a digit too)
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ConfigError(f"workflow {workflow}: {name} must be an integer from {low} to {high}, got {value!r}")

@@ -25,6 +25,10 @@ The trainer (Multi-Conv DAPO) turns each conversation into one training row shar
 from __future__ import annotations
 
 import logging
+import math
+import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
@@ -32,7 +36,7 @@ from typing import Any, Callable, Iterator, TextIO
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
 from memagent.agent.trace import TraceWriter
 from memagent.backends.base import Generation
-from memagent.config import PLACEHOLDER, AgentConfig
+from memagent.config import PLACEHOLDER, AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,15 @@ FAILURES = ("raise", "record")
 
 class BudgetError(MemAgentError, ValueError):
     """A question, or the window budget, does not fit; nothing was sent to the model."""
+
+
+class WorkflowError(MemAgentError, RuntimeError):
+    """A workflow broke its contract or raised: a plug-in's fault, named as such (the document it was reading
+    fails; the others go on). memagent.agent.runner turns whatever a plug-in raises into one of these."""
+
+
+MAX_CALLS_PER_CHUNK = 8  # the default call cap of a document: 8 calls per chunk read, plus MAX_CALLS_SLACK
+MAX_CALLS_SLACK = 64
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,49 @@ def workflow(options: type | None = None, window: Callable[[AgentConfig, Any], l
     return declare
 
 
+def _hint_types(hint: Any) -> tuple[set[Any], bool]:
+    """(the plain types a field's annotation allows, whether it allows None); ({Any}, True) for one it cannot read."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = {a for a in args if a is not type(None)}
+    if not all(isinstance(a, type) for a in kinds):
+        return {Any}, True
+    return kinds, type(None) in args
+
+
+def check_option_types(cls: type, name: str, given: dict[str, Any]) -> None:
+    """ConfigError for a value of `given` that its field of the options class `cls` cannot take, read off the field's
+    annotation: a bool field takes true or false only (not "maybe"), an int field an integer (or a string of ASCII
+    digits, as a command line gives it), a number field a finite number, a text field a string, a path field (Path) a
+    non-empty path or null (an empty one would be the working folder). Fields with other annotations are the
+    class's own to check. The one type check of a workflow's options, whatever entry they come from."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation this Python cannot resolve: the class checks its own
+        return
+    for key, value in given.items():
+        kinds, optional = _hint_types(hints.get(key, Any))
+        if Any in kinds or (value is None and optional):
+            continue
+        where = f"workflow {name}: {key}"
+        if Path in kinds:
+            if not (isinstance(value, str) and value.strip()) and not isinstance(value, Path):
+                raise ConfigError(f"{where} must be a folder path (text){' or null' if optional else ''}, "
+                                  f"got {value!r}")
+        elif kinds == {bool}:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} must be true or false, got {value!r}")
+        elif kinds == {int}:
+            digits = isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()) is not None
+            if not digits and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{where} must be an integer, got {value!r}")
+        elif kinds <= {int, float}:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        elif kinds == {str}:
+            if not isinstance(value, str):
+                raise ConfigError(f"{where} must be a string, got {type(value).__name__}")
+
+
 def template_overhead(backend: Any, template: str) -> int:
     """The tokens a prompt of `template` has besides its fields, as a bound for filled fields: the backend's
     prompt length of the empty render, plus what its text pieces (between placeholders) count one by one
@@ -244,6 +300,9 @@ class WorkflowOptions:
     schedule: "auto" (pipelined for a concurrent backend, lock-step batches for an in-process one), "pipelined"
     or "lockstep" (memagent.agent.scheduler).
     failures: "raise" (a failed call stops the run) or "record" (the document gets a result with `error`).
+    max_calls: the most model calls one document may make (a workflow that asks for more fails that document);
+    None: MAX_CALLS_PER_CHUNK (8) per chunk read so far, plus MAX_CALLS_SLACK (64): `memagent` makes 1 per chunk
+    and 1 more, `lookup` at most 37 more.
     """
 
     trace_path: str | Path | TextIO | None = None  # a path (rewritten) or an open text stream
@@ -254,6 +313,7 @@ class WorkflowOptions:
     trace_chunks: bool = False
     schedule: str = "auto"
     failures: str = "raise"
+    max_calls: int | None = None
     _trace: TraceWriter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -261,6 +321,13 @@ class WorkflowOptions:
             raise ValueError(f"failures must be one of {', '.join(FAILURES)}, got {self.failures!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.max_calls is not None and (not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool)
+                                           or self.max_calls < 1):
+            raise ValueError(f"max_calls must be a positive integer or None, got {self.max_calls!r}")
+
+    def call_cap(self, chunks: int) -> int:
+        """The most calls a document that has been handed `chunks` chunks may make."""
+        return self.max_calls if self.max_calls is not None else MAX_CALLS_PER_CHUNK * chunks + MAX_CALLS_SLACK
 
     @property
     def observed(self) -> bool:

@@ -23,14 +23,17 @@ from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
-                                     Conversation, Document, Prompt, Reply, WorkflowOptions, check_questions,
-                                     split_options, workflow)
+                                     Conversation, Document, Prompt, Reply, WorkflowError, WorkflowOptions,
+                                     check_questions, split_options, workflow)
+from memagent.agent.guards import GuardedSteps, is_plugin, plugin_fault
 from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
+from memagent.config import ConfigError
 from memagent.errors import MemAgentError
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
            "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
+           "WorkflowError",
            "WorkflowOptions", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
            "register_workflow", "run_workflow", "split_options", "stream_workflow", "workflow", "workflow_names"]
 
@@ -114,6 +117,11 @@ def _load(name: str, target: str, where: str) -> WorkflowFactory:
     except (ImportError, AttributeError) as exc:
         raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package "
                               f"that provides it or choose one of: {', '.join(workflow_names())}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in that breaks (or exits) as it is imported
+        detail = str(exc).replace("\n", " ")[:300]
+        raise WorkflowError(f"workflow {name!r} ({where}, {target}) failed as it was imported: "
+                            f"{type(exc).__name__}{': ' + detail if detail else ''}; this is a fault of the plug-in, "
+                            "not of memagent: fix or uninstall it, or choose another workflow") from None
     if not callable(obj):
         raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) is not callable; it must be a workflow "
                               "(a generator function of document, question, options)")
@@ -129,19 +137,41 @@ def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
     """Workflow `name` ready to run: a `Runner` of its generator function (a factory of the earlier protocol:
     `factory(backend, config, **options)`); its `name` is `name`."""
     target = get_workflow(name)
-    wf = Runner(target, backend, config, **options) if is_generator_workflow(target) else \
-        target(backend, config, **options)
+    if is_generator_workflow(target):
+        wf = Runner(target, backend, config, **options)
+    else:
+        try:
+            wf = target(backend, config, **options)
+        except MemAgentError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a factory of the earlier protocol
+            if not is_plugin(target):
+                raise
+            raise plugin_fault(name, target, "as it was built", e) from None
+        if is_plugin(target) and not isinstance(wf, Runner):  # a Runner guards its workflow itself
+            wf = GuardedSteps(wf, name, target)
     if isinstance(wf, Runner) or not getattr(wf, "name", None):
         wf.name = name
     return wf
 
 
-def check_workflow_options(name: str, options: dict[str, Any]) -> None:
-    """ConfigError for options workflow `name` does not have or whose values it refuses (checked before any
-    model is loaded; a factory of the earlier protocol checks its own when it is built)."""
+def check_workflow_options(name: str, options: Any) -> None:
+    """ConfigError for options of workflow `name` that a file or a flag may not set: not a mapping, a run-time
+    setting of the command (WORKFLOW_OPTIONS: trace_path, on_step, errors, failures, schedule, progress, ...),
+    a name the workflow does not have, or a value its options class refuses (its type or range). The one check
+    of every entry (--workflow-option, a profile's `workflow.options`, a training config's `workflow_options`,
+    serve, eval sweeps), made before any model is loaded or file written; a factory of the earlier protocol
+    checks its own when it is built."""
+    if not isinstance(options, dict):
+        raise ConfigError(f"workflow {name}: options must be a mapping of option: value, got "
+                          f"{type(options).__name__}")
+    run_time = sorted(set(options) & set(WORKFLOW_OPTIONS))
+    if run_time:
+        raise ConfigError(f"workflow {name}: {', '.join(run_time)} is a run-time setting of the command, not an "
+                          "option a profile, a config or --workflow-option can set (use the command's own flags)")
     target = get_workflow(name)
     if is_generator_workflow(target):
-        own_options(target, name, split_options(options)[1])
+        own_options(target, name, options)
 
 
 def parse_workflows(text: str) -> list[str]:

@@ -11,16 +11,22 @@ runs through `run_workflow` unchanged, for one release.
 """
 from __future__ import annotations
 
+import inspect
+import json
 import logging
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
-from memagent.agent.protocol import (AgentInput, AgentResult, Answer, Call, Conversation, Document, Reply,
-                                     check_questions, check_window, paper_window, split_options)
+from memagent.agent.guards import check_answer, check_call, check_call_fits, close_quietly, is_plugin, plugin_fault
+from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentInput, AgentResult, Answer,
+                                     Call, Conversation, Document, Prompt, Reply, WorkflowError,
+                                     check_option_types, check_questions, check_window, paper_window,
+                                     split_options)
 from memagent.agent.scheduler import RunStats, resolve_schedule, run_lockstep, run_pipelined
 from memagent.agent.trace import TraceWriter
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.config import AgentConfig, ConfigError
+from memagent.errors import MemAgentError
 from memagent.progress import CallRate, StepProgress
 
 log = logging.getLogger(__name__)
@@ -41,18 +47,32 @@ class _Doc:
     memory: str = ""  # the memory kept by the last "memory" call (a failed document's result shows it)
     num_chunks: int = 0  # chunks read so far (the final call's step once it is asked for)
     conversations: list[Conversation] = field(default_factory=list)
+    doc: Document | None = None  # what the workflow reads (its chunks handed out so far bound its calls)
 
 
 def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
     """The workflow's own options object (its declared `options` class, which checks them; None: it has none);
-    ConfigError for a name it does not have, listing those it has."""
+    ConfigError for a name it does not have (listing those it has), a value of the wrong type for its field
+    (memagent.agent.protocol.check_option_types), or whatever else the class refuses."""
     cls = getattr(workflow, "options", None)
+    if cls is not None and not (isinstance(cls, type) and is_dataclass(cls)):
+        raise WorkflowError(f"workflow {name} declares options={cls!r}"[:200] + ", which is not a dataclass; "
+                            "@workflow(options=...) takes the dataclass of its own options")
     valid = [f.name for f in fields(cls)] if cls is not None else []
     unknown = sorted(set(own) - set(valid))
     if unknown:
         raise ConfigError(f"workflow {name} has no option {', '.join(unknown)}; its options are "
                           f"{', '.join(valid) or 'none'} (and the shared run options)")
-    return cls(**own) if cls is not None else None
+    if cls is None:
+        return None
+    check_option_types(cls, name, own)
+    try:
+        return cls(**own)
+    except MemAgentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plug-in's options class: its refusal is the user's to fix
+        raise ConfigError(f"workflow {name}: its options ({cls.__name__}) refused {sorted(own)}: "
+                          f"{type(e).__name__}: {str(e)[:300]}") from None
 
 
 class Runner:
@@ -65,6 +85,7 @@ class Runner:
         self.backend, self.config = backend, config or AgentConfig()
         self.options, own = split_options(options)
         self.own = own_options(workflow, self.name, own)
+        self.plugin = is_plugin(workflow)  # a third party's: its faults are named as its own, its calls checked
         self.stats = RunStats()  # of the last run
         self._window_checked: AgentConfig | None = None  # the config whose window check passed
         resolve_schedule(self.options.schedule, backend)
@@ -82,7 +103,17 @@ class Runner:
         (its declared `window`); `check_budget([])` checks the window alone. Made before any model call."""
         check_questions(self.backend, self.config, items)
         if self._window_checked is not self.config:  # once per config (a stream checks each document)
-            check_window(self.backend, getattr(self.workflow, "window", paper_window)(self.config, self.own))
+            try:
+                prompts = getattr(self.workflow, "window", paper_window)(self.config, self.own)
+                if self.plugin and (not isinstance(prompts, list) or not all(isinstance(p, Prompt) for p in prompts)):
+                    raise TypeError(f"window() must return a list of Prompt, got {type(prompts).__name__}")
+            except MemAgentError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a plug-in's window declaration
+                if not self.plugin:
+                    raise
+                raise plugin_fault(self.name, self.workflow, "declaring its window", e) from None
+            check_window(self.backend, prompts)
             self._window_checked = self.config
 
     def run(self, items: Sequence[AgentInput],
@@ -98,12 +129,24 @@ class Runner:
     # -- the steps of one document (Steps) ------------------------------------------------------
     def start(self, pos: int, item: AgentInput) -> _Doc:
         doc = Document(pos, item, self.config, self.backend.tokenizer, self.options.errors)
-        d = _Doc(pos, item, self.workflow(doc, item.question, self.own), seed_key=item.seed_key, memory=doc.memory,
-                 num_chunks=item.start_step)
+        try:
+            gen = self.workflow(doc, item.question, self.own)
+            if not inspect.isgenerator(gen):
+                raise WorkflowError(f"workflow {self.name} must be a generator function (it yields its calls), "
+                                    f"but calling it gave {type(gen).__name__}")
+        except Exception as e:  # noqa: BLE001
+            raise self._fault(e, f"starting document {item.doc_id}") from None
+        d = _Doc(pos, item, gen, seed_key=item.seed_key, memory=doc.memory, num_chunks=item.start_step, doc=doc)
         try:
             self._ask(d, next(d.gen))  # runs the workflow to its first call (reads the first chunk)
         except StopIteration:
-            raise TypeError(f"workflow {self.name} returned without a model call (document {item.doc_id})") from None
+            raise WorkflowError(f"workflow {self.name} returned without a model call (document {item.doc_id})") \
+                from None
+        except BaseException as e:
+            close_quietly(d.gen)  # its finally blocks run (e.g. an index removed)
+            if isinstance(e, Exception):
+                raise self._fault(e, f"reading document {item.doc_id}") from None
+            raise
         return d
 
     def next_call(self, d: _Doc) -> Call:
@@ -119,12 +162,13 @@ class Runner:
             self._ask(d, d.gen.send(reply))
         except StopIteration as stop:
             finished, answer = True, stop.value
+        except Exception as e:  # noqa: BLE001 - a plug-in's error fails its document, named as its own
+            raise self._fault(e, f"reading document {d.item.doc_id}") from None
         finally:
             self._record(d, call, reply, seconds, batch_size)
         if not finished:
             return None
-        if not isinstance(answer, Answer):
-            raise TypeError(f"workflow {self.name} must return an Answer, got {type(answer).__name__}")
+        check_answer(self.name, answer, d.item.doc_id)
         return AgentResult(d.item.doc_id, d.item.question, answer.answer, answer.raw_answer, answer.memory,
                            answer.num_chunks, d.conversations, answer.think_removed, calls=d.calls)
 
@@ -133,16 +177,33 @@ class Runner:
         log.warning("document %s failed: %s", d.item.doc_id, exc)
         if not isinstance(d, _Doc):  # failed before its first call
             return AgentResult(d.item.doc_id, d.item.question, None, "", "", 0, error=_error(exc, 1))
-        d.gen.close()
+        close_quietly(d.gen)
         attempts = 1
         if isinstance(exc, BackendError):  # the tries the request made (replicas: more; a 4xx: one), else the most
             attempts = getattr(exc, "attempts", None) or 1 + int(getattr(self.backend, "max_retries", 0) or 0)
         return AgentResult(d.item.doc_id, d.item.question, None, "", d.memory, d.num_chunks, d.conversations,
                            error=_error(exc, attempts), calls=d.calls)
 
+    def _fault(self, exc: Exception, what: str) -> Exception:
+        """What a workflow's exception becomes: a plug-in's (not a MemAgentError) a WorkflowError naming it."""
+        if isinstance(exc, MemAgentError) or not self.plugin:
+            return exc
+        return plugin_fault(self.name, self.workflow, what, exc)
+
     def _ask(self, d: _Doc, call: Any) -> None:
-        if not isinstance(call, Call):
-            raise TypeError(f"workflow {self.name} must yield a Call, got {type(call).__name__}")
+        """Take the call the workflow yielded: checked (a Call of sound fields; within the document's call cap; for
+        a plug-in, its prompt counted against the window) before the scheduler sends it."""
+        check_call(self.name, call, d.item.doc_id)
+        chunks = d.doc.num_chunks if d.doc is not None else 0
+        cap = self.options.call_cap(chunks)
+        if d.calls + 1 > cap:
+            rule = "max_calls" if self.options.max_calls else \
+                f"{MAX_CALLS_PER_CHUNK} per chunk read ({chunks}) + {MAX_CALLS_SLACK}"
+            raise WorkflowError(f"workflow {self.name} asked for call {d.calls + 1} of document {d.item.doc_id}, "
+                                f"over its cap of {cap} calls ({rule}); a workflow that never finishes is stopped "
+                                "here (raise the run option max_calls if it needs more)")
+        if self.plugin:
+            check_call_fits(self.backend, call, self.name, d.item.doc_id)
         d.call = call
         if call.kind == "final":
             d.num_chunks = call.step
@@ -150,6 +211,9 @@ class Runner:
     def _record(self, d: _Doc, call: Call, reply: Reply, seconds: float, batch_size: int) -> None:
         """The call's conversation (keep_conversations) and trace record (when observed), as the workflow kept it."""
         gen, o = reply.gen, self.options
+        if self.plugin and reply.kept is not None and not isinstance(reply.kept, str):
+            raise WorkflowError(f"workflow {self.name} kept a reply's text of type {type(reply.kept).__name__} "
+                                f"(document {d.item.doc_id}); reply.keep(text, ...) takes a string")
         text = gen.text if reply.kept is None else reply.kept
         if call.kind == "memory":
             d.memory, d.num_chunks = text, max(d.num_chunks, call.step + 1)
@@ -161,6 +225,13 @@ class Runner:
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else \
             self.backend.prompt_length(call.prompt)
         own = reply.record if reply.record is not None else dict(text=text, generated_tokens=len(gen.token_ids))
+        if self.plugin and reply.record is not None:  # what it kept must be a JSON record (a trace line, an event)
+            try:
+                json.dumps(own, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise WorkflowError(f"workflow {self.name} kept a trace record that is not plain JSON ({e}; "
+                                    f"document {d.item.doc_id}); reply.keep() takes text, numbers, lists and "
+                                    "mappings") from None
         record: dict[str, Any] = dict(doc_id=d.item.doc_id, step=call.step)
         if call.kind != "memory":
             record["kind"] = call.kind

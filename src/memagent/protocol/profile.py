@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from memagent.agent.registry import UnknownWorkflow, get_workflow
+from memagent.agent.registry import UnknownWorkflow, check_workflow_options, get_workflow
 from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
@@ -184,11 +184,17 @@ class Profile:
 
 
 def check_workflow(choice: WorkflowChoice) -> None:
-    """A workflow name the registry knows (built in, registered or installed), options a mapping of names."""
+    """A workflow name the registry knows (built in, registered or installed) and options it takes, checked as
+    every entry checks them (memagent.agent.registry.check_workflow_options): whichever workflow a command runs,
+    a profile's options are its own workflow's."""
     try:
         get_workflow(choice.name)
     except UnknownWorkflow as e:
         raise ConfigError(f"workflow.name: {e}") from None
+    try:
+        check_workflow_options(choice.name, choice.options)
+    except ConfigError as e:
+        raise ConfigError(f"workflow.options: {e}") from None
 
 
 def profile_flags() -> dict[str, tuple[str, str]]:
@@ -285,6 +291,8 @@ def apply_flags(profile: Profile, **flags: Any) -> Profile:
         if value is not None:
             section, key = FLAG_KEYS[flag]
             data.setdefault(section, {})[key] = value
+    if data.get("workflow", {}).get("name", profile.workflow.name) != profile.workflow.name:
+        data["workflow"].setdefault("options", {})  # another workflow: the profile's options are not its
     return profile_from_dict(data, profile, source="command-line flags") if data else profile
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memagent.agent.registry import get_workflow
+from memagent.agent.registry import check_workflow_options, get_workflow
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
@@ -349,13 +349,13 @@ class TrainConfig:
 
 
 def check_workflow(name: str, options: Any) -> None:
-    """ConfigError for a workflow that is not known (listing the valid ones) or options that are not a mapping."""
-    if not isinstance(options, dict):
-        raise ConfigError(f"workflow_options must be a mapping of option: value, got {options!r}")
+    """ConfigError for a workflow that is not known (listing the valid ones) or options it does not take
+    (memagent.agent.registry.check_workflow_options: a run-time setting such as trace_path is not one)."""
     try:
         get_workflow(name)
+        check_workflow_options(name, options)
     except MemAgentError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(f"workflow_options: {e}" if isinstance(e, ConfigError) else str(e)) from None
 
 
 def check_rewards(cfg: "TrainConfig") -> str:

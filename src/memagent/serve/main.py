@@ -140,17 +140,27 @@ def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_W
     build_workflow(workflow, backend, config, **(workflow_options or {})).check_budget([])  # its largest prompts
 
 
+def server_workflow_options(profile: Any, workflow: str, pairs: list[str]) -> dict[str, Any]:
+    """The options of the server's workflow: the profile's `workflow.options` when it names that workflow, then
+    --workflow-option's; checked (memagent.agent.registry.check_workflow_options) before the model loads."""
+    options = dict(profile.workflow.options) if profile.workflow.name == workflow else {}
+    options.update(parse_workflow_options(pairs))
+    check_workflow_options(workflow, options)
+    return options
+
+
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
-          serialize: bool = True, state: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+          serialize: bool = True, state: tuple[Any, Any] | None = None,
+          workflow_options: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """(app, manager) over `backend`, with state under `o.state_dir` (`state`: the stores `open_state` gave);
-    unfinished jobs resumed."""
+    unfinished jobs resumed. `workflow_options`: the server's workflow's (default: --workflow-option's)."""
     from memagent.serve.app import create_app  # lazy: fastapi
 
     store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
-    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow,
-                         parse_workflow_options(o.workflow_option))
+    options = parse_workflow_options(o.workflow_option) if workflow_options is None else workflow_options
+    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow, options)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
@@ -167,8 +177,9 @@ def run_serve(o: ServeOptions) -> None:
     check_workflow_options(o.workflow, parse_workflow_options(o.workflow_option))  # before the model loads
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     key = api_key(o)
-    profile = model_profile(o.model, o.profile, o.budgets)
+    profile = model_profile(o.model, o.profile, o.budgets)  # its workflow options checked as it is read
     config = profile.agent_config()
+    options = server_workflow_options(profile, o.workflow, o.workflow_option)
     import uvicorn  # lazy: uvicorn
 
     sockets = bind_sockets(o.host, o.port)  # a host that does not resolve, a port in use: refused before the model
@@ -222,14 +233,15 @@ def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, pr
         try:
             backend = open_backend(o.model, o.backend, profile)
             try:
-                check_ready(backend, config, o.workflow, parse_workflow_options(o.workflow_option))
+                check_ready(backend, config, o.workflow, options)
             except BaseException:
                 getattr(backend, "close", lambda: None)()
                 raise
         except BaseException:
             state[0].close()
             raise
-        app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state)
+        app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state,
+                             workflow_options=options)
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
             server = uvicorn.Server(uvicorn.Config(  # a grace of 5 s: open event streams must not hold a stop

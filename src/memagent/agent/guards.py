@@ -1,0 +1,137 @@
+"""The boundary between memagent and a third party's workflow (a plug-in: defined outside the memagent package).
+
+What a plug-in raises is its fault, not memagent's: it becomes a `WorkflowError` that names the plug-in and its
+module (`plugin_fault`), failing the document it was reading while the others go on (the scheduler records it as
+any failed document). What it yields and returns is checked before memagent acts on it: a sound `Call`
+(`check_call`) whose prompt and new tokens fit the backend's window (`check_call_fits`, counted before it is
+sent: its declared window is not trusted), a sound `Answer` (`check_answer`). A state machine of the earlier
+protocol is wrapped whole (`GuardedSteps`). memagent.agent.runner and memagent.agent.registry use these; the
+per-document call cap is the runner's (WorkflowOptions.max_calls), for every workflow.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from memagent.agent.protocol import Answer, BudgetError, Call, WorkflowError
+from memagent.errors import MemAgentError
+
+log = logging.getLogger(__name__)
+
+
+def is_plugin(workflow: Any) -> bool:
+    """Whether `workflow` is a third party's (defined outside the memagent package): what it raises is its fault,
+    reported as such (WorkflowError) and failing the document only, and its calls are checked against the window."""
+    module = getattr(workflow, "__module__", None) or ""
+    return module != "memagent" and not module.startswith("memagent.")
+
+
+def plugin_fault(name: str, workflow: Any, what: str, exc: BaseException) -> WorkflowError:
+    """The WorkflowError of a plug-in that raised `exc` while doing `what`: names it and its module."""
+    message = str(exc).replace("\n", " ")[:300]
+    return WorkflowError(f"workflow {name} (a plug-in, module {getattr(workflow, '__module__', '?')}) failed {what}: "
+                         f"{type(exc).__name__}{': ' + message if message else ''}; this is a fault of the "
+                         "plug-in, not of memagent: report it to its authors or choose another --workflow")
+
+
+def close_quietly(gen: Any) -> None:
+    """Close a workflow's generator (its finally blocks run); what a broken one raises then is logged, not raised."""
+    try:
+        gen.close()
+    except Exception as e:  # noqa: BLE001 - the document has failed already
+        log.warning("closing a workflow's generator raised %s: %s", type(e).__name__, str(e)[:200])
+
+
+def check_call(name: str, call: Any, doc_id: str) -> None:
+    """WorkflowError for a yield that is not a sound Call: kind a non-empty string, prompt a string,
+    max_new_tokens a positive integer, step an integer."""
+    if not isinstance(call, Call):
+        raise WorkflowError(f"workflow {name} must yield a Call, got {type(call).__name__} (document {doc_id})")
+    bad = [f"kind {call.kind!r}" if not isinstance(call.kind, str) or not call.kind else "",
+           f"prompt of type {type(call.prompt).__name__}" if not isinstance(call.prompt, str) else "",
+           f"max_new_tokens {call.max_new_tokens!r}" if not isinstance(call.max_new_tokens, int)
+           or isinstance(call.max_new_tokens, bool) or call.max_new_tokens < 1 else "",
+           f"step {call.step!r}" if not isinstance(call.step, int) or isinstance(call.step, bool) else ""]
+    if any(bad):
+        raise WorkflowError(f"workflow {name} yielded a Call with {', '.join(b for b in bad if b)[:300]} (document "
+                            f"{doc_id}); a call needs a kind (text), a prompt (text), max_new_tokens >= 1, an "
+                            "integer step")
+
+
+def check_answer(name: str, answer: Any, doc_id: str) -> None:
+    """WorkflowError for a return that is not a sound Answer: answer text or None, raw_answer and memory text,
+    num_chunks an integer."""
+    if not isinstance(answer, Answer):
+        raise WorkflowError(f"workflow {name} must return an Answer, got {type(answer).__name__} (document {doc_id})")
+    bad = [f"answer of type {type(answer.answer).__name__}" if not isinstance(answer.answer, (str, type(None)))
+           else "",
+           f"raw_answer of type {type(answer.raw_answer).__name__}" if not isinstance(answer.raw_answer, str) else "",
+           f"memory of type {type(answer.memory).__name__}" if not isinstance(answer.memory, str) else "",
+           f"num_chunks {answer.num_chunks!r}" if not isinstance(answer.num_chunks, int)
+           or isinstance(answer.num_chunks, bool) else ""]
+    if any(bad):
+        raise WorkflowError(f"workflow {name} returned an Answer with {', '.join(b for b in bad if b)[:300]} "
+                            f"(document {doc_id}); answer must be text or None, raw_answer and memory text")
+
+
+def check_call_fits(backend: Any, call: Call, name: str, doc_id: str) -> None:
+    """BudgetError, before it is sent, for a call whose prompt and new tokens do not fit the backend's window (a
+    plug-in's calls: the window it declared is not trusted). The prompt is counted in pieces of a few times the
+    window in characters, stopping as soon as it is over: a prompt of any length costs O(window) to refuse."""
+    window = backend.max_window
+    if window is None:
+        return
+    budget = window - call.max_new_tokens
+    over = f"workflow {name} asked for a call of kind {call.kind!r} (document {doc_id}) with "
+    if budget < 1:
+        raise BudgetError(f"{over}{call.max_new_tokens} new tokens, over the model's window of {window}")
+    piece, n, pieces = 8 * window, 0, 0
+    long = len(call.prompt) > piece  # a short prompt gets the exact count only
+    for at in range(0, len(call.prompt) if long else 0, piece):  # pieces: at most one token more each than whole
+        n += len(backend.tokenizer(call.prompt[at:at + piece], add_special_tokens=False)["input_ids"])
+        pieces += 1
+        if n - pieces > budget:
+            raise BudgetError(f"{over}over {n - pieces} prompt tokens + {call.max_new_tokens} new tokens, over the "
+                              f"model's window of {window}; nothing was sent")
+    need = backend.prompt_length(call.prompt)  # the exact count, chat template included
+    if need > budget:
+        raise BudgetError(f"{over}{need} prompt tokens + {call.max_new_tokens} new tokens, over the model's "
+                          f"window of {window}; nothing was sent")
+
+
+class GuardedSteps:
+    """A plug-in's state machine of the earlier protocol, whatever its methods raise (not a MemAgentError) turned
+    into a WorkflowError naming it: a fault in `start` or `take` fails that document only, one in `check_budget`,
+    `next_call` or `fail` stops the run with one error line. Every other attribute is the machine's own."""
+
+    def __init__(self, wf: Any, name: str, target: Any) -> None:
+        self.__dict__.update(_wf=wf, _name=name, _target=target)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.__dict__["_wf"], attr)
+
+    def _guard(self, what: str, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._wf, method)(*args)
+        except MemAgentError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the plug-in's fault
+            raise plugin_fault(self._name, self._target, what, e) from None
+
+    def check_budget(self, items: Any) -> None:
+        self._guard("checking its budget", "check_budget", items)
+
+    def start(self, pos: int, item: Any) -> Any:
+        return self._guard(f"starting document {getattr(item, 'doc_id', pos)}", "start", pos, item)
+
+    def next_call(self, doc: Any) -> Any:
+        return self._guard("choosing its next call", "next_call", doc)
+
+    def take(self, doc: Any, *args: Any) -> Any:
+        return self._guard("taking a reply", "take", doc, *args)
+
+    def fail(self, doc: Any, exc: BaseException) -> Any:
+        return self._guard("failing a document", "fail", doc, exc)
+
+    def params(self, *args: Any) -> Any:
+        return self._guard("choosing its sampling", "params", *args)
