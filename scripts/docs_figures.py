@@ -451,8 +451,9 @@ def real_model(get: Get) -> str:
             if method.startswith("_"):
                 continue
             rows.append([task, method] + [
-                f"{cells[n]['accuracy']:.1f} ± {cells[n]['se']:.1f} ({cells[n]['calls_per_doc']:g} calls, "
-                f"{cells[n]['seconds_per_doc']:.0f} s)" if n in cells else "" for n in lengths])
+                f"{cells[n]['accuracy']:.1f} ± {cells[n]['se']:.1f} [{cells[n]['gold_in_raw']:.0f}] "
+                f"({cells[n]['calls_per_doc']:g} calls, {cells[n]['seconds_per_doc']:.0f} s)" if n in cells else ""
+                for n in lengths])
     out = [numeric_table(["task", "method", *[f"{n} tokens" for n in lengths]], rows, text_columns=2)]
     lm = d.get("lm_eval_niah_single_1") or {}
     if lm:
@@ -463,6 +464,8 @@ def real_model(get: Get) -> str:
                                  [[{"hf": "lm-eval `hf` (the whole prompt)", "memagent": "memagent (lm-eval model)"}
                                    .get(k, k), *[f"{100 * v[n]:.1f}" if v.get(n) is not None else "" for n in lm_lengths]]
                                   for k, v in lm.items()]))
+    out.append("\nA cell: accuracy (%, the paper's protocol: the content of `\\boxed{}`) ± standard error, [how often the "
+               "raw reply holds every gold answer, boxed or not], model calls and seconds a document.")
     out.append(f"\n{sizes['samples']} samples a cell (seed {sizes['seed']}), chunks of {sizes['chunk_tokens']} tokens, "
                f"M = {sizes['memory_tokens']}, answer {sizes['answer_tokens']}, question {sizes['query_tokens']}; "
                f"greedy; {d['machine']['cpu']}, {d['seconds'] / 60:.0f} min in all. Rerun: `{d['command']}`.")

@@ -184,7 +184,7 @@ def run_serve(o: ServeOptions) -> None:
 
     sockets = bind_sockets(o.host, o.port)  # a host that does not resolve, a port in use: refused before the model
     try:
-        _serve_on(o, sockets, key, profile, config, uvicorn)
+        _serve_on(o, sockets, key, profile, config, options, uvicorn)
     finally:
         for sock in sockets:
             sock.close()
@@ -226,7 +226,7 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
 
 
 def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, profile: Any, config: AgentConfig,
-              uvicorn: Any) -> None:
+              options: dict[str, Any], uvicorn: Any) -> None:
     """Load the model and serve on the bound `sockets` until interrupted (run_serve's second half)."""
     with run_lock(o.state_dir, "memagent serve"):
         state = open_state(o)  # before the model loads: a bad database is refused at once
