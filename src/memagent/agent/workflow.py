@@ -31,6 +31,7 @@ from memagent.agent.prompts import render
 from memagent.agent.protocol import (AgentInput, AgentResult, BudgetError, Conversation, WorkflowOptions,
                                      check_questions, run_workflow, stream_workflow)
 from memagent.agent.scheduler import Call, RunStats, call_seed, resolve_schedule  # noqa: F401  (call_seed: re-exported)
+from memagent.agent.trace import draft_fields
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
 from memagent.config import PLACEHOLDER, AgentConfig
 
@@ -221,7 +222,7 @@ class MemoryAgent:
             self.options.emit(dict(doc_id=d.item.doc_id, step=d.step, chunk_start=chunk.start_token,
                             chunk_tokens=len(chunk.token_ids), prompt_tokens=n_prompt, memory_tokens=n_mem,
                             memory=memory, truncated=truncated, think_removed=think_removed,
-                            seconds=round(seconds, 6), batch_size=batch_size), chunk.text)
+                            seconds=round(seconds, 6), batch_size=batch_size, **draft_fields(gen)), chunk.text)
         if self.options.keep_conversations:
             d.conversations.append(Conversation("memory", d.step, prompt, gen.prompt_token_ids,
                                                 gen.token_ids, gen.logprobs, memory, truncated))
@@ -238,7 +239,7 @@ class MemoryAgent:
                 len(self.backend.tokenizer(d.memory, add_special_tokens=False)["input_ids"])
             self.options.emit(dict(doc_id=d.item.doc_id, step=d.step, kind="final", prompt_tokens=n_prompt,
                             memory_tokens=n_mem, answer=answer, raw_answer=gen.text, think_removed=think_removed,
-                            seconds=round(seconds, 6), batch_size=batch_size))
+                            seconds=round(seconds, 6), batch_size=batch_size, **draft_fields(gen)))
         if self.options.keep_conversations:
             d.conversations.append(Conversation("final", d.step, prompt, gen.prompt_token_ids,
                                                 gen.token_ids, gen.logprobs, gen.text))

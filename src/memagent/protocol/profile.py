@@ -10,6 +10,7 @@ own profile, equal to `Profile()`):
                baseline_answer_tokens, baseline_window, yarn_factor
     scoring:   golds (all | first), empty (zero | text), failed (wrong | skip)
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
+    speculate: none | ngram, speculative decoding of the transformers and vllm backends (--speculate overrides it)
     workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
 
 The prompts, sampling and budgets sections are AgentConfig's own fields (those it marks `section=...`, with
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from memagent.agent.registry import UnknownWorkflow, get_workflow
+from memagent.backends.speculate import check_speculate
 from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
@@ -98,9 +100,14 @@ class Profile:
         "flags": {"golds": "golds", "empty": "empty_prediction", "failed": "failed"}})
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     workflow: WorkflowChoice = field(default_factory=WorkflowChoice)
+    speculate: str = "none"  # none | ngram (memagent.backends.speculate): greedy replies unchanged, only faster
 
     def __post_init__(self) -> None:
         self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
+        try:
+            check_speculate(self.speculate)
+        except ValueError as e:
+            raise ConfigError(f"speculate: {e}") from None
         try:
             check_baseline_template(self.prompts.baseline_template)
         except ValueError as e:
@@ -245,9 +252,10 @@ def resolve_profile(path: str | Path | None, base: Profile | None = None, **flag
 
 def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Backend":
     """The backend of `ask`, `eval` and `serve`: the command's backend options, with the profile's chat
-    template arguments and YaRN factor."""
+    template arguments and YaRN factor, and its speculation unless --speculate was given."""
     return dataclasses.replace(options, chat_template_kwargs=profile.chat_template_kwargs,
-                               yarn_factor=profile.budgets.yarn_factor).load(model)
+                               yarn_factor=profile.budgets.yarn_factor,
+                               speculate=options.speculate or profile.speculate).load(model)
 
 
 def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:
