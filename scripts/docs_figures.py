@@ -129,6 +129,13 @@ def _three(d: dict, v: float) -> str:
 
 
 PACKING_CMD = "`python bench/bench_packing.py`"
+LATENCY_CMD = "`python bench/latency.py` (real model, RULER documents; docs/throughput.md)"
+
+
+def _latency_measured(d: dict, v: float) -> str:
+    h = d["headline"]
+    return (f"{v:.3f} (acceptance {100 * h['latency_ruler_acceptance']:.1f}%, greedy output "
+            f"{'identical' if h['latency_identical_greedy_output'] else 'DIFFERS'})")
 # key, source, measured, target (None: the JSON's), command (str or from the JSON)
 LATEST: list[tuple[str, str, Callable, Any, Any]] = [
     ("scaling_slope", "scaling", _three, None, "`python bench/scaling.py`"),
@@ -147,6 +154,9 @@ LATEST: list[tuple[str, str, Callable, Any, Any]] = [
      f"own simulated server; answers {'identical' if d['same_answers'] else 'DIFFER'})"),
     ("packing_speedup", "packing", _packing_measured, ">= 1.5", PACKING_CMD),
     ("gradient_checkpointing_memory_ratio", "packing", _checkpointing_measured, "< 1", PACKING_CMD),
+    ("latency_ruler_speculative_speedup", "latency", _latency_measured, ">= 1.5", LATENCY_CMD),
+    ("latency_ours_over_generate_batch_1", "latency", _three, ">= 0.9", LATENCY_CMD),
+    ("latency_ours_over_generate_batch_8", "latency", _three, ">= 0.9", LATENCY_CMD),
 ]
 
 

@@ -138,6 +138,19 @@ def test_training_rollouts_take_it_except_from_an_external_server():
         RolloutConfig(speculate="eagle")
 
 
+def test_the_policy_rollout_engine_speculates_when_asked(tiny_backend):
+    from memagent.rl.config import RolloutConfig, TrainConfig
+    from memagent.rl.distributed import DistInfo
+    from memagent.rl.rollout import PolicyRollout
+
+    cfg = TrainConfig(rollout=RolloutConfig(speculate="ngram"))
+    be = PolicyRollout(tiny_backend.model, tiny_backend.tokenizer, cfg, DistInfo()).backend()
+    assert be.speculate == "ngram"
+    g = be.generate(PROMPTS[:1], SamplingParams(max_new_tokens=8, temperature=1.0, seed=0))[0]
+    assert g.draft_proposed is not None
+    assert PolicyRollout(tiny_backend.model, tiny_backend.tokenizer, TrainConfig(), DistInfo()).backend().speculate == "none"
+
+
 def test_ask_with_openai_and_speculate_is_one_error_line_before_any_call(run_cli, tmp_path, openai_server):
     doc = tmp_path / "doc.txt"
     doc.write_text("the key is 7. " * 20)
