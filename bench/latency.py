@@ -2,20 +2,21 @@
 updates by prompt lookup (--speculate ngram) against plain decoding, the in-process backend against transformers'
 own `generate` on the same prompts, and the decode speed limit of this CPU for this model. Issue 36.
 
-Side by side in one run, alternating (a change of the shared machine's load hits both):
+Side by side in one run, alternating, each timing the fastest of --repeats rounds (a change of the shared
+machine's load hits both sides; the fastest round is the least disturbed):
   1. memory bandwidth by a copy benchmark (torch: dst.copy_(src) of 256 MiB, bytes read + written over the best
      time); the decode limit = bandwidth / weight bytes read per token (every parameter once: the tied embedding is
      read whole by the output layer);
-  2. real-haystack RULER documents (niah_single_2 over Paul Graham's essays, --tokens per document, read in
-     --chunk-tokens chunks with an M = --memory-tokens memory): each document read by the memagent workflow
-     plainly and speculatively: wall time, tokens per second of memory and final calls, draft tokens proposed
-     and accepted, whether every memory and answer is token-identical;
+  2. real-haystack RULER documents (niah_single_2 over Paul Graham's essays, each from another essay, --tokens
+     per document, read in --chunk-tokens chunks with an M = --memory-tokens memory): each document read by the
+     memagent workflow plainly and speculatively: wall time, tokens per second of memory and final calls, draft
+     tokens proposed and accepted, whether every memory and answer is token-identical;
   3. the memory prompts of (2) at batch 1 through our backend and through `model.generate` (plain, and with
      transformers' own `prompt_lookup_num_tokens`), and --batch of them at once (ours plain, `model.generate`,
      ours speculative: rows one at a time);
   4. a document built so memories copy heavily: every chunk holds special magic numbers of one key and the
      question asks for all of them, so each memory carries the numbers found so far forward;
-  5. the opposite: prompts whose replies rewrite their text (translate an essay passage into French), and the
+  5. the opposite: replies written fresh (a story, an explanation: no passage in the prompt to copy), and the
      cost of a step that verifies 10 drafted tokens against a one-token step.
 Run: .venv/bin/python bench/latency.py  (about 5 minutes on 2 shared cores; OMP_NUM_THREADS=1, bench/common.py)
 """
@@ -27,7 +28,7 @@ import random
 import time
 from typing import Any
 
-from common import WORK, table, write_result
+from common import WORK, best_times, table, write_result
 
 
 # -- the machine's limit --------------------------------------------------------------------------------------
@@ -98,35 +99,21 @@ def summarise(seconds: float, calls: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def document_pair(plain: Any, spec: Any, cfg: Any, item: Any) -> dict[str, Any]:
-    """The same document read plainly, then speculatively."""
-    s_plain, c_plain, r_plain = read_document(plain, cfg, item)
-    s_spec, c_spec, r_spec = read_document(spec, cfg, item)
+def document_pair(plain: Any, spec: Any, cfg: Any, item: Any, repeats: int) -> dict[str, Any]:
+    """The same document read plainly, then speculatively, `repeats` rounds; each mode's fastest round."""
+    best: dict[str, tuple[float, list[dict[str, Any]], Any]] = {}
+    for _ in range(repeats):
+        for mode, backend in (("plain", plain), ("speculative", spec)):
+            run = read_document(backend, cfg, item)
+            if mode not in best or run[0] < best[mode][0]:
+                best[mode] = run
+    (s_plain, c_plain, r_plain), (s_spec, c_spec, r_spec) = best["plain"], best["speculative"]
     same = [a["token_ids"] for a in c_plain] == [b["token_ids"] for b in c_spec]
     print(f"{item.doc_id}: plain {s_plain:.1f} s, speculative {s_spec:.1f} s, identical {same}", flush=True)
     return dict(doc_id=item.doc_id, chunks=sum(c["kind"] == "memory" for c in c_plain),
                 plain=summarise(s_plain, c_plain), speculative=summarise(s_spec, c_spec),
                 speedup=round(s_plain / s_spec, 3), identical=same and r_plain.answer == r_spec.answer,
                 answer=r_plain.answer, memory_prompts=[c["prompt"] for c in c_plain if c["kind"] == "memory"])
-
-
-def verify_cost(model: Any, prompt_ids: list[int], draft: int = 10, repeats: int = 5) -> dict[str, float]:
-    """Seconds of one decode step that reads 1 token and of one that reads 1 + `draft` (a verification), after
-    `prompt_ids` are cached; best of `repeats`. Speculation pays when the tokens kept per pass exceed their ratio."""
-    import torch
-    from transformers import DynamicCache
-
-    best = {1: float("inf"), 1 + draft: float("inf")}
-    with torch.no_grad():
-        for _ in range(repeats):
-            for n in best:
-                cache = DynamicCache()
-                model(input_ids=torch.tensor([prompt_ids]), cache=cache, use_cache=True)
-                t0 = time.perf_counter()
-                model(input_ids=torch.tensor([prompt_ids[-n:]]), cache=cache, use_cache=True)
-                best[n] = min(best[n], time.perf_counter() - t0)
-    return {"one_token_s": round(best[1], 4), f"{1 + draft}_tokens_s": round(best[1 + draft], 4),
-            "ratio": round(best[1 + draft] / best[1], 3)}
 
 
 # -- our backend against transformers' own generate -----------------------------------------------------------
@@ -157,7 +144,7 @@ def timed(fn) -> tuple[float, Any]:
 
 
 def versus_generate(plain: Any, spec: Any, prompts: list[str], max_new: int, batch: int,
-                    n_single: int) -> dict[str, Any]:
+                    n_single: int, repeats: int) -> dict[str, Any]:
     """Tokens per second of our backend and of `model.generate` on the same prompts: batch 1 (`n_single` prompts
     alone, plain and speculative; decode alone: the time past the first token) and `batch` prompts at once."""
     from memagent.backends.base import SamplingParams
@@ -167,23 +154,26 @@ def versus_generate(plain: Any, spec: Any, prompts: list[str], max_new: int, bat
     keys = ("ours", "generate", "ours_speculative", "generate_prompt_lookup", "ours_first_token",
             "generate_first_token")
     one = {k: [0.0, 0] for k in keys}
-    for p in prompts[:n_single]:  # alternating, prompt by prompt
+    for p in prompts[:n_single]:  # alternating, prompt by prompt; each run's fastest of `repeats` rounds
         ids = plain.encode(p)
+        runs = {}
         for key, fn in (("ours_first_token", lambda: sum(len(g.token_ids) for g in plain.generate([p], first))),
                         ("generate_first_token", lambda: hf_generate(model, tok, [ids], 1, eos)),
                         ("ours", lambda: sum(len(g.token_ids) for g in plain.generate([p], params))),
                         ("generate", lambda: hf_generate(model, tok, [ids], max_new, eos)),
                         ("ours_speculative", lambda: sum(len(g.token_ids) for g in spec.generate([p], params))),
                         ("generate_prompt_lookup", lambda: hf_generate(model, tok, [ids], max_new, eos, lookup=10))):
-            s, n = timed(fn)
-            one[key][0] += s
-            one[key][1] += n
+            runs[key] = fn
+        secs, counts, _ = best_times(runs, repeats)
+        for key in runs:
+            one[key][0] += secs[key]
+            one[key][1] += counts[key]
     rows = prompts[:batch]
-    many = {}
-    for key, fn in (("ours", lambda: sum(len(g.token_ids) for g in plain.generate(rows, params))),
-                    ("generate", lambda: hf_generate(model, tok, [plain.encode(p) for p in rows], max_new, eos)),
-                    ("ours_speculative", lambda: sum(len(g.token_ids) for g in spec.generate(rows, params)))):
-        many[key] = timed(fn)
+    secs, counts, _ = best_times({
+        "ours": lambda: sum(len(g.token_ids) for g in plain.generate(rows, params)),
+        "generate": lambda: hf_generate(model, tok, [plain.encode(p) for p in rows], max_new, eos),
+        "ours_speculative": lambda: sum(len(g.token_ids) for g in spec.generate(rows, params))}, repeats)
+    many = {k: (secs[k], counts[k]) for k in secs}
     rate = lambda s, n: round(n / s, 2)  # noqa: E731
     b1 = {k: dict(seconds=round(s, 3), tokens=n, tokens_per_s=rate(s, n)) for k, (s, n) in one.items()}
     bn = {k: dict(seconds=round(s, 3), tokens=n, tokens_per_s=rate(s, n)) for k, (s, n) in many.items()}
@@ -198,47 +188,61 @@ def versus_generate(plain: Any, spec: Any, prompts: list[str], max_new: int, bat
                         "speculative_ours_over_generate_prompt_lookup": round(
                             b1["ours_speculative"]["tokens_per_s"] / b1["generate_prompt_lookup"]["tokens_per_s"], 3)},
             f"batch_{batch}": {**bn, "prompts": len(rows),
-                               "ours_over_generate": round(bn["ours"]["tokens_per_s"] / bn["generate"]["tokens_per_s"], 3),
+                               "ours_over_generate": round(bn["ours"]["tokens_per_s"]
+                                                           / bn["generate"]["tokens_per_s"], 3),
                                "speculative_rows_over_plain_batch": round(
                                    bn["ours_speculative"]["tokens_per_s"] / bn["ours"]["tokens_per_s"], 3)}}
 
 
-def rewrite_case(plain: Any, spec: Any, passages: list[str], max_new: int) -> dict[str, Any]:
-    """Prompts whose replies share little text with them (translate a passage into French): what speculation
-    costs when drafts are rarely the model's own tokens. Batch 1, plain then speculative, prompt by prompt."""
+FRESH_PROMPTS = ("Write a short story about a fox who learns to swim in a cold river.",
+                 "Explain in your own words why the sky looks blue during the day and red at sunset.")
+
+
+def fresh_case(plain: Any, spec: Any, prompts: tuple[str, ...], max_new: int, repeats: int) -> dict[str, Any]:
+    """Replies written fresh (no passage in the prompt to copy): what speculation costs when drafts can only
+    come from the reply's own repetitions. Batch 1, plain then speculative, prompt by prompt."""
     from memagent.backends.base import SamplingParams
 
     params = SamplingParams(max_new)
     out = {"plain_s": 0.0, "speculative_s": 0.0, "tokens": 0, "proposed": 0, "accepted": 0, "identical": True}
-    for text in passages:
-        prompt = f"Translate this passage into French:\n\n{text}"
-        s_p, (a,) = timed(lambda: plain.generate([prompt], params))
-        s_s, (b,) = timed(lambda: spec.generate([prompt], params))
-        out["plain_s"] += s_p
-        out["speculative_s"] += s_s
+    for prompt in prompts:
+        secs, gens, _ = best_times({"plain": lambda: plain.generate([prompt], params),
+                                    "speculative": lambda: spec.generate([prompt], params)}, repeats)
+        (a,), (b,) = gens["plain"], gens["speculative"]
+        out["plain_s"] += secs["plain"]
+        out["speculative_s"] += secs["speculative"]
         out["tokens"] += len(b.token_ids)
         out["proposed"] += b.draft_proposed
         out["accepted"] += b.draft_accepted
         out["identical"] &= a.token_ids == b.token_ids
-    out.update(prompts=len(passages), plain_s=round(out["plain_s"], 3), speculative_s=round(out["speculative_s"], 3),
-               speedup=round(out["plain_s"] / out["speculative_s"], 3),
+    out.update(prompts=list(prompts), plain_s=round(out["plain_s"], 3),
+               speculative_s=round(out["speculative_s"], 3), speedup=round(out["plain_s"] / out["speculative_s"], 3),
                acceptance=round(out["accepted"] / out["proposed"], 4) if out["proposed"] else None,
                tokens_per_pass=round(out["tokens"] / (out["tokens"] - out["accepted"]), 3))
-    print(f"rewrite: {out}", flush=True)
+    print(f"fresh: {out}", flush=True)
     return out
 
 
 # -- the documents -------------------------------------------------------------------------------------------
 def ruler_documents(model_dir: str, tokens: int, n: int, seed: int) -> list[Any]:
+    """`n` niah_single_2 documents over the essays: document i's haystack starts 4,000 words further into the
+    essays (RULER's essay haystack starts at their beginning: the documents would share all but the needle)."""
     from memagent.agent.protocol import AgentInput
+    from memagent.tasks.essays import essays_text
     from memagent.tasks.ruler import write_ruler
 
-    path = WORK / f"latency_ruler_{tokens}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_ruler("niah_single_2", str(path), tokens=[tokens], samples=n, seed=seed, tokenizer=model_dir,
-                haystack="essays")
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [AgentInput(r["question"], r["context"], r["id"]) for r in rows]
+    words = essays_text().split()
+    items = []
+    for i in range(n):
+        hay = WORK / f"latency_haystack_{i}.txt"
+        hay.parent.mkdir(parents=True, exist_ok=True)
+        hay.write_text(" ".join(words[4000 * i :] + words[: 4000 * i]))
+        path = WORK / f"latency_ruler_{tokens}_{i}.jsonl"
+        write_ruler("niah_single_2", str(path), tokens=[tokens], samples=1, seed=seed + i, tokenizer=model_dir,
+                    haystack_file=str(hay))
+        r = json.loads(path.read_text().splitlines()[0])
+        items.append(AgentInput(r["question"], r["context"], f"{r['id']}-h{i}"))
+    return items
 
 
 def copy_heavy_document(chunks: int, per_chunk: int, seed: int) -> Any:
@@ -270,6 +274,7 @@ def main() -> None:
     ap.add_argument("--answer-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--single", type=int, default=2, help="prompts timed one at a time (batch 1)")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of every timed pair; each one's fastest kept")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
@@ -288,20 +293,16 @@ def main() -> None:
     limit = bandwidth / wbytes
     print(f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, weights {wbytes / 1e6:.1f} MB: limit {limit:.1f} tokens/s")
 
-    docs = [document_pair(plain, spec, cfg, item) for item in ruler_documents(model_dir, args.tokens, args.docs,
-                                                                               args.seed)]
+    docs = [document_pair(plain, spec, cfg, item, args.repeats)
+            for item in ruler_documents(model_dir, args.tokens, args.docs, args.seed)]
     copy_doc = document_pair(plain, spec, cfg, copy_heavy_document(chunks=max(4, args.tokens // args.chunk_tokens),
-                                                                   per_chunk=3, seed=args.seed))
+                                                                   per_chunk=3, seed=args.seed), args.repeats)
     prompts = [p for d in docs for p in d["memory_prompts"]]
     while len(prompts) < args.batch:
         prompts += prompts
-    vs = versus_generate(plain, spec, prompts, args.memory_tokens, args.batch, args.single)
+    vs = versus_generate(plain, spec, prompts, args.memory_tokens, args.batch, args.single, args.repeats)
     verify = verify_cost(plain.model, plain.encode(prompts[0]))
-    from memagent.tasks.essays import essays_text
-
-    essay = essays_text().split()
-    rewrite = rewrite_case(plain, spec, [" ".join(essay[i * 120 : (i + 1) * 120]) for i in range(2)],
-                           args.memory_tokens)
+    fresh = fresh_case(plain, spec, FRESH_PROMPTS, args.memory_tokens, args.repeats)
     for d in (*docs, copy_doc):
         d.pop("memory_prompts")
 
@@ -323,13 +324,13 @@ def main() -> None:
         "latency_ruler_acceptance": acceptance(docs),
         "latency_copy_heavy_speculative_speedup": copy_doc["speedup"],
         "latency_copy_heavy_acceptance": acceptance([copy_doc]),
-        "latency_identical_greedy_output": all(d["identical"] for d in (*docs, copy_doc)) and rewrite["identical"],
+        "latency_identical_greedy_output": all(d["identical"] for d in (*docs, copy_doc)) and fresh["identical"],
         "latency_ours_over_generate_batch_1": vs["batch_1"]["ours_over_generate"],
         "latency_decode_ours_over_generate_batch_1": vs["batch_1"]["decode_ours_over_generate"],
         "latency_ruler_memory_tokens_per_pass": tokens_per_pass(docs),
         "latency_verify_11_over_1_token_step": verify["ratio"],
-        "latency_rewrite_speculative_speedup": rewrite["speedup"],
-        "latency_rewrite_acceptance": rewrite["acceptance"],
+        "latency_fresh_speculative_speedup": fresh["speedup"],
+        "latency_fresh_acceptance": fresh["acceptance"],
         f"latency_ours_over_generate_batch_{args.batch}": vs[f"batch_{args.batch}"]["ours_over_generate"],
         "latency_decode_fraction_of_bandwidth_limit": round(plain_decode / limit, 3),
     }
@@ -338,11 +339,12 @@ def main() -> None:
                       torch_threads=torch.get_num_threads(), tokens_per_document=args.tokens,
                       chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                       answer_tokens=args.answer_tokens, task="niah_single_2, essays haystack", docs=args.docs,
-                      batch=args.batch, draft_tokens=10, max_ngram=3, seed=args.seed, greedy=True),
+                      batch=args.batch, draft_tokens=10, max_ngram=3, seed=args.seed, greedy=True,
+                      repeats=args.repeats, timing="every pair alternates, each run's fastest of `repeats` rounds"),
         bandwidth=dict(copy_gb_per_s=round(bandwidth / 1e9, 3), weight_bytes=wbytes,
                        decode_limit_tokens_per_s=round(limit, 2), ours_plain_batch_1_decode_tokens_per_s=plain_decode,
                        fraction=round(plain_decode / limit, 3)),
-        verify_cost=verify, rewrite=rewrite,
+        verify_cost=verify, fresh=fresh,
         documents=docs, copy_heavy=copy_doc, versus_generate=vs, headline=headline,
         seconds=round(time.perf_counter() - t_start, 1),
         transformers_serve="not measured: `memagent ask --backend openai` against `transformers serve "

@@ -270,12 +270,13 @@ def docs_latency(get: Get) -> str:
         acc = "-" if s["acceptance"] is None else f"{100 * s['acceptance']:.1f}%"
         return [label, str(r["chunks"]), f"{p['seconds']:.1f}", f"{s['seconds']:.1f}", f"x{r['speedup']:.2f}",
                 f"{p['memory']['tokens_per_s']:.1f} / {s['memory']['tokens_per_s']:.1f}",
-                f"{s['memory']['accepted']} / {s['memory']['proposed']}", acc, "yes" if r["identical"] else "**no**"]
+                f"{s['memory']['accepted']} / {s['memory']['proposed']}", acc,
+                f"{s['memory']['tokens_per_pass']:.2f}", "yes" if r["identical"] else "**no**"]
     rows = [row(r, f"RULER {r['doc_id'].rsplit('-', 1)[-1]}") for r in d["documents"]]
     rows.append(row(d["copy_heavy"], "copy-heavy"))
     return numeric_table(["document", "chunks", "plain s", "speculative s", "speed-up",
                           "memory tokens/s plain / spec.", "memory drafts kept / proposed", "acceptance",
-                          "identical"], rows)
+                          "memory tokens per pass", "identical"], rows)
 
 
 def docs_latency_generate(get: Get) -> str:

@@ -110,7 +110,8 @@ def test_backend_options_pass_it_to_transformers_and_vllm_and_refuse_it_for_open
     assert kw["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 10, "prompt_lookup_max": 3,
                                         "prompt_lookup_min": 1}
     assert "speculative_config" not in BackendOptions(name="vllm").kwargs()
-    with pytest.raises(InputError, match=r"--speculate ngram \(or a profile.s speculate: ngram\) is for --backend transformers or vllm"):
+    refused = r"--speculate ngram \(or a profile.s speculate: ngram\) is for --backend transformers or vllm"
+    with pytest.raises(InputError, match=refused):
         BackendOptions(name="openai", base_url="http://127.0.0.1:9/v1", speculate="ngram")
 
 
@@ -148,7 +149,8 @@ def test_the_policy_rollout_engine_speculates_when_asked(tiny_backend):
     assert be.speculate == "ngram"
     g = be.generate(PROMPTS[:1], SamplingParams(max_new_tokens=8, temperature=1.0, seed=0))[0]
     assert g.draft_proposed is not None
-    assert PolicyRollout(tiny_backend.model, tiny_backend.tokenizer, TrainConfig(), DistInfo()).backend().speculate == "none"
+    plain = PolicyRollout(tiny_backend.model, tiny_backend.tokenizer, TrainConfig(), DistInfo()).backend()
+    assert plain.speculate == "none"
 
 
 def test_ask_with_openai_and_speculate_is_one_error_line_before_any_call(run_cli, tmp_path, openai_server):

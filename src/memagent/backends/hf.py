@@ -19,8 +19,8 @@ import torch
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import render_prompt, resolve_chat_template
 from memagent.backends.gguf import resolve_model
-from memagent.backends.row_sampling import RowSampler, row_uniforms
 from memagent.backends.lookup_decode import greedy_pick, row_pick, sample_pick, speculative_decode
+from memagent.backends.row_sampling import RowSampler, row_uniforms
 from memagent.backends.speculate import check_speculate
 from memagent.backends.tokenizer import VocabMask, check_vocab, ensure_pad_token, load_tokenizer
 
@@ -229,7 +229,8 @@ class TransformersBackend:
             elif params.greedy:
                 pick = greedy_pick(self.vocab_limit)
             else:
-                row_seed = seed + r if seed is not None else int(torch.randint(2**62, (1,)).item())  # unseeded: global RNG
+                # unseeded: the row's generator is seeded from the global RNG, as plain sampling draws from it
+                row_seed = seed + r if seed is not None else int(torch.randint(2**62, (1,)).item())
                 gen = torch.Generator().manual_seed(row_seed)
                 pick = sample_pick(gen, params.temperature, params.top_p, self.vocab_limit)
             out = speculative_decode(self.model, ids, params.max_new_tokens, pick, self.eos_ids)

@@ -78,7 +78,8 @@ def accept(draft: Sequence[int], picked: Sequence[int]) -> list[int]:
     return list(picked[: n + 1])
 
 
-def vllm_speculative_config(method: str, num_draft: int = DRAFT_TOKENS, max_ngram: int = MAX_NGRAM) -> dict[str, Any] | None:
+def vllm_speculative_config(method: str, num_draft: int = DRAFT_TOKENS,
+                            max_ngram: int = MAX_NGRAM) -> dict[str, Any] | None:
     """vLLM's `speculative_config` for `method` (None for "none"): its n-gram proposer, the same draft
     length and longest n-gram as the transformers backend."""
     if check_speculate(method) == "none":
