@@ -116,6 +116,25 @@ def document_pair(plain: Any, spec: Any, cfg: Any, item: Any, repeats: int) -> d
                 answer=r_plain.answer, memory_prompts=[c["prompt"] for c in c_plain if c["kind"] == "memory"])
 
 
+def verify_cost(model: Any, prompt_ids: list[int], draft: int = 10, repeats: int = 5) -> dict[str, float]:
+    """Seconds of one decode step that reads 1 token and of one that reads 1 + `draft` (a verification), after
+    `prompt_ids` are cached; best of `repeats`. Speculation pays when the tokens kept per pass exceed their ratio."""
+    import torch
+    from transformers import DynamicCache
+
+    best = {1: float("inf"), 1 + draft: float("inf")}
+    with torch.no_grad():
+        for _ in range(repeats):
+            for n in best:
+                cache = DynamicCache()
+                model(input_ids=torch.tensor([prompt_ids]), cache=cache, use_cache=True)
+                t0 = time.perf_counter()
+                model(input_ids=torch.tensor([prompt_ids[-n:]]), cache=cache, use_cache=True)
+                best[n] = min(best[n], time.perf_counter() - t0)
+    return {"one_token_s": round(best[1], 4), f"{1 + draft}_tokens_s": round(best[1 + draft], 4),
+            "ratio": round(best[1 + draft] / best[1], 3)}
+
+
 # -- our backend against transformers' own generate -----------------------------------------------------------
 def hf_generate(model: Any, tokenizer: Any, rows: list[list[int]], max_new: int, eos: list[int],
                 lookup: int | None = None) -> int:
