@@ -129,6 +129,13 @@ def _three(d: dict, v: float) -> str:
 
 
 PACKING_CMD = "`python bench/bench_packing.py`"
+LATENCY_CMD = "`python bench/latency.py` (real model, RULER documents; docs/throughput.md)"
+
+
+def _latency_measured(d: dict, v: float) -> str:
+    h = d["headline"]
+    return (f"{v:.3f} (acceptance {100 * h['latency_ruler_acceptance']:.1f}%, greedy output "
+            f"{'identical' if h['latency_identical_greedy_output'] else 'DIFFERS'})")
 # key, source, measured, target (None: the JSON's), command (str or from the JSON)
 LATEST: list[tuple[str, str, Callable, Any, Any]] = [
     ("scaling_slope", "scaling", _three, None, "`python bench/scaling.py`"),
@@ -149,6 +156,9 @@ LATEST: list[tuple[str, str, Callable, Any, Any]] = [
     ("gradient_checkpointing_memory_ratio", "packing", _checkpointing_measured, "< 1", PACKING_CMD),
     ("documents_rss_ratio", "documents", _three, None,
      "`python bench/documents.py` (peak RSS, a 2,000-page PDF vs a 20-page one, chunked; docs/documents.md)"),
+    ("latency_ruler_speculative_speedup", "latency", _latency_measured, ">= 1.5", LATENCY_CMD),
+    ("latency_ours_over_generate_batch_1", "latency", _three, ">= 0.9", LATENCY_CMD),
+    ("latency_ours_over_generate_batch_8", "latency", _three, ">= 0.9", LATENCY_CMD),
 ]
 
 
@@ -251,6 +261,49 @@ def docs_throughput(get: Get) -> str:
             ["zero latency", f"{zl['pipelined']['seconds']:.1f} s for {zl['pipelined']['calls']} calls", "-",
              fig("client_ms_per_call")]]
     return table(["server", "pipelined", "lock-step", "figure"], rows)
+
+
+def docs_latency(get: Get) -> str:
+    """One document's latency on the real model, plain vs --speculate ngram (bench/latency.py)."""
+    d = get("latency")
+
+    def row(r: dict, label: str) -> list[str]:
+        p, s = r["plain"], r["speculative"]
+        acc = "-" if s["acceptance"] is None else f"{100 * s['acceptance']:.1f}%"
+        return [label, str(r["chunks"]), f"{p['seconds']:.1f}", f"{s['seconds']:.1f}", f"x{r['speedup']:.2f}",
+                f"{p['memory']['tokens_per_s']:.1f} / {s['memory']['tokens_per_s']:.1f}",
+                f"{s['memory']['accepted']} / {s['memory']['proposed']}", acc,
+                f"{s['memory']['tokens_per_pass']:.2f}", "yes" if r["identical"] else "**no**"]
+    rows = [row(r, f"RULER {r['doc_id'].rsplit('-', 1)[-1]}") for r in d["documents"]]
+    rows.append(row(d["copy_heavy"], "copy-heavy"))
+    return numeric_table(["document", "chunks", "plain s", "speculative s", "speed-up",
+                          "memory tokens/s plain / spec.", "memory drafts kept / proposed", "acceptance",
+                          "memory tokens per pass", "identical"], rows)
+
+
+def docs_latency_generate(get: Get) -> str:
+    """Our backend vs transformers' generate on the same prompts, and the bandwidth limit (bench/latency.py)."""
+    d = get("latency")
+    v, bw = d["versus_generate"], d["bandwidth"]
+    b1 = v["batch_1"]
+    bn_key = next(k for k in v if k != "batch_1")
+    bn = v[bn_key]
+    n = bn_key.split("_")[1]
+    rows = [["batch 1, plain (prompt and decode)", f"{b1['ours']['tokens_per_s']:.1f}",
+             f"{b1['generate']['tokens_per_s']:.1f}", f"x{b1['ours_over_generate']:.3f}"],
+            ["batch 1, plain (decode alone)", f"{b1['ours']['decode_tokens_per_s']:.1f}",
+             f"{b1['generate']['decode_tokens_per_s']:.1f}", f"x{b1['decode_ours_over_generate']:.3f}"],
+            ["batch 1, prompt lookup", f"{b1['ours_speculative']['tokens_per_s']:.1f}",
+             f"{b1['generate_prompt_lookup']['tokens_per_s']:.1f}",
+             f"x{b1['speculative_ours_over_generate_prompt_lookup']:.3f}"],
+            [f"batch {n}, plain", f"{bn['ours']['tokens_per_s']:.1f}", f"{bn['generate']['tokens_per_s']:.1f}",
+             f"x{bn['ours_over_generate']:.3f}"],
+            [f"batch {n}, ours speculative (rows one at a time) vs ours plain",
+             f"{bn['ours_speculative']['tokens_per_s']:.1f}", f"{bn['ours']['tokens_per_s']:.1f}",
+             f"x{bn['speculative_rows_over_plain_batch']:.3f}"],
+            ["decode limit (copy bandwidth / weight bytes)", f"{bw['ours_plain_batch_1_decode_tokens_per_s']:.1f}",
+             f"{bw['decode_limit_tokens_per_s']:.1f}", f"{100 * bw['fraction']:.0f}% of it"]]
+    return numeric_table(["generated tokens per second", "ours", "reference", "ratio"], rows)
 
 
 # --- the demo (README.md, docs/demo.md) --------------------------------------------------------------------
@@ -483,6 +536,8 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "bench-cost-model": bench_cost_model,
     "benchmarks": docs_benchmarks,
     "throughput-pipeline": docs_throughput,
+    "throughput-latency": docs_latency,
+    "throughput-latency-generate": docs_latency_generate,
     "demo-default-seed": readme_default_seed,
     "demo-eval-seeds": readme_eval_seeds,
     "demo-numerics": demo_numerics_table,
@@ -497,6 +552,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "bench-scaling": "scaling", "bench-generate-profile": "generate_profile", "bench-trainer-vs-trl": "trainer_vs_trl",
     "bench-cost-model": "cost_model", "benchmarks": "summary scaling pipeline replicas ray packing",
     "throughput-pipeline": "pipeline", "demo-default-seed": "demo_seed0 demo_numerics",
+    "throughput-latency": "latency", "throughput-latency-generate": "latency",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model",
 }

@@ -23,7 +23,7 @@ from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, Agent
                                      check_option_types, check_questions, check_window, paper_window,
                                      split_options)
 from memagent.agent.scheduler import RunStats, resolve_schedule, run_lockstep, run_pipelined
-from memagent.agent.trace import TraceWriter
+from memagent.agent.trace import TraceWriter, draft_fields
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
@@ -245,6 +245,7 @@ class Runner:
                 record["prompt_tokens"] = n_prompt
             record[k] = v
         record.update(seconds=round(seconds, 6), batch_size=batch_size)
+        record.update(draft_fields(gen))  # a speculatively decoded call: draft tokens proposed and accepted
         if call.chunk is not None and call.chunk.source is not None:  # a PDF, HTML or EPUB: the page, heading, chapter
             record["source"] = call.chunk.source
         o.emit(record, call.chunk.text if call.chunk is not None else None)

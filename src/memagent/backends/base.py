@@ -54,6 +54,10 @@ class Generation:
     logprobs: list[float] | None = None
     prompt_token_ids: list[int] | None = None
     finish_reason: str = "stop"  # "stop" (EOS or stop string) or "length" (hit max_new_tokens)
+    # speculative decoding (--speculate): draft tokens proposed for this reply and how many the model kept;
+    # None when the reply was decoded without speculation or the backend does not report them
+    draft_proposed: int | None = None
+    draft_accepted: int | None = None
 
 
 @runtime_checkable

@@ -4,7 +4,9 @@ Prompts are rendered with the tokenizer's chat template when it has one (or when
 padded, and generated in sub-batches sorted by length. Log-probs of the generated tokens are
 computed on request with one teacher-forced forward pass (temperature applied, top_p ignored),
 which is exact for the paper's rollout setting (top_p = 1.0) and avoids holding per-step
-vocabulary-sized scores.
+vocabulary-sized scores. With `speculate="ngram"` rows are decoded one at a time with prompt-lookup
+drafts (`memagent.backends.speculate`): the same tokens under greedy and per-row seeded sampling, the same
+distribution under plain sampling.
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import torch
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import render_prompt, resolve_chat_template
 from memagent.backends.gguf import resolve_model
+from memagent.backends.lookup_decode import greedy_pick, row_pick, sample_pick, speculative_decode
 from memagent.backends.row_sampling import RowSampler, row_uniforms
+from memagent.backends.speculate import check_speculate
 from memagent.backends.tokenizer import VocabMask, check_vocab, ensure_pad_token, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,7 @@ class TransformersBackend:
     use_chat_template: "auto" (use it when the tokenizer has one), True, or False (raw text).
     want_logprobs: fill `Generation.logprobs` (one extra forward pass per batch).
     chat_template_kwargs: extra variables for the chat template, e.g. {"enable_thinking": False}.
+    speculate: "none" or "ngram" (prompt-lookup speculative decoding, rows one at a time).
     """
 
     def __init__(
@@ -75,8 +80,15 @@ class TransformersBackend:
         want_logprobs: bool = False,
         max_window: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        speculate: str = "none",
     ) -> None:
         self.model = model
+        try:
+            self.speculate = check_speculate(speculate)
+        except ValueError as e:
+            raise BackendError(str(e)) from None
+        if self.speculate != "none":
+            check_plain_generation_config(model)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer = ensure_pad_token(tokenizer)
         self.use_chat_template = resolve_chat_template(tokenizer, use_chat_template, self.chat_template_kwargs)
@@ -155,7 +167,8 @@ class TransformersBackend:
             idx = order[b : b + self.max_batch_size]
             seed = None if params.seed is None else params.seed + b
             rows = None if params.seeds is None or params.greedy else [params.seeds[i] for i in idx]
-            for i, gen in zip(idx, self._generate_batch([encoded[i] for i in idx], params, seed, rows)):
+            run = self._speculate_batch if self.speculate == "ngram" else self._generate_batch
+            for i, gen in zip(idx, run([encoded[i] for i in idx], params, seed, rows)):
                 out[i] = gen
         return out  # type: ignore[return-value]
 
@@ -200,11 +213,38 @@ class TransformersBackend:
                 if tok in self.eos_ids:
                     toks, finish = toks[: t + 1], "stop"
                     break
-            text_ids = toks[:-1] if finish == "stop" else toks
-            results.append(Generation(
-                text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
-                token_ids=toks, logprobs=None, prompt_token_ids=list(ids), finish_reason=finish,
-            ))
+            results.append(self._generation(ids, toks, finish))
+        return self._with_logprobs(results, params)
+
+    def _speculate_batch(
+        self, batch: list[list[int]], params: SamplingParams, seed: int | None, row_seeds: list[int] | None = None
+    ) -> list[Generation]:
+        """`_generate_batch` by prompt lookup, one row at a time (`memagent.backends.speculate`); row r of a
+        sub-batch sampled without per-row seeds draws from a generator seeded seed + r."""
+        results = []
+        for r, ids in enumerate(batch):
+            if row_seeds is not None:
+                pick = row_pick(row_uniforms([row_seeds[r]], params.max_new_tokens)[0], params.temperature,
+                                params.top_p, self.vocab_limit)
+            elif params.greedy:
+                pick = greedy_pick(self.vocab_limit)
+            else:
+                # unseeded: the row's generator is seeded from the global RNG, as plain sampling draws from it
+                row_seed = seed + r if seed is not None else int(torch.randint(2**62, (1,)).item())
+                gen = torch.Generator().manual_seed(row_seed)
+                pick = sample_pick(gen, params.temperature, params.top_p, self.vocab_limit)
+            out = speculative_decode(self.model, ids, params.max_new_tokens, pick, self.eos_ids)
+            g = self._generation(ids, out.token_ids, out.finish_reason)
+            g.draft_proposed, g.draft_accepted = out.proposed, out.accepted
+            results.append(g)
+        return self._with_logprobs(results, params)
+
+    def _generation(self, prompt_ids: list[int], toks: list[int], finish: str) -> Generation:
+        text_ids = toks[:-1] if finish == "stop" else toks
+        return Generation(text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=toks,
+                          logprobs=None, prompt_token_ids=list(prompt_ids), finish_reason=finish)
+
+    def _with_logprobs(self, results: list[Generation], params: SamplingParams) -> list[Generation]:
         if self.want_logprobs:
             temperature = 1.0 if params.greedy else params.temperature
             for g, lp in zip(results, self.score([g.prompt_token_ids for g in results],
@@ -233,6 +273,24 @@ class TransformersBackend:
         for r, (p, resp) in enumerate(zip(prompts, responses)):
             out.append(tok[r, len(p) - 1 : len(p) - 1 + len(resp)].tolist())
         return out
+
+
+# generation_config settings plain `generate` would apply and speculative decoding does not (their neutral values):
+# refused, not ignored
+_UNSUPPORTED = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                "min_length": 0, "min_new_tokens": 0, "bad_words_ids": None, "suppress_tokens": None,
+                "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+                "sequence_bias": None}
+
+
+def check_plain_generation_config(model: Any) -> None:
+    """BackendError when the model's generation_config sets a logits rule that speculation would skip."""
+    gc = getattr(model, "generation_config", None)
+    bad = [f"{k}={getattr(gc, k, None)!r}" for k, neutral in _UNSUPPORTED.items()
+           if getattr(gc, k, None) not in (None, neutral, [], {})]
+    if bad:
+        raise BackendError(f"--speculate ngram cannot apply the model's generation_config {', '.join(bad)} (it would "
+                           "change the output); decode without --speculate")
 
 
 def config_vocab_size(config: Any) -> Any:

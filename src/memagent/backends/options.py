@@ -8,6 +8,7 @@ from typing import Any, Optional
 from memagent import backends
 from memagent.backends.base import Backend
 from memagent.backends.replicas import split_base_urls
+from memagent.backends.speculate import SPECULATE, vllm_speculative_config
 from memagent.errors import InputError
 from memagent.config import rule
 from memagent.flags import BACKENDS, DTYPES, check_device, flag, flag_values
@@ -51,8 +52,18 @@ class BackendOptions:
         "openai backend: seconds one try may take in all (connect, send, every byte of the reply).")})
     max_retries: int = field(default=4, metadata={**rule(min=0), **flag(
         "openai backend: retries on 5xx, 429, timeouts and refused connections.")})
+    speculate: Optional[str] = field(default=None, metadata={**rule(choices=SPECULATE), **flag(
+        "transformers / vllm backend: speculative decoding, none | ngram (prompt lookup: drafts copied from the "
+        "prompt, verified in one forward pass; greedy output unchanged) (default: the profile's, none).")})
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # from the profile
     yarn_factor: float | None = None  # from the profile: YaRN rope scaling (transformers, vllm)
+
+    def __post_init__(self) -> None:
+        """Refuse speculation with a backend that cannot do it when the options are read, before any call."""
+        if self.name == "openai" and self.speculate not in (None, "none"):
+            raise InputError(f"--speculate {self.speculate} (or a profile's speculate: {self.speculate}) is for "
+                             "--backend transformers or vllm; the openai backend's server decodes as it was started "
+                             "(e.g. vllm serve --speculative-config '{\"method\": \"ngram\", ...}')")
 
     def flags(self) -> dict[str, Any]:
         """The command-line options these came from ({parameter name: value}, `backend` for `name`)."""
@@ -67,10 +78,12 @@ class BackendOptions:
             raise InputError(f"--tensor-parallel is for --backend vllm, not {self.name}")
         ctk = dict(chat_template_kwargs=dict(self.chat_template_kwargs)) if self.chat_template_kwargs else {}
         yarn = dict(yarn_factor=self.yarn_factor) if self.yarn_factor is not None else {}
+        speculate = self.speculate or "none"
         if self.name == "transformers":
             if self.tokenizer is not None:
                 raise InputError("--tokenizer is for --backend openai or vllm; transformers uses the model's own")
-            return dict(device=self.device, dtype=self.dtype, **ctk, **yarn)
+            spec = dict(speculate=speculate) if speculate != "none" else {}
+            return dict(device=self.device, dtype=self.dtype, **ctk, **yarn, **spec)
         if self.name == "openai":
             if self.yarn_factor is not None:
                 log.warning("yarn_factor %s is not applied by the openai backend: start the server with the "
@@ -79,6 +92,8 @@ class BackendOptions:
                         timeout=self.request_timeout, max_retries=self.max_retries, **ctk)
         if self.name == "vllm":
             kw: dict[str, Any] = dict(tensor_parallel_size=self.tensor_parallel, dtype=self.dtype, **ctk, **yarn)
+            if speculate != "none":
+                kw["speculative_config"] = vllm_speculative_config(speculate)  # vllm.LLM(speculative_config=...)
             if self.tokenizer is not None:
                 kw["tokenizer"] = self.tokenizer  # vllm.LLM(tokenizer=...)
             return kw

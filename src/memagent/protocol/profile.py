@@ -10,6 +10,7 @@ own profile, equal to `Profile()`):
                baseline_answer_tokens, baseline_window, yarn_factor
     scoring:   golds (all | first), empty (zero | text), failed (wrong | skip)
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
+    speculate: none | ngram, speculative decoding of the transformers and vllm backends (--speculate overrides it)
     workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
     reward:    the outcome reward training scores the final answer with (memagent.rewards: boxed, em, f1, judge, ...)
     step_reward: the step reward of each memory update ("" none, the paper; evidence, answer-recall, ...)
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from memagent.agent.registry import UnknownWorkflow, check_workflow_options, get_workflow
+from memagent.backends.speculate import check_speculate
 from memagent.bounded import load_yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
@@ -133,6 +135,7 @@ class Profile:
     workflow: WorkflowChoice = field(default_factory=WorkflowChoice)
     reward: str = DEFAULT_REWARD  # training's outcome reward (a training config's own `reward`, when set, wins)
     step_reward: str = ""  # training's step reward; "" = none (the paper's final-answer reward alone)
+    speculate: str = "none"  # none | ngram (memagent.backends.speculate): greedy replies unchanged, only faster
 
     def __post_init__(self) -> None:
         self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
@@ -142,6 +145,10 @@ class Profile:
                 check_reward_name(self.step_reward, "step", "step_reward")
         except UnknownReward as e:
             raise ConfigError(str(e)) from None
+        try:
+            check_speculate(self.speculate)
+        except ValueError as e:
+            raise ConfigError(f"speculate: {e}") from None
         try:
             check_baseline_template(self.prompts.baseline_template)
         except ValueError as e:
@@ -304,9 +311,10 @@ def resolve_profile(path: str | Path | None, base: Profile | None = None, **flag
 
 def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Backend":
     """The backend of `ask`, `eval` and `serve`: the command's backend options, with the profile's chat
-    template arguments and YaRN factor."""
+    template arguments and YaRN factor, and its speculation unless --speculate was given."""
     return dataclasses.replace(options, chat_template_kwargs=profile.chat_template_kwargs,
-                               yarn_factor=profile.budgets.yarn_factor).load(model)
+                               yarn_factor=profile.budgets.yarn_factor,
+                               speculate=options.speculate or profile.speculate).load(model)
 
 
 def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memagent.agent.registry import check_workflow_options, get_workflow
+from memagent.backends.speculate import SPECULATE
 from memagent.config import AgentConfig, ConfigError
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
@@ -55,12 +56,18 @@ class RolloutConfig:
     #   backend (memory bound)
     seeding: str = field(default="rank", metadata=rule(choices=("rank", "sample")))  # "rank" (seeds per rank
     #   and batch) or "sample": rank-invariant rollouts (docs/training.md); "sample" needs engine "policy"
+    speculate: str = field(default="none", metadata=rule(choices=SPECULATE))  # "ngram": prompt-lookup speculative
+    #   decoding (memagent.backends.speculate; the sampling distribution is unchanged) for engine "policy" (rows
+    #   one at a time) and "vllm" (its speculative_config); a vllm-server decodes as it was started
 
     def __post_init__(self) -> None:
         check_fields(self, "rollout")
         if self.seeding == "sample" and self.engine != "policy":
             raise ConfigError(f"rollout.seeding must be 'rank' or 'sample' (per-row seeded sampling, rollout.engine "
                               f"'policy' only), got {self.seeding!r} with engine {self.engine!r}")
+        if self.speculate != "none" and self.engine == "vllm-server":
+            raise ConfigError(f"rollout.speculate={self.speculate} is for rollout.engine policy or vllm; an external "
+                              "vLLM server speculates as it was started (vllm serve --speculative-config ...)")
 
 
 @dataclass

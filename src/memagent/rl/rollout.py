@@ -90,7 +90,8 @@ class PolicyRollout:
             self.sync()
         self._backend = TransformersBackend(gen_model, tokenizer, max_batch_size=cfg.rollout.max_batch_size,
                                             want_logprobs=cfg.update.old_logprobs == "rollout",
-                                            chat_template_kwargs=cfg.chat_template_kwargs)
+                                            chat_template_kwargs=cfg.chat_template_kwargs,
+                                            speculate=cfg.rollout.speculate)
 
     def backend(self) -> Any:
         """The transformers backend, its model put in eval mode."""

@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from memagent.backends.base import BackendError
+from memagent.backends.speculate import vllm_speculative_config
 from memagent.backends.vllm import VLLMBackend
 from memagent.config import ConfigError
 from memagent.rl.config import TrainConfig
@@ -226,6 +227,8 @@ class VLLMRollout:
         extra: dict[str, Any] = {"worker_extension_cls": WORKER_EXTENSION, "enable_sleep_mode": cfg.vllm.sleep}
         if info.enabled:  # one engine per torchrun rank, on that rank's GPU
             extra["distributed_executor_backend"] = "external_launcher"
+        if cfg.rollout.speculate != "none":
+            extra["speculative_config"] = vllm_speculative_config(cfg.rollout.speculate)
         self.model, self.info, self.cfg = model, info, cfg
         self._backend = VLLMBackend(cfg.model, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
                                     want_logprobs=cfg.update.old_logprobs == "rollout",

@@ -1,0 +1,88 @@
+"""Speculative decoding by prompt lookup (n-gram drafts taken from the sequence itself), one row at a time.
+
+A memory update largely copies text it has read: the previous memory carried forward, spans of the chunk
+written into it. Prompt lookup drafts the next tokens by finding the latest earlier occurrence of the last
+n generated tokens (n = max_ngram down to 1) in the prompt and the reply so far, and proposing the
+`num_draft` tokens that followed it. The model then reads the last token and the draft in one forward pass
+(one pass over the weights instead of one per token: on a CPU, decoding is bound by reading the weights) and
+keeps the longest prefix of the draft that it would have produced itself, plus its own next token.
+
+Which token "it would have produced" is decided by `pick`, position by position, from the verified logits:
+- greedy (argmax): the output is plain greedy decoding's, token for token (up to the rounding of a forward
+  over several positions vs one; float32 on CPU gives the same tokens on the real model, tests/test_speculate.py);
+- per-row seeded sampling (`row_sampling.sample_rows` at the uniform of each decode position): the same
+  tokens as plain per-row sampling with the same seeds, so the same distribution;
+- sampling from one generator: each position's token is drawn from the model's distribution given the
+  tokens before it and compared with the draft (accept while equal). Every kept token is a draw from the
+  exact conditional, so the distribution is plain sampling's (the rule transformers' assisted generation
+  uses when the draft has no probabilities); only which draws come out of the generator differs.
+Speculative sampling with a draft *model* (Leviathan et al. 2023's min(1, p/q) rule) keeps the distribution
+too; a deterministic n-gram draft is its q = one-hot case, whose acceptance is p(draft) as here.
+
+Rows are decoded one at a time (batch size 1): each row accepts a different number of tokens per step, so a
+batched verification would need per-row cache lengths, which transformers' cache cannot crop; on a CPU a
+batch of rows costs about what the rows cost one after another at these lengths (bench/latency.py measures both).
+
+vLLM has its own n-gram speculation for batches (`speculative_config`, `vllm_speculative_config`).
+This module is plain Python (the CLI's options import it); the decoding loop over a model is
+`memagent.backends.lookup_decode`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+SPECULATE = ("none", "ngram")  # --speculate: off, or prompt lookup
+DRAFT_TOKENS = 10  # tokens proposed per step (the issue's measurement: x2.8 at 10 on a copied memory)
+MAX_NGRAM = 3  # longest suffix looked up; shorter ones are tried when it does not occur
+
+
+def check_speculate(method: str | None) -> str:
+    """`method` ("none" / "ngram"; None: "none"), or ValueError naming the valid ones."""
+    method = method or "none"
+    if method not in SPECULATE:
+        raise ValueError(f"unknown speculation method {method!r}; choose one of: {', '.join(SPECULATE)}")
+    return method
+
+
+def lookup_draft(ids: Sequence[int], num_draft: int = DRAFT_TOKENS, max_ngram: int = MAX_NGRAM) -> list[int]:
+    """Up to `num_draft` tokens that followed the latest earlier occurrence of the last n tokens of `ids`
+    (n from `max_ngram` down to 1; the longest suffix that occurs wins); [] when none occurs.
+
+    >>> lookup_draft([5, 6, 7, 8, 9, 5, 6], num_draft=2)
+    [7, 8]
+    """
+    if num_draft <= 0:
+        return []
+    seq = list(ids)
+    for n in range(min(max_ngram, len(seq) - 1), 0, -1):
+        suffix = seq[-n:]
+        for start in range(len(seq) - n - 1, -1, -1):  # latest first; the suffix itself excluded
+            if seq[start : start + n] == suffix:
+                follow = seq[start + n : start + n + num_draft]
+                if follow:
+                    return follow
+    return []
+
+
+def accept(draft: Sequence[int], picked: Sequence[int]) -> list[int]:
+    """The tokens a verification step emits: the longest prefix of `draft` equal to `picked` (the model's own
+    token at each position), then the model's token at the first position that differs (or after the draft).
+    picked: len(draft) + 1 tokens, picked[i] following the last token and draft[:i].
+
+    >>> accept([4, 5, 6], [4, 5, 9, 7])
+    [4, 5, 9]
+    """
+    n = 0
+    while n < len(draft) and draft[n] == picked[n]:
+        n += 1
+    return list(picked[: n + 1])
+
+
+def vllm_speculative_config(method: str, num_draft: int = DRAFT_TOKENS,
+                            max_ngram: int = MAX_NGRAM) -> dict[str, Any] | None:
+    """vLLM's `speculative_config` for `method` (None for "none"): its n-gram proposer, the same draft
+    length and longest n-gram as the transformers backend."""
+    if check_speculate(method) == "none":
+        return None
+    return {"method": "ngram", "num_speculative_tokens": num_draft, "prompt_lookup_max": max_ngram,
+            "prompt_lookup_min": 1}
