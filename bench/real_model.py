@@ -107,10 +107,10 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
     lengths = [int(x) for x in args.lm_eval_lengths.split(",")]
     meta = json.dumps({"max_seq_lengths": lengths, "tokenizer": str(model)})
     rows = {}
-    runs = {"hf": [PY, "-m", "lm_eval", "--model", "hf", "--model_args",
-                   f"pretrained={model},dtype=float32,device=cpu"],
-            "memagent": [PY, "-m", "memagent.harness.lm_eval_cli", "--model", "memagent", "--model_args",
-                         f"model={model},device=cpu,dtype=float32,chunk_tokens={args.chunk_tokens},"
+    runs = {"hf": [PY, "-m", "lm_eval", "--model", "hf", "--device", "cpu", "--model_args",
+                   f"pretrained={model},dtype=float32"],
+            "memagent": [PY, "-m", "memagent.harness.lm_eval_cli", "--model", "memagent", "--device", "cpu",
+                         "--model_args", f"model={model},dtype=float32,chunk_tokens={args.chunk_tokens},"
                          f"memory_tokens={args.memory_tokens},answer_tokens={args.answer_tokens},"
                          f"query_tokens={args.query_tokens}"]}
     for name, cmd in runs.items():
