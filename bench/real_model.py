@@ -112,7 +112,7 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
             "memagent": [PY, "-m", "memagent.harness.lm_eval_cli", "--model", "memagent", "--device", "cpu",
                          "--model_args", f"model={model},dtype=float32,chunk_tokens={args.chunk_tokens},"
                          f"memory_tokens={args.memory_tokens},answer_tokens={args.answer_tokens},"
-                         f"query_tokens={args.query_tokens}"]}
+                         f"query_tokens={args.query_tokens},prompt_split=line"]}  # RULER NIAH: the question is the last line (docs/harnesses.md)
     for name, cmd in runs.items():
         folder = out / f"lm-eval-{name}"
         timing = folder / "seconds.json"

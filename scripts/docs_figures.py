@@ -521,8 +521,9 @@ def real_model(get: Get) -> str:
                "raw reply holds every gold answer, boxed or not], model calls and seconds a document.")
     out.append(f"\n{sizes['samples']} samples a cell (seed {sizes['seed']}), chunks of {sizes['chunk_tokens']} tokens, "
                f"M = {sizes['memory_tokens']}, answer {sizes['answer_tokens']}, question {sizes['query_tokens']}; "
-               f"greedy; {d['machine']['cpu']}, {d['seconds'] / 60:.0f} min in all. Rerun: `{d['command']}`.")
-    return "\n".join(out)
+               f"greedy; {d['machine']['cpu']}, 2 cores shared with other work (the seconds are wall time a "
+               f"document). Rerun: `{d['command']}`.")
+    return "\n".join(out) + "\n"
 
 
 REGIONS: dict[str, Callable[[Get], str]] = {
