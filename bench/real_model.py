@@ -129,27 +129,30 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
 
 
 def plot(table: dict, path: Path) -> None:
-    """Accuracy by length, one panel a task, one line a method (docs/img/real_model.png)."""
+    """Accuracy (the boxed protocol) and how often the raw reply holds the gold, by length: a column a task, a
+    line a method (docs/img/real_model.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tasks = list(table)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, axes = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 6.4), squeeze=False, sharex=True)
+    for col, task in enumerate(tasks):
         for method, cells in table[task].items():
             if method.startswith("_"):
                 continue
             xs = sorted(cells, key=int)
-            ax.errorbar([int(x) for x in xs], [cells[x]["accuracy"] for x in xs], yerr=[cells[x]["se"] for x in xs],
-                        marker="o", capsize=3, label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{task}, SmolLM2-135M-Instruct")
-        ax.set_xlabel("document tokens")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_ylim(-5, 105)
-    axes[0][0].legend(fontsize=8)
+            for row, key in enumerate(("accuracy", "gold_in_raw")):
+                axes[row][col].plot([int(x) for x in xs], [cells[x][key] for x in xs], marker="o", label=method)
+        axes[0][col].set_title(f"{task}, SmolLM2-135M-Instruct")
+        axes[0][col].set_ylabel("accuracy (%, boxed answer)")
+        axes[1][col].set_ylabel("raw reply holds the gold (%)")
+        axes[1][col].set_xlabel("document tokens")
+        for row in (0, 1):
+            axes[row][col].set_xscale("log", base=2)
+            axes[row][col].set_ylim(-5, 105)
+    axes[1][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -168,9 +171,14 @@ def main() -> None:
     p.add_argument("--lm-eval-lengths", default="1024,2048")
     p.add_argument("--lm-eval-limit", default="8")
     p.add_argument("--skip-lm-eval", action="store_true")
+    p.add_argument("--plot-only", action="store_true", help="redraw docs/img/real_model.png from the results JSON")
     p.add_argument("--reuse", action="store_true", help="read finished lm-eval runs instead of running them again "
                    "(the eval runs resume by themselves: a rerun of the same sizes makes no model call)")
     args = p.parse_args()
+    if args.plot_only:
+        plot(json.loads((ROOT / "bench" / "results" / "real_model.json").read_text())["ruler"],
+             ROOT / "docs" / "img" / "real_model.png")
+        return
     out = WORK / "real"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
