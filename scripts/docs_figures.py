@@ -526,6 +526,20 @@ def real_model(get: Get) -> str:
     return "\n".join(out) + "\n"
 
 
+def serve_real(get: Get) -> str:
+    """bench/results/serve_real.json: documents a second, in process vs `transformers serve`, by documents in flight."""
+    d = get("serve_real")
+    rows = [[n, f"{d['rows']['in_process'][n]['docs_per_s']:.3f}", f"{d['rows']['transformers_serve'][n]['docs_per_s']:.3f}",
+             f"x{d['ratio_serve_over_in_process'][n]:.2f}",
+             "yes" if d["answers_equal_to_in_process_batch_1"].get(f"serve-{n}") else "no"]
+            for n in d["rows"]["in_process"]]
+    mode = "with --continuous-batching" if d["continuous_batching"] else "without continuous batching (it did not start)"
+    return (numeric_table(["documents in flight", "in process (docs/s)", "transformers serve (docs/s)", "serve / in process",
+                           "same answers"], rows)
+            + f"\n{d['documents']} documents, `{d['flags']}`, transformers serve {mode}; {d['machine']['cpu']}, "
+              f"load {d['machine']['load_avg'][0]:.1f}. Rerun: `{d['command']}`.\n")
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
     "workflows-two-hop": workflows_two_hop,
@@ -545,6 +559,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-seeds": lambda get: seeds_markdown(get("demo_seeds")),
     "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
     "real-model": real_model,
+    "serve-real": serve_real,
 }
 SOURCES = {  # what each region reads, for the report and the docs
     "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
@@ -555,7 +570,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "throughput-pipeline": "pipeline", "demo-default-seed": "demo_seed0 demo_numerics",
     "throughput-latency": "latency", "throughput-latency-generate": "latency",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
-    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model",
+    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model", "serve-real": "serve_real",
 }
 
 
