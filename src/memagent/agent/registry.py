@@ -17,9 +17,7 @@ This module re-exports the names a caller needs.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
@@ -30,6 +28,7 @@ from memagent.agent.runner import Runner, own_options, run_workflow, stream_work
 from memagent.agent.scheduler import RunStats
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
+from memagent.plugins import Registry, import_target
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
            "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
@@ -53,40 +52,23 @@ class UnknownWorkflow(MemAgentError, ValueError):
     """A workflow name that is neither built in, registered, nor an installed entry point."""
 
 
-class _Registry:
-    """The factories registered in this process, the entry points once read."""
-
-    def __init__(self) -> None:
-        self.factories: dict[str, WorkflowFactory] = {}
-        self.entry_points: dict[str, Any] | None = None  # name -> EntryPoint, read on first need
-
-    def installed(self) -> dict[str, Any]:
-        if self.entry_points is None:
-            self.entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-        return self.entry_points
-
-
-_REGISTRY = _Registry()
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "workflow")
 
 
 def register_workflow(name: str, factory: WorkflowFactory) -> None:
     """Make `factory` the workflow called `name` in this process (it replaces a built-in or entry point of that
     name). Names are words: letters, digits, '-', '_'."""
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise ValueError(f"workflow name must be a word of letters, digits, '-' or '_', got {name!r}")
-    if not callable(factory):
-        raise TypeError(f"workflow {name!r}: the factory must be callable, got {type(factory).__name__}")
-    _REGISTRY.factories[name] = factory
+    _REGISTRY.register(name, factory)
 
 
 def unregister_workflow(name: str) -> None:
     """Forget a workflow registered with `register_workflow` (built-ins and entry points stay)."""
-    _REGISTRY.factories.pop(name, None)
+    _REGISTRY.unregister(name)
 
 
 def refresh_entry_points() -> None:
     """Read the installed entry points again on the next lookup (a package installed in a running process)."""
-    _REGISTRY.entry_points = None
+    _REGISTRY.refresh()
 
 
 def workflow_names() -> list[str]:
@@ -109,11 +91,8 @@ def get_workflow(name: str) -> WorkflowFactory:
 
 def _load(name: str, target: str, where: str) -> WorkflowFactory:
     """Import "module:attribute"; a module that is not installed, or lacks it, is an UnknownWorkflow."""
-    module, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split(".") if attr else []:
-            obj = getattr(obj, part)
+        obj = import_target(target)
     except (ImportError, AttributeError) as exc:
         raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package "
                               f"that provides it or choose one of: {', '.join(workflow_names())}") from None

@@ -12,11 +12,10 @@ Outcome built-ins: every answer metric of memagent.tasks.metrics (`boxed` the pa
 """
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
 
 from memagent.errors import MemAgentError
+from memagent.plugins import Registry, import_target
 from memagent.rewards.protocol import KINDS, Answered, Reward
 from memagent.tasks.metrics import METRICS, RewardFn
 
@@ -59,36 +58,21 @@ def _metric_factory(name: str) -> RewardFactory:
     return build
 
 
-class _Registry:
-    def __init__(self) -> None:
-        self.factories: dict[str, RewardFactory] = {}
-        self.entry_points: dict[str, Any] | None = None
-
-    def installed(self) -> dict[str, Any]:
-        if self.entry_points is None:
-            self.entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-        return self.entry_points
-
-
-_REGISTRY = _Registry()
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "reward")
 
 
 def register_reward(name: str, factory: RewardFactory) -> None:
     """Make `factory` the reward called `name` in this process (it replaces a built-in or entry point)."""
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise ValueError(f"reward name must be a word of letters, digits, '-' or '_', got {name!r}")
-    if not callable(factory):
-        raise TypeError(f"reward {name!r}: the factory must be callable, got {type(factory).__name__}")
-    _REGISTRY.factories[name] = factory
+    _REGISTRY.register(name, factory)
 
 
 def unregister_reward(name: str) -> None:
-    _REGISTRY.factories.pop(name, None)
+    _REGISTRY.unregister(name)
 
 
 def refresh_entry_points() -> None:
     """Read the installed entry points again on the next lookup."""
-    _REGISTRY.entry_points = None
+    _REGISTRY.refresh()
 
 
 def reward_names() -> list[str]:
@@ -111,11 +95,8 @@ def get_reward_factory(name: str) -> RewardFactory:
 
 
 def _load(name: str, target: str, where: str) -> RewardFactory:
-    module, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split(".") if attr else []:
-            obj = getattr(obj, part)
+        obj = import_target(target)
     except (ImportError, AttributeError) as exc:
         raise UnknownReward(f"reward {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package that "
                             f"provides it or choose one of: {', '.join(reward_names())}") from None
