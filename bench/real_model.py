@@ -81,15 +81,23 @@ def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, 
     examples: dict = {}
     for task in args.tasks.split(","):
         data = out / f"{task}.jsonl"
-        sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--haystack", "essays", "--tokens",
-            args.lengths, "--samples", args.samples, "--seed", args.seed, "--tokenizer", model, "--out", data],
-           out / f"data-{task}.log")
+        parts = []
+        for n, lengths in samples_by_length(args.samples, args.lengths).items():  # one data run per sample count
+            part = out / f"{task}-{n}.jsonl"
+            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--haystack", "essays", "--tokens",
+                ",".join(map(str, lengths)), "--samples", n, "--seed", args.seed, "--tokenizer", model, "--out",
+                part], out / f"data-{task}-{n}.log")
+            parts.append(part.read_text())
+        data.write_text("".join(parts))
         run = out / f"eval-{task}"
-        seconds = sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", METHODS,
+        timing = run / "seconds.json"  # the wall seconds of every run that added records (a killed run resumes)
+        before = json.loads(timing.read_text())["seconds"] if timing.is_file() else 0.0
+        seconds = before + sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", METHODS,
                       "--chunk-tokens", args.chunk_tokens, "--memory-tokens", args.memory_tokens,
                       "--query-tokens", args.query_tokens, "--answer-tokens", args.answer_tokens,
                       "--device", "cpu", "--dtype", "float32", "--batch-docs", args.batch_docs, "--out", run,
                       "--no-progress"], out / f"eval-{task}.log")
+        timing.write_text(json.dumps({"seconds": seconds}))
         records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
         for method in METHODS.split(","):
             for length in map(int, args.lengths.split(",")):
@@ -100,6 +108,20 @@ def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, 
                           for r in records if r["method"] in ("memagent", "lookup")][:4]
         table.setdefault(task, {})["_seconds"] = round(seconds, 1)
     return table, examples
+
+
+def samples_by_length(samples: str, lengths: str) -> dict[str, list[int]]:
+    """`--samples` as {count: lengths}: "24" for every length, or "1024:24,16384:4" (a count a length)."""
+    ls = [int(x) for x in lengths.split(",")]
+    if ":" not in samples:
+        return {samples: ls}
+    per = {int(k): v for k, v in (item.split(":") for item in samples.split(","))}
+    if sorted(per) != sorted(ls):
+        sys.exit(f"error: --samples names lengths {sorted(per)} but --lengths is {ls}")
+    out: dict[str, list[int]] = {}
+    for length in ls:
+        out.setdefault(per[length], []).append(length)
+    return out
 
 
 def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
@@ -116,8 +138,9 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
     for name, cmd in runs.items():
         folder = out / f"lm-eval-{name}"
         timing = folder / "seconds.json"
-        if args.reuse and timing.is_file():  # a finished run of the same sizes: read, not rerun
-            seconds = json.loads(timing.read_text())["seconds"]
+        done = json.loads(timing.read_text()) if timing.is_file() else {}
+        if args.reuse and done.get("limit") == args.lm_eval_limit and done.get("lengths") == lengths:
+            seconds = done["seconds"]  # a finished run of the same sizes: read, not rerun
         else:
             seconds = sh([*cmd, "--tasks", "niah_single_1", "--metadata", meta, "--limit", args.lm_eval_limit,
                           "--output_path", folder], out / f"lm-eval-{name}.log")
@@ -159,16 +182,17 @@ def plot(table: dict, path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+    p.add_argument("--lengths", default="1024,16384")
     p.add_argument("--tasks", default="niah_single_2,niah_multikey_1")
-    p.add_argument("--samples", default="24")
+    p.add_argument("--samples", default="1024:24,16384:4", help='a count for every length ("24"), or one a '
+                   'length ("1024:24,16384:4")')
     p.add_argument("--seed", default="0")
-    p.add_argument("--chunk-tokens", default="1024")
-    p.add_argument("--memory-tokens", default="256")
-    p.add_argument("--query-tokens", default="128")
-    p.add_argument("--answer-tokens", default="64")
+    p.add_argument("--chunk-tokens", default="2048")
+    p.add_argument("--memory-tokens", default="128")
+    p.add_argument("--query-tokens", default="64")
+    p.add_argument("--answer-tokens", default="32")
     p.add_argument("--batch-docs", default="8")
-    p.add_argument("--lm-eval-lengths", default="1024,2048")
+    p.add_argument("--lm-eval-lengths", default="1024,4096")
     p.add_argument("--lm-eval-limit", default="8")
     p.add_argument("--skip-lm-eval", action="store_true")
     p.add_argument("--plot-only", action="store_true", help="redraw docs/img/real_model.png from the results JSON")

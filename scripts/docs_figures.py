@@ -507,7 +507,9 @@ def real_model(get: Get) -> str:
                 f"{cells[n]['accuracy']:.1f} ± {cells[n]['se']:.1f} [{cells[n]['gold_in_raw']:.0f}] "
                 f"({cells[n]['calls_per_doc']:g} calls, {cells[n]['seconds_per_doc']:.0f} s)" if n in cells else ""
                 for n in lengths])
-    out = [numeric_table(["task", "method", *[f"{n} tokens" for n in lengths]], rows, text_columns=2)]
+    counts = {n: max((c[n]["n"] for t in d["ruler"].values() for m, c in t.items()
+                      if not m.startswith("_") and n in c), default=0) for n in lengths}
+    out = [numeric_table(["task", "method", *[f"{n} tokens (n={counts[n]})" for n in lengths]], rows, text_columns=2)]
     lm = d.get("lm_eval_niah_single_1") or {}
     if lm:
         lm_lengths = sizes["lm_eval_lengths"].split(",")
@@ -519,7 +521,7 @@ def real_model(get: Get) -> str:
                                   for k, v in lm.items()]))
     out.append("\nA cell: accuracy (%, the paper's protocol: the content of `\\boxed{}`) ± standard error, [how often the "
                "raw reply holds every gold answer, boxed or not], model calls and seconds a document.")
-    out.append(f"\n{sizes['samples']} samples a cell (seed {sizes['seed']}), chunks of {sizes['chunk_tokens']} tokens, "
+    out.append(f"\nn samples a cell (seed {sizes['seed']}), chunks of {sizes['chunk_tokens']} tokens, "
                f"M = {sizes['memory_tokens']}, answer {sizes['answer_tokens']}, question {sizes['query_tokens']}; "
                f"greedy; {d['machine']['cpu']}, 2 cores shared with other work (the seconds are wall time a "
                f"document). Rerun: `{d['command']}`.")
