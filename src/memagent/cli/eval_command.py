@@ -21,7 +21,7 @@ from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
 from memagent.eval.sweep_config import refuse_unknown_methods
 from memagent.eval.workflow_runs import method_fingerprint
-from memagent.config import rule
+from memagent.config import WorkflowChoice, rule
 from memagent.errors import InputError
 from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
                             limited, parse_workflow_options, split_list)
@@ -118,7 +118,7 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring, workflow_options=eval_workflow_options(o, profile),
+        scoring=profile.scoring, workflows=eval_workflows(o, profile),
         rewards=tuple(n for n in (profile.reward, profile.step_reward) if n),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
@@ -151,6 +151,11 @@ def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[
         out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}
         check_workflow_options(name, out[name])  # before any model is loaded
     return out
+
+
+def eval_workflows(o: EvalOptions, profile: "Profile") -> tuple[WorkflowChoice, ...]:
+    """The sweep's workflows with options, `{name, options}` each (`eval_workflow_options` as one shape)."""
+    return tuple(WorkflowChoice(name, options) for name, options in eval_workflow_options(o, profile).items())
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
@@ -236,7 +241,7 @@ def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[
     results = Path(o.out) / "results.jsonl"
     text, _, _ = write_report(results, o.out, keys=keys, split_by=o.split_by, cost=o.workflows is not None)
     base = fingerprint(cfg)
-    fps = {m: method_fingerprint(base, m, cfg.workflow_options.get(m)) for m in cfg.methods}
+    fps = {m: method_fingerprint(base, m, cfg.options(m)) for m in cfg.methods}
     write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=base, datas=datas, keys=keys,
                   records=latest(load_records(results)), fingerprints={m: f for m, f in fps.items() if f != base})
     return text

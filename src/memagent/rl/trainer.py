@@ -153,7 +153,7 @@ class MultiConvDAPO:
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
                                         reward_fn, config.seed, self.info, config.rollout.seeding == "sample",
-                                        config.workflow, config.workflow_options)
+                                        config.workflow.name, config.workflow.options)
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()
