@@ -9,7 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 from memagent.agent.registry import check_workflow_options
 from memagent.backends.options import BackendOptions
@@ -25,7 +25,7 @@ from memagent.config import WorkflowChoice, rule
 from memagent.errors import InputError
 from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
                             limited, parse_workflow_options, split_list)
-from memagent.io import OutputError, check_not_input
+from memagent.io import OutputError, check_not_input, check_output_dir
 from memagent.lock import LOCK_NAME
 from memagent.protocol.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
@@ -90,6 +90,11 @@ class EvalOptions:
         "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
+    checks_itself: ClassVar[bool] = True  # checked as built (the CLI and a Python caller alike), once
+
+    def __post_init__(self) -> None:
+        check_options(self)  # each option's rule, beside its field (as `ask` checks its own)
+
     def record(self) -> dict:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
@@ -112,13 +117,13 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
     """The sweep settings `memagent eval` runs with, from the options and the resolved profile (the settings
     fingerprint is computed from them)."""
     profile = profile if profile is not None else eval_profile(o)
-    b = profile.budgets
+    b, methods = profile.budgets, eval_methods(o)
     return SweepConfig(
-        model_name=o.model, methods=eval_methods(o), window=b.baseline_window, passage_tokens=o.passage_tokens,
+        model_name=o.model, methods=methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring, workflows=eval_workflows(o, profile),
+        scoring=profile.scoring, workflows=eval_workflows(o, profile, methods),
         rewards=tuple(n for n in (profile.reward, profile.step_reward) if n),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
@@ -132,10 +137,12 @@ def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
     return {profile.workflow.name: options} if options else {}
 
 
-def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[str, Any]]:
-    """The profile's workflow options, then --workflow-option's: {workflow name: its options}."""
+def eval_workflow_options(o: EvalOptions, profile: "Profile",
+                          methods: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The profile's workflow options, then --workflow-option's: {workflow name: its options}. `methods`: the
+    sweep's (`eval_methods(o)`, computed when not given)."""
     out = profile_workflow_options(profile)
-    workflows = [m for m in eval_methods(o) if m not in BASELINES]
+    workflows = [m for m in (eval_methods(o) if methods is None else methods) if m not in BASELINES]
     given: dict[str, list[str]] = {}
     for pair in o.workflow_option:
         name, dot, rest = pair.partition("=")[0].partition(".")
@@ -153,9 +160,9 @@ def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[
     return out
 
 
-def eval_workflows(o: EvalOptions, profile: "Profile") -> tuple[WorkflowChoice, ...]:
+def eval_workflows(o: EvalOptions, profile: "Profile", methods: list[str]) -> tuple[WorkflowChoice, ...]:
     """The sweep's workflows with options, `{name, options}` each (`eval_workflow_options` as one shape)."""
-    return tuple(WorkflowChoice(name, options) for name, options in eval_workflow_options(o, profile).items())
+    return tuple(WorkflowChoice(n, options) for n, options in eval_workflow_options(o, profile, methods).items())
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
@@ -176,16 +183,13 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
     must be given."""
-    check_options(o)  # each option's rule, beside its field (as `ask` checks its own)
-    o.ray.check()
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
     if o.ray.address is not None and executor is None:
         raise EvalError("--ray needs the Ray executor: run `memagent eval --ray`, or pass "
                         "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
-    out = Path(o.out)
-    check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
+    out = check_eval_out(Path(o.out), o.data, o.profile)
     with open_sweep(out, cfg, o.data) as (datas, keys):
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
@@ -202,6 +206,19 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
 
 EVAL_FILES = ("results.jsonl", "table.md", "summary.json", "profile.yaml", LOCK_NAME)  # written in --out
 PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_scores' file names
+
+
+def check_eval_out(out: Path, data: list[str], profile: Path | None) -> Path:
+    """Once, before the lock is taken or anything written: every --data file exists, --out is a folder that can
+    be written and none of the inputs, and no input is one of the files eval writes there."""
+    for d in data:
+        if not Path(d).is_file():
+            raise InputError(f"--data: {d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
+                             "files made by `memagent data ...`")
+    inputs = {f"--data file {d!r}": d for d in data}
+    check_output_dir(out, "--out", inputs)
+    check_eval_side_files(out, {**inputs, "--profile": profile})
+    return out
 
 
 def check_eval_side_files(out: Path, inputs: dict[str, Any]) -> None:

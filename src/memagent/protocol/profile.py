@@ -132,7 +132,7 @@ class Profile:
     speculate: str = "none"  # none | ngram (memagent.backends.speculate): greedy replies unchanged, only faster
 
     def __post_init__(self) -> None:
-        self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
+        AgentConfig(**self._agent_fields())  # templates, budgets, protocol: AgentConfig's own checks
         try:
             check_reward_name(self.reward, "outcome", "reward")
             if self.step_reward:
@@ -155,13 +155,17 @@ class Profile:
         check_workflow(self.workflow)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
-        """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold."""
+        """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold. A command
+        builds it once and passes it on."""
+        return AgentConfig(**self._agent_fields(), **extra)
+
+    def _agent_fields(self) -> dict[str, Any]:
         p, s, b = self.prompts, self.sampling, self.budgets
-        return AgentConfig(
+        return dict(
             chunk_tokens=b.chunk_tokens, memory_tokens=b.memory_tokens, answer_tokens=b.answer_tokens,
             query_tokens=b.query_tokens, memory_template=p.memory_template, final_template=p.final_template,
             empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-            answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens, **extra)
+            answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens)
 
     def training_agent(self, agent: AgentConfig, keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
         """`agent` (a training config's rollout workflow) with this profile's prompts and budgets, except the
