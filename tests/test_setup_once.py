@@ -82,3 +82,43 @@ def test_eval_sets_up_once(run_cli, monkeypatch, tiny_model_dir, tmp_path, extra
     assert counts == {"option checks": 1, "ray checks": 1, "workflow options parsed": 1, "agent configs": 1,
                       "locks": 1, "output checks": 1, "out folder checks": 1, "methods resolved": 1,
                       **({} if extra else {"resume checks": 1})}
+
+
+def test_train_sets_up_once(run_cli, monkeypatch, tmp_path):
+    """`memagent train` then `--resume`: the config read once, out_dir checked and locked once (by the trainer,
+    which `memagent train` no longer does before it), a resume checked once, profile.yaml written once."""
+    import memagent.rl.config
+    import memagent.rl.resume_guard
+    import memagent.rl.trainer  # noqa: F401  (loaded first: its references to the functions are spied on too)
+    from memagent.backends.tiny import build_tiny_model, build_tokenizer
+
+    model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
+                             intermediate_size=64)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"key {i}?", "context": f"the key {i} is {i}.",
+                                        "answers": [str(i)]}) + "\n" for i in range(4)))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("total_steps: 1\nsave_every: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, "
+                   "answer_tokens: 2}\nrollout: {batch_size: 2, group_size: 2}\nupdate: {mini_batch_size: 2}\n")
+    out = tmp_path / "run"
+    args = ["train", cfg, f"model={model}", f"data={data}", f"out_dir={out}", "--profile", _profile(tmp_path)]
+    for extra, resumed in (([], 0), (["--resume", "total_steps=2"], 1)):
+        counts: Counter = Counter()
+        with monkeypatch.context() as m:
+            _spy(m, counts, memagent.rl.config, "config_data", "config reads")
+            _spy(m, counts, memagent.rl.config, "check_out_dir", "out_dir checks")
+            _spy(m, counts, memagent.lock, "_hold", "locks")
+            _spy(m, counts, memagent.rl.resume_guard, "check_resume", "resume checks")
+            _spy(m, counts, memagent.io, "atomic_write_text", "profile.yaml writes",
+                 when=lambda path, *a, **k: str(path).endswith("profile.yaml"))
+            code, _, err = run_cli(*args, *extra)
+        assert code == 0, err[-2000:]
+        assert counts == {"config reads": 1, "out_dir checks": 1, "locks": 1, "profile.yaml writes": 1,
+                          **({"resume checks": 1} if resumed else {})}
+        assert "chunk_tokens: 12" in (out / "profile.yaml").read_text()
+
+
+def _profile(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("budgets: {chunk_tokens: 12, memory_tokens: 3, answer_tokens: 2}\n")
+    return path

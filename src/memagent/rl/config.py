@@ -434,12 +434,12 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
     protocol profile's prompts and budgets in `agent` (a `memagent.protocol.profile.Profile`; explicit `agent.*=...`
     overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
-    cfg = load_config(path, flags)
+    given = config_data(path, flags)  # read once; the reward names it sets win over the profile's
+    cfg = build(TrainConfig, given)
     if profile is None:
         return cfg
     explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
     kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
-    given = config_data(path, flags)  # the reward names the config file or the overrides set win over the profile's
     rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
                if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
     return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,
