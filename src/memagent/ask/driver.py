@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
-from memagent.agent.chunking import open_document
+from memagent.documents.reading import open_document
 from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
-from memagent.agent.split_prompt import parse_rule, split_prompt
+from memagent.split_prompt import parse_rule, split_prompt
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Optional
 
 from memagent.agent.prompts import render
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow
-from memagent.agent.split_prompt import parse_rule
+from memagent.split_prompt import parse_rule
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig, rule
