@@ -190,17 +190,18 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
                         "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
     out = check_eval_out(Path(o.out), o.data, o.profile)
+    report = Report(out, o.record(), o.split_by, o.workflows is not None)  # what the tables and summary.json say
     with open_sweep(out, cfg, o.data) as (datas, keys):
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
-            return _rescore_run(o, cfg, datas, keys)
+            return _rescore_run(report, cfg, datas, keys)
         try:
             sweep(make(profile), datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
         except EvalError:
-            _finish(o, cfg, datas, keys)
+            report.write(cfg, datas, keys)
             raise
-        text = _finish(o, cfg, datas, keys)
-        _check_failures(out / "results.jsonl", keys)
+        text = report.write(cfg, datas, keys)
+        _check_failures(report.results, keys)
         return text
 
 
@@ -210,30 +211,24 @@ PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_score
 
 def check_eval_out(out: Path, data: list[str], profile: Path | None) -> Path:
     """Once, before the lock is taken or anything written: every --data file exists, --out is a folder that can
-    be written and none of the inputs, and no input is one of the files eval writes there."""
+    be written and none of the inputs, and no input (--data file, --profile) is one of the files eval writes in
+    --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
     for d in data:
         if not Path(d).is_file():
             raise InputError(f"--data: {d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
                              "files made by `memagent data ...`")
     inputs = {f"--data file {d!r}": d for d in data}
     check_output_dir(out, "--out", inputs)
-    check_eval_side_files(out, {**inputs, "--profile": profile})
-    return out
-
-
-def check_eval_side_files(out: Path, inputs: dict[str, Any]) -> None:
-    """Before the lock is taken or anything written: no input (--data file, --profile) is one of the files
-    eval writes in --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
-    check_side = {f"--out (its {name})": out / name for name in EVAL_FILES}
-    for what, path in inputs.items():
+    for what, path in {**inputs, "--profile": profile}.items():
         if path is None:
             continue
-        for side, side_path in check_side.items():
-            check_not_input(side_path, {what: path}, side)
+        for name in EVAL_FILES:
+            check_not_input(out / name, {what: path}, f"--out (its {name})")
         p = Path(path)
         if PLOT_NAME.fullmatch(p.name) and p.resolve().parent == out.resolve():
             raise OutputError(f"--out {out} would get plots named like {what} {path} (scores_TASK.png), "
                               "destroying the input; move the input out of --out or choose another --out")
+    return out
 
 
 def _check_failures(results: Path, keys: list[str]) -> None:
@@ -245,20 +240,34 @@ def _check_failures(results: Path, keys: list[str]) -> None:
                         f"{results} (table.md and summary.json are written); fix the cause and rerun with --retry-failed")
 
 
-def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    results = Path(o.out) / "results.jsonl"
-    if not results.is_file():
-        raise EvalError(f"nothing to rescore: {results} does not exist; run `memagent eval` without --rescore first")
-    rescore_file(results, cfg.scoring)
-    return _finish(o, cfg, datas, keys)
+def _rescore_run(report: "Report", cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    if not report.results.is_file():
+        raise EvalError(f"nothing to rescore: {report.results} does not exist; run `memagent eval` without --rescore "
+                        "first")
+    rescore_file(report.results, cfg.scoring)
+    return report.write(cfg, datas, keys)
 
 
-def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    """table.md and plots of this run's records, and summary.json; returns the table."""
-    results = Path(o.out) / "results.jsonl"
-    text, _, _ = write_report(results, o.out, keys=keys, split_by=o.split_by, cost=o.workflows is not None)
-    base = fingerprint(cfg)
-    fps = {m: method_fingerprint(base, m, cfg.options(m)) for m in cfg.methods}
-    write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=base, datas=datas, keys=keys,
-                  records=latest(load_records(results)), fingerprints={m: f for m, f in fps.items() if f != base})
-    return text
+@dataclass(frozen=True)
+class Report:
+    """What a run writes beside its records, resolved from the options once: table.md and plots (split by a tag;
+    with the cost columns for --workflows) and summary.json (the options as it records them)."""
+
+    out: Path
+    options: dict[str, Any]  # EvalOptions.record()
+    split_by: Optional[str]
+    cost: bool
+
+    @property
+    def results(self) -> Path:
+        return self.out / "results.jsonl"
+
+    def write(self, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+        """table.md and plots of this run's records, and summary.json; returns the table."""
+        text, _, _ = write_report(self.results, self.out, keys=keys, split_by=self.split_by, cost=self.cost)
+        base = fingerprint(cfg)
+        fps = {m: method_fingerprint(base, m, cfg.options(m)) for m in cfg.methods}
+        write_summary(self.out, options=self.options, cfg=cfg, fingerprint=base, datas=datas, keys=keys,
+                      records=latest(load_records(self.results)),
+                      fingerprints={m: f for m, f in fps.items() if f != base})
+        return text
