@@ -145,3 +145,16 @@ def test_a_sweeps_old_spelling_reads_to_the_new_one_with_the_same_fingerprints()
     assert fingerprint(new) == fingerprint(plain) == records_fingerprint(new, "memagent") == "75d295d531ba80b8"
     assert (records_fingerprint(new, "lookup"), records_fingerprint(plain, "lookup")) == ("1778d05c9690f0bc",
                                                                                           "0535919b656f6399")
+
+
+def test_a_checkpoint_of_the_old_shape_resumes_under_the_new_one():
+    """config.json of a run saved before the one shape (`workflow: NAME`, `workflow_options`) is the same run."""
+    from memagent.rl.config import TrainConfig, config_to_dict
+    from memagent.rl.resume_guard import changed_settings
+
+    now = config_to_dict(TrainConfig(workflow=WorkflowChoice("lookup", {"hits": 2})))
+    old = {k: v for k, v in now.items() if k != "workflow"} | {"workflow": "lookup", "workflow_options": {"hits": 2}}
+    quiet, said = _read(lambda saved: changed_settings(saved, now), old)
+    assert quiet == [] and said == []
+    other = old | {"workflow_options": {"hits": 3}}
+    assert changed_settings(other, now) == ["workflow.options.hits (3 then, 2 now)"]
