@@ -12,14 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
-from memagent.documents.reading import open_document
 from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
-from memagent.split_prompt import parse_rule, split_prompt
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
 from memagent.config import AgentConfig, rule
 from memagent.documents import check_document
+from memagent.documents.reading import open_document
 from memagent.flags import ERRORS, MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
@@ -27,6 +26,7 @@ from memagent.protocol.profile import Profile, WorkflowChoice, open_backend, wri
 from memagent.protocol.resolve import model_profile, workflow_options_for
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask
+from memagent.split_prompt import parse_rule, split_prompt
 
 
 @dataclass
