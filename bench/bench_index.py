@@ -1,4 +1,4 @@
-"""The chunk index's cost (memagent.agent.index, used by the `lookup` and `skim` workflows), with a fake
+"""The chunk index's cost (memagent.documents.index, used by the `lookup` and `skim` workflows), with a fake
 instant backend so that what is measured is the index's own cost, not the model's.
 
 1. Per chunk: `lookup` (each chunk read AND written to the index, then one query call that finds nothing, then
@@ -97,7 +97,7 @@ def index_add_ms(tok: Any, doc: Path, repeats: int) -> float:
     """The index's own cost alone: best milliseconds of `ChunkIndex.add` per chunk (write and close included),
     the chunks made beforehand (a list here, in the benchmark only)."""
     from memagent.agent.chunking import iter_chunks
-    from memagent.agent.index import ChunkIndex
+    from memagent.documents.index import ChunkIndex
 
     chunks = list(iter_chunks(Path(doc), tok, C))
     best = float("inf")

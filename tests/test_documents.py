@@ -14,6 +14,7 @@ from memagent.agent.workflow import AgentInput, MemoryAgent
 from memagent.cli import run
 from memagent.config import AgentConfig
 from memagent.documents import Location, check_document, detect, document_segments, sniff, span_label
+from memagent.serve.page import page_assets
 from memagent.timeline.report import render_report, report_data
 
 pytest.importorskip("pypdf")
@@ -156,7 +157,7 @@ def test_memory_records_carry_the_page_beside_the_offset(tmp_path, tiny_backend)
     assert [row["source"] for row in doc["rows"]] == [c.source for c in chunks]
     by_step = {row["step"]: row["source"] for row in doc["rows"]}
     assert doc["sources"] == list(dict.fromkeys(by_step[s] for s in doc["evidence"]))
-    assert "page 1" in render_report(data, "t")
+    assert "page 1" in render_report(data, "t", page_assets())
 
 
 def test_text_records_are_unchanged(tiny_backend):

@@ -1,4 +1,4 @@
-"""The on-disk chunk index (memagent.agent.index): exact offsets, BM25 order, any query read as plain words, the
+"""The on-disk chunk index (memagent.documents.index): exact offsets, BM25 order, any query read as plain words, the
 file's lifetime."""
 import sqlite3
 from dataclasses import replace
@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from memagent.agent.chunking import Chunk, iter_chunks
-from memagent.agent.index import (MAX_TERMS, ChunkIndex, ChunkIndexError, check_fts5, match_expression,
+from memagent.documents.index import (MAX_TERMS, ChunkIndex, ChunkIndexError, check_fts5, match_expression,
                                   query_terms)
 
 
@@ -137,7 +137,7 @@ def test_no_fts5_is_a_clear_error(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr("memagent.agent.index.sqlite3.connect", lambda *a, **k: NoFts5())
+    monkeypatch.setattr("memagent.documents.index.sqlite3.connect", lambda *a, **k: NoFts5())
     with pytest.raises(ChunkIndexError, match=r"has no FTS5 .*no such module: fts5.*--workflow memagent"):
         check_fts5()
     with pytest.raises(ChunkIndexError):

@@ -41,7 +41,6 @@ def test_unknown_workflow_names_the_valid_ones():
 
 
 @pytest.mark.parametrize("data, part", [
-    ({"workflow": "lookup"}, "workflow must be a mapping"),
     ({"workflow": {"name": "lookup", "k": 4}}, "workflow.k"),
     ({"workflow": {"name": 3}}, "workflow.name must be a string"),
     ({"workflow": {"options": [1]}}, "workflow.options must be a mapping"),

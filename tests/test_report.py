@@ -128,3 +128,25 @@ def test_report_from_a_real_ask_trace(tmp_path, tiny_model_dir):
     data = json.loads(parser.scripts[0][1])
     assert len(data["docs"][0]["rows"]) == len(memory_lines) >= 2
     assert data["docs"][0]["final"] is not None
+
+
+def test_the_report_is_byte_identical_with_the_assets_passed_in(tmp_path):
+    """The page's CSS and JS are read by the app layer (memagent.serve.page) and passed in; the report of a fixed
+    trace is the same bytes as when timeline/ read them itself (sha256 of that code's output, 3f10368, with the
+    same stand-in assets), and `memagent report` inlines the page's files verbatim."""
+    import hashlib
+
+    from memagent.serve.page import STATIC, page_assets
+    from memagent.timeline.report import PageAssets, read_trace, render_report
+
+    trace = _trace(tmp_path / "t.jsonl", _records() + _records("d1"))
+    html = render_report(report_data(read_trace(trace)), "t.jsonl", PageAssets(style="/* css */", script="// js"))
+    assert hashlib.sha256(html.encode()).hexdigest() == \
+        "d2d04f24a352574954a3848d34ad416faac5a48f1b3a976fc6d80de67d857b30"
+    assert run(["report", str(trace), "--out", str(tmp_path / "r.html")]) == 0
+    written = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert written == render_report(report_data(read_trace(trace)), "t.jsonl", page_assets())
+    for name in ("style.css", "timeline.js"):
+        assert "\n" + (STATIC / name).read_text(encoding="utf-8") + "\n" in written
+    with pytest.raises(ValueError, match="would end the inlined block"):
+        PageAssets(style="a</style>", script="")

@@ -85,16 +85,16 @@ def test_a_memagent_profile_with_lookups_options_is_refused(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("workflow_options.trace_path={doc}", "trace_path is a run-time setting"),
-    ("workflow_options.hits=0", "hits must be an integer from 1 to 8, got 0"),
-    ("workflow_options.keep_index=maybe", "keep_index must be true or false"),
-    ("workflow_options.nope=1", "workflow lookup has no option nope"),
+    ("workflow.options.trace_path={doc}", "trace_path is a run-time setting"),
+    ("workflow.options.hits=0", "hits must be an integer from 1 to 8, got 0"),
+    ("workflow.options.keep_index=maybe", "keep_index must be true or false"),
+    ("workflow.options.nope=1", "workflow lookup has no option nope"),
 ])
 def test_a_training_config_is_checked_before_the_dry_run_and_leaves_inputs_alone(run_cli, tmp_path, override,
                                                                                    message):
     doc = tmp_path / "input.txt"
     doc.write_text("an input document")
-    code, out, err = run_cli("train", CFG_7B, "workflow=lookup", override.format(doc=doc), "--dry-run")
+    code, out, err = run_cli("train", CFG_7B, "workflow.name=lookup", override.format(doc=doc), "--dry-run")
     _one_error(code, err, message)
     assert doc.read_text() == "an input document" and out == ""
 

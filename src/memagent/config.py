@@ -8,6 +8,9 @@ The loader of YAML and `key=value` overrides is `memagent.sections`.
 The values a config is checked against live here too: `check_template` (the paper's templates, the defaults,
 and their placeholders are declared in `memagent.prompts`, a leaf module, and stay importable from
 here), the answer protocols and think modes (applied by `memagent.agent.answer`).
+
+A reading workflow is chosen in one shape everywhere (a profile, a training config): `workflow: {name, options}`
+(`WorkflowChoice`); `workflow_choice_data` reads the older spellings into it, each with a deprecation line.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,3 +169,50 @@ class AgentConfig:
         check_fields(self)
         check_template(self.memory_template, MEMORY_FIELDS, "memory")
         check_template(self.final_template, FINAL_FIELDS, "final")
+
+
+class ConfigDeprecation(DeprecationWarning):
+    """An old spelling in a config file, a profile or an override: it still reads, the message names the new one
+    (the CLI prints it as one `warning: ...` line on stderr)."""
+
+
+def deprecated(message: str) -> None:
+    warnings.warn(message, ConfigDeprecation, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class WorkflowChoice:
+    """The reading workflow a command, a profile or a training run uses (memagent.agent.registry), and its own
+    options; written `workflow: {name: lookup, options: {hits: 3}}` in every file."""
+    name: str = field(default="memagent", metadata=rule(flag_name="workflow"))  # the paper's overwrite loop
+    options: dict[str, Any] = field(default_factory=dict)  # keyword options of its factory (e.g. lookup's)
+
+
+def workflow_choice_data(data: Any, where: str) -> Any:
+    """`data` (the mapping of a profile or a training config, `where` names it) with its workflow choice in the one
+    shape `workflow: {name, options}`. The older spellings read the same, with one deprecation line:
+    `workflow: NAME` (and `workflow_options: {...}` beside it, a training config's) and `workflow: {NAME: options}`."""
+    if not isinstance(data, dict) or ("workflow" not in data and "workflow_options" not in data):
+        return data
+    out, old = dict(data), []
+    choice = out.get("workflow")
+    if isinstance(choice, str):
+        old.append(f"workflow: {choice}")
+        choice = {"name": choice}
+    elif (isinstance(choice, dict) and len(choice) == 1 and not {"name", "options"} & set(choice)
+          and all(isinstance(v, dict) or v is None for v in choice.values())):
+        name, options = next(iter(choice.items()))
+        old.append(f"workflow: {{{name}: OPTIONS}}")
+        choice = {"name": name, "options": options or {}}
+    if "workflow_options" in out:
+        options = out.pop("workflow_options")
+        old.append("workflow_options: OPTIONS")
+        choice = dict(choice) if isinstance(choice, dict) else {}
+        held = choice.get("options")
+        choice["options"] = {**held, **options} if isinstance(held, dict) and isinstance(options, dict) else options
+    if old:
+        name = choice.get("name", "NAME") if isinstance(choice, dict) else "NAME"
+        deprecated(f"{where}: `{'` with `'.join(old)}` is the old spelling of the workflow choice, read as "
+                   f"`workflow: {{name: {name}, options: OPTIONS}}`; write that (it reads everywhere)")
+    out["workflow"] = choice
+    return out

@@ -78,13 +78,15 @@ def _check_field(f: dataclasses.Field, value: Any, hint: Any, by_key: bool = Fal
 
 def check_options(options: Any, by_key: bool = False) -> None:
     """InputError for the first flag field of `options` (nested option groups included) whose value breaks the
-    rule declared beside it, named by its flag (`by_key`: by its parameter name, e.g. `chunk_tokens`)."""
+    rule declared beside it, named by its flag (`by_key`: by its parameter name, e.g. `chunk_tokens`). A group
+    whose class sets `checks_itself` (it calls this in its `__post_init__`: ask's, eval's, serve's and the Ray
+    options) was checked as it was built and is not checked again: each check runs once on every path."""
     hints = hints_of(type(options))
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
         if "flag" in f.metadata:
             _check_field(f, value, hints[f.name], by_key)
-        elif dataclasses.is_dataclass(value):
+        elif dataclasses.is_dataclass(value) and not getattr(value, "checks_itself", False):
             check_options(value, by_key)
 
 

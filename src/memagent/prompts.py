@@ -58,7 +58,7 @@ def render(template: str, **values: str) -> str:
 
 
 # -- the `lookup` workflow (memagent.agent.lookup): the model writes a search query after the last chunk ----------
-# Our wording. Placeholders {question} and {memory}; the reply is searched as plain words (memagent.agent.index).
+# Our wording. Placeholders {question} and {memory}; the reply is searched as plain words (memagent.documents.index).
 LOOKUP_QUERY_TEMPLATE = """You have read a long article section by section and kept only the memory below. Before you answer the problem you can look back into the article: write a search query, a few keywords (names, numbers, rare terms) that the sections you need to read again contain. Write only the keywords.
 
 <problem>

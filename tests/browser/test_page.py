@@ -204,7 +204,7 @@ PAIRS = [("a b c d e", "a X c d Y Z e"), ("", "one two"), ("one two", ""), ("x x
 
 
 def test_timeline_js_diff_matches_python(browser):
-    from memagent.timeline.report import STATIC
+    from memagent.serve.page import STATIC
     from memagent.timeline import word_diff
 
     page = browser.new_page()

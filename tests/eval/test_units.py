@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from memagent.backends.base import Generation
-from memagent.config import AgentConfig
+from memagent.config import AgentConfig, WorkflowChoice
 from memagent.eval.baselines import EvalError
 from memagent.cli.eval_command import EvalOptions, sweep_config
 from memagent.eval.executor import Executor, LocalExecutor
@@ -149,8 +149,8 @@ def test_the_profiles_workflow_options_reach_the_sweep(tmp_path):
     o = EvalOptions(model="scripted", data=[], out=tmp_path / "o", workflows=["memagent", "lookup"], profile=prof)
     cfg = sweep_config(o)
     assert cfg.methods == ["memagent", "lookup", "full-context", "rag-bm25"]
-    assert cfg.workflow_options == {"lookup": {"lookups": 2}}
+    assert cfg.workflows == (WorkflowChoice("lookup", {"lookups": 2}),) and cfg.options("lookup") == {"lookups": 2}
     plain = sweep_config(EvalOptions(model="scripted", data=[], out=tmp_path / "o", workflows=["memagent", "lookup"]))
-    assert plain.workflow_options == {}
+    assert plain.workflows == () and plain.options("lookup") == {}
     assert records_fingerprint(cfg, "memagent") == records_fingerprint(plain, "memagent")  # memagent untouched
     assert records_fingerprint(cfg, "lookup") != records_fingerprint(plain, "lookup")

@@ -1,4 +1,4 @@
-"""Issue 37, class 4: the chunk index (SQLite FTS5, `memagent.agent.index`) under faults.
+"""Issue 37, class 4: the chunk index (SQLite FTS5, `memagent.documents.index`) under faults.
 
 - A full disk while indexing was an `sqlite3.OperationalError` traceback: now one `error:` line naming the
   folder, exit 2, the partial index removed. The disk is a real full disk: a 1 MiB tmpfs mounted for the test
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from memagent.agent import index as index_mod
+from memagent.documents import index as index_mod
 from memagent.agent.chunking import Chunk
-from memagent.agent.index import TEMP_PREFIX, ChunkIndex
+from memagent.documents.index import TEMP_PREFIX, ChunkIndex
 from memagent.lock import OWNER_NAME
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -68,7 +68,7 @@ sys.path.insert(0, {src!r})
 import tempfile
 tempfile.tempdir = {tmp!r}
 from memagent.agent.chunking import Chunk
-from memagent.agent.index import ChunkIndex
+from memagent.documents.index import ChunkIndex
 ix = ChunkIndex()
 for i in range(50):
     ix.add(Chunk(i, "river city " * 50, list(range(10)), 10 * i))

@@ -1,9 +1,9 @@
-"""The one-message prompt rule (memagent.agent.split_prompt), by hand."""
+"""The one-message prompt rule (memagent.split_prompt), by hand."""
 from __future__ import annotations
 
 import pytest
 
-from memagent.agent.split_prompt import PromptSplitError, SplitRule, parse_rule, split_prompt
+from memagent.split_prompt import PromptSplitError, SplitRule, parse_rule, split_prompt
 from memagent.errors import InputError
 
 LONGBENCH = "Answer briefly.\n\nPassage one.\nPassage two.\n\nQuestion: Who wrote it?\nAnswer:\n"

@@ -118,7 +118,7 @@ def test_two_hop_demo_trains_memagent_with_the_evidence_reward_and_lookup_withou
 
     seen = {}
     monkeypatch.setattr(two_hop, "warm_up", lambda cfg, tok, rows, out: "model")
-    monkeypatch.setattr(trainer, "train", lambda cfg, data, **kw: seen.setdefault(cfg.workflow, (cfg, data)))
+    monkeypatch.setattr(trainer, "train", lambda cfg, data, **kw: seen.setdefault(cfg.workflow.name, (cfg, data)))
     cfg = two_hop.TwoHopConfig.for_run(True, 0, str(tmp_path))
     tok = build_toy_tokenizer(cfg.spec, two_hop.EXTRA_WORDS)
     for wf in ("lookup", "memagent"):

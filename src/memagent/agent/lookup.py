@@ -2,7 +2,7 @@
 
 The overwrite loop loses early evidence for good: a fact read before the agent knows it matters is gone
 once the memory is rewritten (docs/paper.md, "Limits we build beyond"). `lookup` keeps the text in an
-on-disk full-text index (memagent.agent.index) and lets the model search it at the end:
+on-disk full-text index (memagent.documents.index) and lets the model search it at the end:
 
 1. as the document streams, each chunk is read with the memory exactly as in `memagent` (same prompt, same
    M-token cap) and is written to the index with its token offsets;
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator
 
 from memagent.agent.answer import strip_think
 from memagent.agent.chunking import Chunk
-from memagent.agent.index import ChunkIndex, Hit
+from memagent.documents.index import ChunkIndex, Hit
 from memagent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.protocol import Call, Document, Prompt, paper_window, workflow
 from memagent.agent.workflow import Reading, answer, read

@@ -138,7 +138,7 @@ def check_workflow_options(name: str, options: Any) -> None:
     """ConfigError for options of workflow `name` that a file or a flag may not set: not a mapping, a run-time
     setting of the command (WORKFLOW_OPTIONS: trace_path, on_step, errors, failures, schedule, progress, ...),
     a name the workflow does not have, or a value its options class refuses (its type or range). The one check
-    of every entry (--workflow-option, a profile's `workflow.options`, a training config's `workflow_options`,
+    of every entry (--workflow-option, a profile's `workflow.options`, a training config's `workflow.options`,
     serve, eval sweeps), made before any model is loaded or file written; a factory of the earlier protocol
     checks its own when it is built."""
     if not isinstance(options, dict):

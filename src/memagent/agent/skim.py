@@ -1,7 +1,7 @@
 """The `skim` workflow: retrieve, then read. Reading is serial, so the overwrite loop's latency grows with the
 number of chunks K (docs/paper.md, "Limits we build beyond"); skim reads only the k chunks most like the question.
 
-1. a first pass, without model calls, writes every chunk to an on-disk full-text index (memagent.agent.index)
+1. a first pass, without model calls, writes every chunk to an on-disk full-text index (memagent.documents.index)
    as the document streams; the chunks' text is kept there, so the source is read once (a stream works);
 2. the chunks are ranked against the question (BM25); the top k are kept, and when fewer than k share a word
    with the question the earliest other chunks fill the rest, so a document of K >= k chunks always gets k;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from memagent.agent.index import ChunkIndex
+from memagent.documents.index import ChunkIndex
 from memagent.agent.lookup import bounded_int, index_name
 from memagent.agent.protocol import Document, workflow
 from memagent.agent.workflow import Reading, answer, read

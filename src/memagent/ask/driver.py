@@ -10,24 +10,23 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional
 
-from memagent.agent.chunking import open_document
-from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, check_workflow_options, run_workflow
-from memagent.agent.split_prompt import parse_rule, split_prompt
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
-from memagent.config import rule
+from memagent.config import AgentConfig, rule
 from memagent.documents import check_document
-from memagent.flags import (ERRORS, MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag,
-                            flag_values, parse_workflow_options)
+from memagent.documents.reading import open_document
+from memagent.flags import ERRORS, MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
 from memagent.protocol.profile import Profile, WorkflowChoice, open_backend, write_profile
-from memagent.protocol.resolve import model_profile
+from memagent.protocol.resolve import model_profile, workflow_options_for
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask
+from memagent.split_prompt import parse_rule, split_prompt
 
 
 @dataclass
@@ -66,29 +65,40 @@ class AskOptions:
     workflow_option: list[str] = field(default_factory=list, metadata=flag(WORKFLOW_OPTION_HELP, "--workflow-option"))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
+    checks_itself: ClassVar[bool] = True  # checked as built (the CLI and a Python caller alike), once
+
+    def __post_init__(self) -> None:
+        check_options(self)  # each option's rule, beside its field
+
+
+@dataclass(frozen=True)
+class AskRun:
+    """What `ask` runs with, resolved once from its options: the profile, the one agent config built from it,
+    and the workflow's options (the profile's, then --workflow-option's: parsed and checked once)."""
+
+    profile: Profile
+    config: AgentConfig
+    options: dict[str, Any]
+
 
 def run_ask(o: AskOptions) -> None:
     """Answer one question (printed) or every line of --input (written as each finishes; a rerun resumes)."""
-    check_options(o)  # each option's rule, beside its field
-    check_workflow_options(o.workflow, parse_workflow_options(o.workflow_option))  # before any model is loaded
     if o.prompt is not None:
         if o.question is not None or o.document is not None or o.input is not None:
             raise InputError("--prompt holds document and question together; do not combine it with "
                              "--question/--document/--input")
         if o.output is not None:
             raise InputError("--output is for --input (many questions); the answer of --prompt is printed to stdout")
-        return _ask_prompt(o)
+        return _ask_prompt(o, _resolve(o))
     if o.input is None and (o.question is None or o.document is None):
         raise InputError("give --question and --document, or --input FILE.jsonl")
     if o.input is not None and (o.question is not None or o.document is not None):
         raise InputError("--input runs many questions; do not combine it with --question/--document")
     if o.output is not None and o.input is None:
         raise InputError("--output is for --input (many questions); one answer is printed to stdout")
-    o.ray.check()
     if o.ray.address is not None and o.input is None:
         raise InputError("--ray shards many questions over Ray actors; give them with --input FILE.jsonl")
-    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
-    profile.agent_config(max_batch_docs=o.batch_docs)  # settings checked before any file is read
+    run = _resolve(o)  # settings checked before any file is read
     if o.input is not None:
         items = read_inputs(o.input, o.errors)
         if not items:
@@ -109,17 +119,24 @@ def run_ask(o: AskOptions) -> None:
     inputs["--profile"] = o.profile
     check_ask_outputs(o.output, o.trace, o.model, inputs)
     with file_lock(o.output, "ask") if o.output is not None else nullcontext():  # one run per --output
-        _answer(o, items, profile)
+        _answer(o, items, run)
 
 
-def _ask_prompt(o: AskOptions) -> None:
+def _resolve(o: AskOptions) -> AskRun:
+    """The profile (memagent.protocol.resolve.model_profile), its agent config and the workflow's options."""
+    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
+    options = workflow_options_for(profile, o.workflow, o.workflow_option)  # before any model is loaded
+    if o.workflow_option:  # recorded in the profile written beside the results
+        profile = replace(profile, workflow=WorkflowChoice(o.workflow, options))
+    return AskRun(profile, profile.agent_config(max_batch_docs=o.batch_docs), options)
+
+
+def _ask_prompt(o: AskOptions, run: AskRun) -> None:
     """`ask --prompt FILE`: split the one-message prompt by --prompt-split, then answer it as one question."""
     rule = parse_rule(o.prompt_split)
     if rule.kind == "messages":
         raise InputError("--prompt-split messages is for chat requests; for --prompt use auto, paragraph, line or "
                          "separator:TEXT")
-    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
-    profile.agent_config(max_batch_docs=o.batch_docs)
     path = None if o.prompt == "-" else Path(o.prompt)
     if path is not None and not path.is_file():
         raise InputError(f"--prompt {o.prompt}: no such file; give a text file (or - for stdin)")
@@ -129,22 +146,17 @@ def _ask_prompt(o: AskOptions) -> None:
     except InputError as e:
         raise InputError(f"--prompt: {e}; choose another --prompt-split, or give --document and --question") from None
     check_ask_outputs(o.output, o.trace, o.model, {"--prompt": path} if path is not None else {})
-    _answer(o, [AgentInput(question, document, "0")], profile)
+    _answer(o, [AgentInput(question, document, "0")], run)
 
 
-def _answer(o: AskOptions, items: list[AgentInput], profile: Profile) -> None:
+def _answer(o: AskOptions, items: list[AgentInput], run: AskRun) -> None:
     """Run the questions not yet answered in --output (all of them without it); print or write the results."""
-    config = profile.agent_config(max_batch_docs=o.batch_docs)
+    profile, config, options = run.profile, run.config, run.options
     results = ResultLog(o.output if o.input is not None else None)
     todo = [it for it in items if it.doc_id not in results.done]
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
-    # the profile's `workflow: {name, options}`: its options apply when its workflow is the one run; then the flags
-    options = dict(profile.workflow.options) if profile.workflow.name == o.workflow else {}
-    if o.workflow_option:  # recorded in the profile written beside the results
-        options.update(parse_workflow_options(o.workflow_option))
-        profile = replace(profile, workflow=WorkflowChoice(o.workflow, options))
     if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here

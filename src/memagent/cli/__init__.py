@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from typing import Optional
 
 import typer
@@ -26,6 +27,7 @@ except ImportError:
 from memagent.cli import ask, data, evaluate, model, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
 from memagent.backends.redact import redact
+from memagent.config import ConfigDeprecation
 from memagent.errors import MemAgentError
 from memagent.io import os_error_message
 from memagent.scale.options import bare_ray_flag
@@ -58,6 +60,24 @@ def _fail(message: str) -> int:
 
 
 def run(args: Optional[list[str]] = None) -> int:
+    """Run the CLI on `args` (default sys.argv[1:]); returns the exit code (see `_run`). An old spelling in a
+    config file, a profile or an override (memagent.config.ConfigDeprecation) is one `warning: ...` line on
+    stderr, once per spelling."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", ConfigDeprecation)
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kw):  # type: ignore[no-untyped-def]
+            if issubclass(category, ConfigDeprecation):
+                typer.echo(f"warning: {_one_line(str(message))}", err=True)
+            else:
+                shown(message, category, *rest, **kw)
+
+        warnings.showwarning = show
+        return _run(args)
+
+
+def _run(args: Optional[list[str]] = None) -> int:
     """Run the CLI on `args` (default sys.argv[1:]); returns the exit code.
 
     Every user-caused failure is one `error: ...` line and code 2: a `MemAgentError`, a bad flag

@@ -13,6 +13,7 @@ from memagent.cli.params import options_command
 from memagent.flags import flag
 from memagent.io import given_path
 from memagent.serve.main import ServeOptions, run_serve
+from memagent.serve.page import page_assets
 from memagent.timeline.report import write_report
 
 
@@ -36,7 +37,7 @@ class ReportOptions:
 @options_command(ReportOptions)
 def report_cmd(o: ReportOptions) -> None:
     """The memory timeline of a trace as one static HTML file: each chunk, the memory after it, what changed."""
-    n = write_report(o.trace, given_path(o.out, "--out", "file path"), o.doc)
+    n = write_report(o.trace, given_path(o.out, "--out", "file path"), o.doc, assets=page_assets())
     typer.echo(f"wrote the timeline of {n} document(s) to {o.out}", err=True)
 
 

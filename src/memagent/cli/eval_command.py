@@ -9,7 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 from memagent.agent.registry import check_workflow_options
 from memagent.backends.options import BackendOptions
@@ -21,11 +21,11 @@ from memagent.eval.summary import write_summary
 from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
 from memagent.eval.sweep_config import refuse_unknown_methods
 from memagent.eval.workflow_runs import method_fingerprint
-from memagent.config import rule
+from memagent.config import WorkflowChoice, rule
 from memagent.errors import InputError
 from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
                             limited, parse_workflow_options, split_list)
-from memagent.io import OutputError, check_not_input
+from memagent.io import OutputError, check_not_input, check_output_dir
 from memagent.lock import LOCK_NAME
 from memagent.protocol.profile import open_backend, write_profile
 from memagent.protocol.resolve import resolve_model_profile
@@ -90,6 +90,11 @@ class EvalOptions:
         "[default: the profile's, wrong] Failed samples in the means: wrong (count 0) | skip (left out)."))
     ray: RayOptions = field(default_factory=RayOptions)  # --ray [ADDRESS], --ray-workers: shard over Ray actors
 
+    checks_itself: ClassVar[bool] = True  # checked as built (the CLI and a Python caller alike), once
+
+    def __post_init__(self) -> None:
+        check_options(self)  # each option's rule, beside its field (as `ask` checks its own)
+
     def record(self) -> dict:
         """The options as summary.json holds them: one key per flag, the backend's options as one mapping."""
         left_out = {**flag_values(self.backend), **flag_values(self.ray)}  # ray: where it ran, not what
@@ -112,13 +117,13 @@ def sweep_config(o: EvalOptions, profile: "Profile | None" = None) -> SweepConfi
     """The sweep settings `memagent eval` runs with, from the options and the resolved profile (the settings
     fingerprint is computed from them)."""
     profile = profile if profile is not None else eval_profile(o)
-    b = profile.budgets
+    b, methods = profile.budgets, eval_methods(o)
     return SweepConfig(
-        model_name=o.model, methods=eval_methods(o), window=b.baseline_window, passage_tokens=o.passage_tokens,
+        model_name=o.model, methods=methods, window=b.baseline_window, passage_tokens=o.passage_tokens,
         limit=o.limit, baseline_answer_tokens=b.baseline_answer_tokens,
         baseline_template=profile.prompts.baseline_template,
         agent=profile.agent_config(max_batch_docs=o.batch_docs), repeats=profile.sampling.repeats,
-        scoring=profile.scoring, workflow_options=eval_workflow_options(o, profile),
+        scoring=profile.scoring, workflows=eval_workflows(o, profile, methods),
         rewards=tuple(n for n in (profile.reward, profile.step_reward) if n),
         backend_settings=dict(backend=o.backend.name, dtype=o.backend.dtype, tokenizer=o.backend.tokenizer,
                               chat_template_kwargs=profile.chat_template_kwargs, yarn_factor=b.yarn_factor))
@@ -132,10 +137,12 @@ def profile_workflow_options(profile: "Profile") -> dict[str, dict[str, Any]]:
     return {profile.workflow.name: options} if options else {}
 
 
-def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[str, Any]]:
-    """The profile's workflow options, then --workflow-option's: {workflow name: its options}."""
+def eval_workflow_options(o: EvalOptions, profile: "Profile",
+                          methods: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The profile's workflow options, then --workflow-option's: {workflow name: its options}. `methods`: the
+    sweep's (`eval_methods(o)`, computed when not given)."""
     out = profile_workflow_options(profile)
-    workflows = [m for m in eval_methods(o) if m not in BASELINES]
+    workflows = [m for m in (eval_methods(o) if methods is None else methods) if m not in BASELINES]
     given: dict[str, list[str]] = {}
     for pair in o.workflow_option:
         name, dot, rest = pair.partition("=")[0].partition(".")
@@ -151,6 +158,11 @@ def eval_workflow_options(o: EvalOptions, profile: "Profile") -> dict[str, dict[
         out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}
         check_workflow_options(name, out[name])  # before any model is loaded
     return out
+
+
+def eval_workflows(o: EvalOptions, profile: "Profile", methods: list[str]) -> tuple[WorkflowChoice, ...]:
+    """The sweep's workflows with options, `{name, options}` each (`eval_workflow_options` as one shape)."""
+    return tuple(WorkflowChoice(n, options) for n, options in eval_workflow_options(o, profile, methods).items())
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
@@ -171,27 +183,25 @@ def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
     where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
     `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
     must be given."""
-    check_options(o)  # each option's rule, beside its field (as `ask` checks its own)
-    o.ray.check()
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
     if o.ray.address is not None and executor is None:
         raise EvalError("--ray needs the Ray executor: run `memagent eval --ray`, or pass "
                         "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
-    out = Path(o.out)
-    check_eval_side_files(out, {**{f"--data file {d!r}": d for d in o.data}, "--profile": o.profile})
+    out = check_eval_out(Path(o.out), o.data, o.profile)
+    report = Report(out, o.record(), o.split_by, o.workflows is not None)  # what the tables and summary.json say
     with open_sweep(out, cfg, o.data) as (datas, keys):
         write_profile(profile, out / "profile.yaml")
         if o.rescore:
-            return _rescore_run(o, cfg, datas, keys)
+            return _rescore_run(report, cfg, datas, keys)
         try:
             sweep(make(profile), datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
         except EvalError:
-            _finish(o, cfg, datas, keys)
+            report.write(cfg, datas, keys)
             raise
-        text = _finish(o, cfg, datas, keys)
-        _check_failures(out / "results.jsonl", keys)
+        text = report.write(cfg, datas, keys)
+        _check_failures(report.results, keys)
         return text
 
 
@@ -199,19 +209,26 @@ EVAL_FILES = ("results.jsonl", "table.md", "summary.json", "profile.yaml", LOCK_
 PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_scores' file names
 
 
-def check_eval_side_files(out: Path, inputs: dict[str, Any]) -> None:
-    """Before the lock is taken or anything written: no input (--data file, --profile) is one of the files
-    eval writes in --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
-    check_side = {f"--out (its {name})": out / name for name in EVAL_FILES}
-    for what, path in inputs.items():
+def check_eval_out(out: Path, data: list[str], profile: Path | None) -> Path:
+    """Once, before the lock is taken or anything written: every --data file exists, --out is a folder that can
+    be written and none of the inputs, and no input (--data file, --profile) is one of the files eval writes in
+    --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
+    for d in data:
+        if not Path(d).is_file():
+            raise InputError(f"--data: {d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
+                             "files made by `memagent data ...`")
+    inputs = {f"--data file {d!r}": d for d in data}
+    check_output_dir(out, "--out", inputs)
+    for what, path in {**inputs, "--profile": profile}.items():
         if path is None:
             continue
-        for side, side_path in check_side.items():
-            check_not_input(side_path, {what: path}, side)
+        for name in EVAL_FILES:
+            check_not_input(out / name, {what: path}, f"--out (its {name})")
         p = Path(path)
         if PLOT_NAME.fullmatch(p.name) and p.resolve().parent == out.resolve():
             raise OutputError(f"--out {out} would get plots named like {what} {path} (scores_TASK.png), "
                               "destroying the input; move the input out of --out or choose another --out")
+    return out
 
 
 def _check_failures(results: Path, keys: list[str]) -> None:
@@ -223,20 +240,34 @@ def _check_failures(results: Path, keys: list[str]) -> None:
                         f"{results} (table.md and summary.json are written); fix the cause and rerun with --retry-failed")
 
 
-def _rescore_run(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    results = Path(o.out) / "results.jsonl"
-    if not results.is_file():
-        raise EvalError(f"nothing to rescore: {results} does not exist; run `memagent eval` without --rescore first")
-    rescore_file(results, cfg.scoring)
-    return _finish(o, cfg, datas, keys)
+def _rescore_run(report: "Report", cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+    if not report.results.is_file():
+        raise EvalError(f"nothing to rescore: {report.results} does not exist; run `memagent eval` without --rescore "
+                        "first")
+    rescore_file(report.results, cfg.scoring)
+    return report.write(cfg, datas, keys)
 
 
-def _finish(o: EvalOptions, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    """table.md and plots of this run's records, and summary.json; returns the table."""
-    results = Path(o.out) / "results.jsonl"
-    text, _, _ = write_report(results, o.out, keys=keys, split_by=o.split_by, cost=o.workflows is not None)
-    base = fingerprint(cfg)
-    fps = {m: method_fingerprint(base, m, cfg.workflow_options.get(m)) for m in cfg.methods}
-    write_summary(o.out, options=o.record(), cfg=cfg, fingerprint=base, datas=datas, keys=keys,
-                  records=latest(load_records(results)), fingerprints={m: f for m, f in fps.items() if f != base})
-    return text
+@dataclass(frozen=True)
+class Report:
+    """What a run writes beside its records, resolved from the options once: table.md and plots (split by a tag;
+    with the cost columns for --workflows) and summary.json (the options as it records them)."""
+
+    out: Path
+    options: dict[str, Any]  # EvalOptions.record()
+    split_by: Optional[str]
+    cost: bool
+
+    @property
+    def results(self) -> Path:
+        return self.out / "results.jsonl"
+
+    def write(self, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
+        """table.md and plots of this run's records, and summary.json; returns the table."""
+        text, _, _ = write_report(self.results, self.out, keys=keys, split_by=self.split_by, cost=self.cost)
+        base = fingerprint(cfg)
+        fps = {m: method_fingerprint(base, m, cfg.options(m)) for m in cfg.methods}
+        write_summary(self.out, options=self.options, cfg=cfg, fingerprint=base, datas=datas, keys=keys,
+                      records=latest(load_records(self.results)),
+                      fingerprints={m: f for m, f in fps.items() if f != base})
+        return text

@@ -13,7 +13,7 @@ from memagent.cli.params import options_command
 from memagent.cli.eval_command import EvalOptions, run_eval
 from memagent.eval.flops import DEFAULT_LENGTHS, flops_report
 from memagent.flags import flag
-from memagent.io import check_not_input, check_output_dir, check_output_file
+from memagent.io import check_output_file
 from memagent.protocol.profile import write_profile
 from memagent.protocol.reference import check_reference_out, profile_from_reference
 from memagent.scale.executor import ray_executor
@@ -71,18 +71,6 @@ def flops(o: FlopsOptions) -> None:
         Console().print(report)
 
 
-def _check_eval_out(out: Path, data: list[str]) -> None:
-    """--out is a writable folder, and no --data file is one of the files eval writes there."""
-    for d in data:
-        if not Path(d).is_file():
-            raise typer.BadParameter(f"{d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
-                                     "files made by `memagent data ...`", param_hint="--data")
-    inputs = {f"--data file {d!r}": d for d in data}
-    check_output_dir(out, "--out", inputs)
-    for name in ("results.jsonl", "table.md"):
-        check_not_input(out / name, inputs, f"--out (its {name})")
-
-
 def _model_config(model: str) -> Optional[Path]:
     """The config.json a --model names (the file itself, or the one in a model folder); None for a preset."""
     p = Path(model)
@@ -95,7 +83,6 @@ def _model_config(model: str) -> Optional[Path]:
 @options_command(EvalOptions)
 def eval_(o: EvalOptions) -> None:
     """Score methods over tasks and lengths; writes results.jsonl, table.md (paper Table 1) and plots."""
-    _check_eval_out(Path(o.out), o.data)
     if o.ray.address is None:
         typer.echo(run_eval(o))
     else:  # the same sweep, its units on Ray actors (memagent[ray]): the command chooses the executor

@@ -90,7 +90,8 @@ def options_command(cls: type) -> Callable[[Callable[[Any], Any]], Callable[...,
         @functools.wraps(fn)
         def command(**values: Any) -> Any:
             options = _build(cls, values)
-            check_options(options)  # each flag's rule, declared beside its field
+            if not getattr(cls, "checks_itself", False):  # ask's, eval's, serve's options checked as they were built
+                check_options(options)  # each flag's rule, declared beside its field
             return fn(options)
 
         del command.__wrapped__  # typer reads the signature below, not fn's

@@ -41,6 +41,7 @@ from typing import Any, Callable
 from memagent.agent.answer import extract_boxed
 from memagent.agent.prompts import render
 from memagent.backends.base import SamplingParams
+from memagent.config import WorkflowChoice
 from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
@@ -174,7 +175,7 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
     model = warm_up(cfg, tokenizer, warm, out / workflow)
     copy_rows = value_copy_rows(cfg, tokenizer, rng, demonstrations) if cfg.rl_copy_coef > 0 else None
     options = cfg.lookup_options() if workflow == "lookup" else {}
-    rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=workflow, workflow_options=options)
+    rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=WorkflowChoice(workflow, options))
     if workflow == "memagent" and cfg.step_reward:  # lookup keeps the outcome reward alone
         rl_cfg = dataclasses.replace(rl_cfg, step_reward=cfg.step_reward, step_mix=cfg.step_mix)
     train(rl_cfg, rl_questions(cfg, two_hop=True), model=model, tokenizer=tokenizer, sft_data=copy_rows)

@@ -1,6 +1,6 @@
 """The documents users have: plain text, PDF, HTML and EPUB, told apart by their first bytes (`detect`), each
 read as a stream of (text, place) pieces: page by page (PDF), heading by heading (HTML), chapter by chapter in
-spine order (EPUB). The chunker (memagent.agent.chunking) reads every document through `located_blocks`, so a
+spine order (EPUB). The chunker (memagent.agent.chunking) reads every document through `reading`, so a
 path given to `ask --document`, an `ask --input` line's `document`, or an upload to `memagent serve` may be any
 of them; every chunk then carries the place its text came from (`Location.label`, "page 214"), and every memory
 update records it as `source` in the trace.
@@ -11,6 +11,8 @@ update records it as `source` in the trace.
     html.py      HTML with the standard library's streaming parser: the main text, bounded in size and depth
     epub.py      EPUB with ebooklib (the extra `documents`), the ZIP bounded before it is unpacked
     errors.py    DocumentError, and the error that names the extra when a reader is not installed
+    reading.py   any document source (text, a path, a stream) as text blocks, and Chunk, the chunker's piece
+    index.py     a document's chunks in an on-disk SQLite FTS5 index, searched with BM25 (lookup, skim)
 
 `check_document(path)` reads what must be read to refuse a bad document before any model call (a PDF's page
 tree and its first text, an HTML page's nesting, every EPUB chapter); a plain text file is checked as it is

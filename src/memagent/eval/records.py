@@ -47,7 +47,7 @@ NON_RESULT: dict[str, Any] = {
     "repeats": None,  # the repeat index is in the key; its seed is agent.seed + repeat
     "scoring": None,  # applied to the stored replies; a change rescores without a model call
     "agent": {"max_batch_docs": None},  # batch size: speed only
-    "workflow_options": None,  # folded into each workflow's own record fingerprint (eval.workflow_runs)
+    "workflows": None,  # each workflow's options: folded into its own record fingerprint (eval.workflow_runs)
     "rewards": None,  # values computed from the replies (eval.rewards), like the scores
 }
 

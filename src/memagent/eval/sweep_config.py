@@ -6,11 +6,11 @@ changed setting computes anew and an unchanged one resumes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Sequence
 
 from memagent.agent.registry import workflow_names
-from memagent.config import AgentConfig
+from memagent.config import AgentConfig, WorkflowChoice, deprecated
 from memagent.eval.baselines import BASELINE_TEMPLATE, EvalError
 from memagent.eval.scoring import ScoreOptions
 from memagent.eval.workflow_runs import BASELINES, check_methods
@@ -42,12 +42,19 @@ class SweepConfig:
     repeats: int = 1  # runs of each sample, repeat r with seed agent.seed + r (base 0 when None)
     scoring: ScoreOptions = field(default_factory=ScoreOptions)
     backend_settings: dict[str, Any] = field(default_factory=dict)  # backend kind, dtype ...: they change replies
-    workflow_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # workflow name -> its own options
-    #   (in that workflow's record fingerprint: memagent.eval.workflow_runs.method_fingerprint)
+    workflows: tuple[WorkflowChoice, ...] = ()  # the workflows' own options, `{name, options}` each (a workflow of
+    #   `methods` not listed has none); in that workflow's record fingerprint (eval.workflow_runs.method_fingerprint)
     rewards: tuple[str, ...] = ()  # rewards each record keeps the value of (the profile's reward and step_reward;
     #   memagent.eval.rewards): read off the replies, not a setting of them (NON_RESULT)
+    workflow_options: InitVar[dict[str, dict[str, Any]] | None] = None  # the old spelling {name: options} of
+    #   `workflows`: read into it, with a deprecation line
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, workflow_options: dict[str, dict[str, Any]] | None) -> None:
+        if workflow_options:
+            deprecated("SweepConfig(workflow_options={NAME: OPTIONS}) is the old spelling; give "
+                       "workflows=(WorkflowChoice(NAME, OPTIONS), ...)")
+            self.workflows = (*self.workflows, *(WorkflowChoice(n, dict(o)) for n, o in workflow_options.items()))
+        self.workflows = tuple(self.workflows)
         refuse_unknown_methods(self.methods)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
@@ -55,6 +62,10 @@ class SweepConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise EvalError(f"{name} must be a positive integer, got {value!r}")
+
+    def options(self, method: str) -> dict[str, Any]:
+        """The own options of workflow `method` ({} for a baseline or a workflow without any)."""
+        return next((dict(w.options) for w in self.workflows if w.name == method), {})
 
     def seed(self, repeat: int) -> int:
         """The sampling seed of repeat `repeat`: agent.seed (0 when None) + repeat."""

@@ -83,7 +83,7 @@ def _workflow_group(backend: Any, cfg: SweepConfig, method: str, group: Sequence
     agent = dataclasses.replace(cfg.agent, seed=cfg.seed(group[0].repeat))
     items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    wf = build(method, backend, agent, cfg.workflow_options, trace_path=trace, failures="record")
+    wf = build(method, backend, cfg, agent, trace_path=trace, failures="record")
     results = run_workflow(wf, items)
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
@@ -205,7 +205,7 @@ def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: Para
                           memories.pop(res.doc_id, []))])
 
     agent = dataclasses.replace(cfg.agent, seed=cfg.seed(repeat))
-    wf = build(method, backend, agent, cfg.workflow_options, on_step=on_step, failures="record",
+    wf = build(method, backend, cfg, agent, on_step=on_step, failures="record",
                progress=total is not None)
     stream_workflow(wf, items(), on_result, total=total)
 
@@ -213,7 +213,7 @@ def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: Para
 def check_settings(backend: Any, cfg: SweepConfig) -> None:
     """Settings no sample can run under (a window too small for the budgets, a baseline prompt with no room)
     fail the run at once, before any model call (not sample by sample): an EvalError or a BudgetError."""
-    check_windows(backend, cfg.methods, cfg.agent, cfg.workflow_options)  # with no questions: the window only
+    check_windows(backend, cfg)  # with no questions: the window only
     if any(not is_workflow(m) for m in cfg.methods):
         context_budget(backend, "", cfg.baseline_answer_tokens or cfg.agent.answer_tokens, cfg.window,
                        cfg.baseline_template)

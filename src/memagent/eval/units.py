@@ -50,7 +50,7 @@ class Unit:
 def records_fingerprint(cfg: SweepConfig, method: str) -> str:
     """The settings fingerprint (16 hex digits) of `method`'s records: the sweep's own, with a workflow's name
     and options folded in (`memagent.eval.workflow_runs.method_fingerprint`)."""
-    return method_fingerprint(fingerprint(cfg), method, cfg.workflow_options.get(method))
+    return method_fingerprint(fingerprint(cfg), method, cfg.options(method))
 
 
 def plan(cfg: SweepConfig, data_files: Sequence[str | Path]) -> tuple[list[DataFile], list[str]]:

@@ -3,7 +3,7 @@ fingerprint, their window check, and a sample's model usage counted from its tra
 
 A method of the sweep is a baseline ("full-context", "rag-bm25") or a workflow name ("memagent", "lookup",
 "skim", or one a package registers). A workflow's records carry its name as `method` and a fingerprint that
-folds in its name and its own options (`SweepConfig.workflow_options[name]`), so two workflows, or one under
+folds in its name and its own options (`SweepConfig.workflows`, `{name, options}` each), so two workflows, or one under
 other options, never share records; `memagent` without options keeps the sweep's plain fingerprint (the one
 its records had before workflows were pluggable: earlier results resume).
 """
@@ -40,16 +40,17 @@ def method_fingerprint(base: str, method: str, options: dict[str, Any] | None) -
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def build(method: str, backend: Any, agent: Any, options: dict[str, dict[str, Any]], **run_options: Any) -> Any:
-    """The workflow `method` on `backend` with the agent settings, its own options and the run options."""
-    return build_workflow(method, backend, agent, **run_options, **options.get(method, {}))
+def build(method: str, backend: Any, cfg: Any, agent: Any = None, **run_options: Any) -> Any:
+    """The workflow `method` on `backend` with the agent settings (default: the sweep `cfg`'s), its own options
+    (`cfg.options(method)`) and the run options."""
+    return build_workflow(method, backend, cfg.agent if agent is None else agent, **run_options, **cfg.options(method))
 
 
-def check_windows(backend: Any, methods: Iterable[str], agent: Any, options: dict[str, dict[str, Any]]) -> None:
+def check_windows(backend: Any, cfg: Any) -> None:
     """Each workflow's window check (`check_budget([])`) before any model call."""
-    for m in methods:
+    for m in cfg.methods:
         if is_workflow(m):
-            build(m, backend, agent, options).check_budget([])
+            build(m, backend, cfg).check_budget([])
 
 
 def count_call(u: dict[str, int], call: dict, tokenizer: Any) -> None:

@@ -20,7 +20,7 @@ require("inspect_ai")
 from inspect_ai.model import ChatMessage, GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi  # noqa: E402
 from inspect_ai.tool import ToolChoice, ToolInfo  # noqa: E402
 
-from memagent.agent.split_prompt import SplitRule  # noqa: E402
+from memagent.split_prompt import SplitRule  # noqa: E402
 from memagent.cli import fail  # noqa: E402
 from memagent.harness.runner import Harness, reply_text  # noqa: E402
 

@@ -3,7 +3,7 @@
 `Harness(model, **args)` takes the harness's flat model arguments (lm-eval `--model_args k=v,...`, Inspect
 `-M k=v`), builds the backend and the agent settings exactly as `memagent ask` does (built-in profile, the
 model's memagent.json, `profile=FILE`, then the arguments), and answers prompts: each prompt is split by the
-prompt rule (`memagent.agent.split_prompt`) into document and question, all of them run as one batch, and
+prompt rule (`memagent.split_prompt`) into document and question, all of them run as one batch, and
 each answer comes with its memory timeline. `loglikelihood` scores a continuation after the question and the
 final memory (the answer prompt): what multiple-choice tasks need.
 """
@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from memagent.agent.prompts import render
 from memagent.agent.registry import build_workflow, get_workflow
-from memagent.agent.split_prompt import SplitRule, parse_rule, split_prompt
+from memagent.split_prompt import SplitRule, parse_rule, split_prompt
 from memagent.agent.workflow import AgentInput, AgentResult
 from memagent.ask.driver import AskOptions
 from memagent.backends.options import BackendOptions

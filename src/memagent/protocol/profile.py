@@ -11,7 +11,8 @@ own profile, equal to `Profile()`):
     scoring:   golds (all | first), empty (zero | text), failed (wrong | skip)
     chat_template_kwargs: {name: value} passed to the chat template (e.g. enable_thinking: false)
     speculate: none | ngram, speculative decoding of the transformers and vllm backends (--speculate overrides it)
-    workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own)
+    workflow:  name (a registered reading workflow: memagent | lookup | skim | a plug-in's), options (its own);
+               the older `workflow: NAME` and `workflow: {NAME: options}` read with a deprecation line
     reward:    the outcome reward training scores the final answer with (memagent.rewards: boxed, em, f1, judge, ...)
     step_reward: the step reward of each memory update ("" none, the paper; evidence, answer-recall, ...)
 
@@ -36,7 +37,7 @@ import yaml
 from memagent.agent.registry import UnknownWorkflow, check_workflow_options, get_workflow
 from memagent.backends.speculate import check_speculate
 from memagent.bounded import load_yaml
-from memagent.config import AgentConfig, ConfigError
+from memagent.config import AgentConfig, ConfigError, WorkflowChoice, workflow_choice_data
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
 from memagent.eval.scoring import ScoreOptions
 from memagent.io import atomic_write_text
@@ -117,13 +118,6 @@ TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig) if f.metada
 
 
 @dataclass(frozen=True)
-class WorkflowChoice:
-    """The reading workflow a score was made with (memagent.agent.registry), and its own options."""
-    name: str = field(default="memagent", metadata=rule(flag_name="workflow"))  # the paper's overwrite loop
-    options: dict[str, Any] = field(default_factory=dict)  # keyword options of its factory (e.g. lookup's)
-
-
-@dataclass(frozen=True)
 class Profile:
     name: str = "memagent"
     prompts: Prompts = field(default_factory=Prompts)
@@ -138,7 +132,7 @@ class Profile:
     speculate: str = "none"  # none | ngram (memagent.backends.speculate): greedy replies unchanged, only faster
 
     def __post_init__(self) -> None:
-        self.agent_config()  # templates, budgets, protocol: AgentConfig's own checks
+        AgentConfig(**self._agent_fields())  # templates, budgets, protocol: AgentConfig's own checks
         try:
             check_reward_name(self.reward, "outcome", "reward")
             if self.step_reward:
@@ -161,13 +155,17 @@ class Profile:
         check_workflow(self.workflow)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
-        """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold."""
+        """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold. A command
+        builds it once and passes it on."""
+        return AgentConfig(**self._agent_fields(), **extra)
+
+    def _agent_fields(self) -> dict[str, Any]:
         p, s, b = self.prompts, self.sampling, self.budgets
-        return AgentConfig(
+        return dict(
             chunk_tokens=b.chunk_tokens, memory_tokens=b.memory_tokens, answer_tokens=b.answer_tokens,
             query_tokens=b.query_tokens, memory_template=p.memory_template, final_template=p.final_template,
             empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-            answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens, **extra)
+            answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens)
 
     def training_agent(self, agent: AgentConfig, keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
         """`agent` (a training config's rollout workflow) with this profile's prompts and budgets, except the
@@ -267,9 +265,10 @@ def check_template_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def profile_from_dict(data: Any, base: Profile | None = None, source: str = "profile") -> Profile:
-    """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied."""
+    """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied; the old
+    spellings of the workflow choice read with a deprecation line (memagent.config.workflow_choice_data)."""
     try:
-        return build(Profile, data, base or Profile())
+        return build(Profile, workflow_choice_data(data, source), base or Profile())
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
 

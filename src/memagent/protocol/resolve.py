@@ -18,12 +18,13 @@ from typing import Any, Optional
 from memagent.bounded import CONFIG_CHARS, loads_json
 from memagent.config import AgentConfig
 from memagent.errors import InputError
-from memagent.flags import BudgetOptions, SamplingOptions, flag_values
+from memagent.agent.registry import check_workflow_options
+from memagent.flags import BudgetOptions, SamplingOptions, flag_values, parse_workflow_options
 from memagent.io import atomic_write_text, read_text
 from memagent.protocol.profile import Profile, profile_from_dict, resolve_profile
 
 __all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile", "model_settings_profile",
-           "resolve_model_profile", "save_agent_settings"]
+           "resolve_model_profile", "save_agent_settings", "workflow_options_for"]
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
 SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
@@ -78,3 +79,13 @@ def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
     """The settings `ask`, `serve` and the harnesses run with: `resolve_model_profile` with their budget and
     sampling flags."""
     return resolve_model_profile(model, profile, **flag_values(budgets), **flag_values(sampling))
+
+
+def workflow_options_for(profile: Profile, workflow: str, pairs: list[str]) -> dict[str, Any]:
+    """The options `workflow` runs with under `ask` and `serve`: the profile's `workflow.options` when it names
+    that workflow, then --workflow-option's KEY=VALUE `pairs`; parsed and checked once
+    (memagent.agent.registry.check_workflow_options), before any model loads."""
+    options = dict(profile.workflow.options) if profile.workflow.name == workflow else {}
+    options.update(parse_workflow_options(pairs))
+    check_workflow_options(workflow, options)
+    return options

@@ -21,7 +21,7 @@ from typing import Any
 
 from memagent.agent.registry import check_workflow_options, get_workflow
 from memagent.backends.speculate import SPECULATE
-from memagent.config import AgentConfig, ConfigError
+from memagent.config import AgentConfig, ConfigError, WorkflowChoice, deprecated, workflow_choice_data
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
@@ -299,9 +299,10 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard scalars under out_dir/tb (needs tensorboard)
     progress: bool = True  # rich progress bar on stderr
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=1.0))  # rollout workflow
-    workflow: str = "memagent"  # the reading workflow rolled out and validated (memagent.agent.registry): every
-    #   conversation of it is a training row sharing its sample's advantage; "memagent" is the paper's
-    workflow_options: dict[str, Any] = field(default_factory=dict)  # the workflow's own options (e.g. lookup's)
+    workflow: WorkflowChoice = field(default_factory=WorkflowChoice)  # {name, options}: the reading workflow rolled
+    #   out and validated (memagent.agent.registry) and its own options (e.g. lookup's); every conversation of it is
+    #   a training row sharing its sample's advantage; "memagent" is the paper's. The older `workflow: NAME` with
+    #   `workflow_options: {...}` reads with a deprecation line (memagent.config.workflow_choice_data)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # variables for the chat template of every
     #   rollout and validation prompt (a profile's chat_template_kwargs, e.g. enable_thinking: false), as ask renders
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -338,7 +339,10 @@ class TrainConfig:
         if self.agent.temperature <= 0:
             raise ConfigError("agent.temperature must be > 0 for rollouts (0 is greedy: every rollout of a "
                               "group would be the same); the paper samples at 1.0")
-        check_workflow(self.workflow, self.workflow_options)
+        if isinstance(self.workflow, str):  # TrainConfig(workflow="lookup") from Python: the old spelling
+            deprecated(f"TrainConfig(workflow={self.workflow!r}): give WorkflowChoice({self.workflow!r}, options)")
+            self.workflow = WorkflowChoice(self.workflow)
+        check_workflow(self.workflow)
         self.reward = check_rewards(self)
         try:
             check_device(self.device, "device")
@@ -355,14 +359,14 @@ class TrainConfig:
         return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
 
 
-def check_workflow(name: str, options: Any) -> None:
+def check_workflow(choice: WorkflowChoice) -> None:
     """ConfigError for a workflow that is not known (listing the valid ones) or options it does not take
     (memagent.agent.registry.check_workflow_options: a run-time setting such as trace_path is not one)."""
     try:
-        get_workflow(name)
-        check_workflow_options(name, options)
+        get_workflow(choice.name)
+        check_workflow_options(choice.name, choice.options)
     except MemAgentError as e:
-        raise ConfigError(f"workflow_options: {e}" if isinstance(e, ConfigError) else str(e)) from None
+        raise ConfigError(f"workflow.options: {e}" if isinstance(e, ConfigError) else str(e)) from None
 
 
 def check_rewards(cfg: "TrainConfig") -> str:
@@ -415,7 +419,8 @@ def config_data(path: str | Path | None = None, overrides: list[str] | None = No
                               "file of TrainConfig fields")
         data = spell_out(TrainConfig, load_mapping(read_text(p, "config file", ConfigError), str(p),
                                                    "TrainConfig fields"))
-    return deep_merge(data, parse_overrides(overrides or [], TrainConfig))
+        data = workflow_choice_data(data, str(p))
+    return deep_merge(data, workflow_choice_data(parse_overrides(overrides or [], TrainConfig), "the overrides"))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
@@ -429,12 +434,12 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
     protocol profile's prompts and budgets in `agent` (a `memagent.protocol.profile.Profile`; explicit `agent.*=...`
     overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
-    cfg = load_config(path, flags)
+    given = config_data(path, flags)  # read once; the reward names it sets win over the profile's
+    cfg = build(TrainConfig, given)
     if profile is None:
         return cfg
     explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
     kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
-    given = config_data(path, flags)  # the reward names the config file or the overrides set win over the profile's
     rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
                if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
     return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
+from memagent.config import ConfigDeprecation, workflow_choice_data
 from memagent.rl.checkpoint import CheckpointError, latest_checkpoint
 
 RESUMABLE = ("total_steps", "save_every", "keep_last", "resume", "force", "out_dir", "device", "strategy", "data.path",
@@ -46,7 +48,11 @@ def resumable(key: str) -> bool:
 
 
 def changed_settings(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """The keys (dotted) outside RESUMABLE whose values differ, as "key (then -> now)"."""
+    """The keys (dotted) outside RESUMABLE whose values differ, as "key (then -> now)". A checkpoint written before
+    the workflow choice had one shape (`workflow: NAME`, `workflow_options`) is read in the new one, silently."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigDeprecation)
+        saved = workflow_choice_data(saved, "the checkpoint's config.json")
     old, new = flat(saved), flat(now)
     out = []
     for key in sorted(set(old) | set(new)):

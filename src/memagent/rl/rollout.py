@@ -396,7 +396,7 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
                                   cfg.rollout.group_size, reward_fn, per_sample=per_sample,
                                   seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank),
-                                  workflow=cfg.workflow, workflow_options=cfg.workflow_options,
+                                  workflow=cfg.workflow.name, workflow_options=cfg.workflow.options,
                                   step_reward=step_reward)
         tally.add(batch)
         steps.add(batch)

@@ -29,10 +29,9 @@ import copy
 import logging
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -54,7 +53,7 @@ from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, Term, accumulate_gradients, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult, step_seed
-from memagent.rl.resume_guard import check_resume_dir, file_digest, samples_digest
+from memagent.rl.resume_guard import file_digest, samples_digest
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, make_engine, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.validation import make_validator
@@ -153,7 +152,7 @@ class MultiConvDAPO:
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
                                         reward_fn, config.seed, self.info, config.rollout.seeding == "sample",
-                                        config.workflow, config.workflow_options)
+                                        config.workflow.name, config.workflow.options)
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -230,7 +229,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn,
                  model: Any = None, tokenizer: Any = None, callback: Callback | None = None,
-                 sft_data: Sequence[Any] | None = None, data_sha256: str | None = None) -> None:
+                 sft_data: Sequence[Any] | None = None, data_sha256: str | None = None,
+                 on_ready: Callable[[], None] | None = None) -> None:
         self.cfg, self.callback = config, callback
         data_sha256 = data_sha256 or samples_digest(samples)
         check_out_dir(config)
@@ -252,6 +252,8 @@ class Trainer:
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
             self.recipe = Recipe(run_spec(config, len(samples), data_sha256), info, plain, tokenizer, held)
             self.algorithm = MultiConvDAPO(config, samples, reward_fn, self.recipe, ref, extra)
+            if on_ready is not None and info.is_main:  # the lock held, out_dir and resume checked, nothing trained
+                on_ready()
         except BaseException:
             held.close()
             raise
@@ -268,6 +270,7 @@ def train(
     tokenizer: Any = None,
     callback: Callback | None = None,
     sft_data: Sequence[Any] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> TrainResult:
     """Train a policy with Multi-Conv DAPO; the Python entry point (the CLI calls it too).
 
@@ -284,6 +287,8 @@ def train(
         so `resume=true` continues it).
     sft_data: rows (prompt_ids, response_ids) of the auxiliary supervised objective, when
         loss.sft_coef > 0 (NOT part of Multi-Conv DAPO; see LossConfig).
+    on_ready: called once on rank 0 when the run is set up (out_dir checked and locked, a resume checked against
+        its checkpoint), before the first step: `memagent train` writes out_dir/profile.yaml there.
     A fresh run seeds the global torch / random / NumPy generators from `config.seed` (+ rank).
     Returns a TrainResult; launch under `torchrun --nproc-per-node N` for data parallelism.
     """
@@ -296,7 +301,7 @@ def train(
         samples = load_samples(dataset)
         digest = None  # Trainer digests the samples
     reward = reward_fn if reward_fn is not None else build_reward(config.reward, "outcome", **config.reward_options)
-    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data, digest).run()
+    return Trainer(config, samples, reward, model, tokenizer, callback, sft_data, digest, on_ready).run()
 
 
 @contextlib.contextmanager
@@ -330,16 +335,11 @@ def run_train(cfg: TrainConfig, profile_yaml: str, dry_run: tuple[int, int | Non
     other than 0). profile_yaml: the resolved protocol profile, written to out_dir/profile.yaml."""
     if dry_run is not None:
         return dry_run_report(cfg, *dry_run)
-    check_out_dir(cfg)  # before anything is written there (the model's own folder is refused)
     if cfg.data and not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
-    if cfg.resume:  # other settings or data than the run's: refused before profile.yaml is rewritten
-        check_resume_dir(cfg.out_dir, config_to_dict(cfg), file_digest(cfg.data.path) if cfg.data else None)
-    main = int(os.environ.get("RANK", "0")) == 0
-    with run_lock(cfg.out_dir, "training run", reenter=True) if main else nullcontext():  # before profile.yaml
-        if main:
-            atomic_write_text(Path(cfg.out_dir) / PROFILE_FILE, profile_yaml)
-        result = train(cfg)  # the trainer takes the same lock again (re-entrant in this process)
-    if result.checkpoint is None or not main:
+    # the trainer checks out_dir, takes its lock and checks a resume once; profile.yaml is written after that
+    # (a refused run leaves the folder's profile.yaml as it was), before the first step
+    result = train(cfg, on_ready=lambda: atomic_write_text(Path(cfg.out_dir) / PROFILE_FILE, profile_yaml))
+    if result.checkpoint is None or int(os.environ.get("RANK", "0")) != 0:
         return ""
     return f"trained {len(result.metrics)} step(s); checkpoint: {result.checkpoint}"

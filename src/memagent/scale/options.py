@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 from memagent.errors import InputError
 from memagent.config import rule
@@ -23,6 +23,11 @@ class RayOptions:
     workers: Optional[int] = field(default=None, metadata={**rule(min=1), **flag(
         "With --ray: actors to run (default: one per --base-url endpoint for openai; one per GPU of the "
         "cluster for transformers/vllm, or 1 without GPUs).", "--ray-workers")})
+
+    checks_itself: ClassVar[bool] = True  # checked as built (memagent.flags.check_options does not again)
+
+    def __post_init__(self) -> None:
+        self.check()  # as they are built: once on every path (the CLI, ask's and eval's Ray runs, Python)
 
     def check(self) -> None:
         """Refuse a --ray-workers without --ray, a count below 1, or an empty address."""

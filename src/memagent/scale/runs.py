@@ -19,7 +19,6 @@ PoolHook = Callable[[ShardPool, int], None]  # (pool, units finished): 0 once ev
 
 def open_pool(model: str, backend: Any, profile: Any, ray_opts: RayOptions) -> ShardPool:
     """Connect to Ray, start the actors of the run and wait until each has built its backend."""
-    ray_opts.check()
     backend.kwargs()  # a flag of another backend fails here, before Ray starts
     ray = connect(ray_opts.address or "local")
     specs = plan_workers(backend, ray_opts.workers, cluster_gpus(ray))

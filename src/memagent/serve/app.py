@@ -13,7 +13,6 @@ import hmac
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -26,10 +25,10 @@ from memagent.serve.chat import chat_routes
 from memagent.serve.errors import ApiError
 from memagent.serve.http import declared_over, error_response, read_json, upload_blocks
 from memagent.serve.jobs import MAX_LIST, JobManager
+from memagent.serve.page import STATIC
 from memagent.serve.requests import ServeSettings, check_questions, document_of, workflow_of
 
 log = logging.getLogger(__name__)
-STATIC = Path(__file__).parent / "static"
 _OPEN = ("/health",)  # routes that need no key (the page's files are outside /v1 and /metrics too)
 
 

@@ -1,7 +1,7 @@
 """`POST /v1/chat/completions`, OpenAI-compatible: the last user message is the question, the messages
 before it (or a `document` / `document_id` field of the body) the document. A chat of one user message
 (document and question together, as harnesses send it) is split by the prompt rule
-(`memagent.agent.split_prompt`: the server's `--prompt-split`, or the body's `prompt_split`). The reply's `usage`
+(`memagent.split_prompt`: the server's `--prompt-split`, or the body's `prompt_split`). The reply's `usage`
 counts every model call of the run (`usage.calls` the number of calls). With `stream: true` the reply
 is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip. A `workflow`
 field names the reading workflow of this request (default: the server's `--workflow`), as in POST /v1/jobs.
@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from memagent.agent.split_prompt import RULES, PromptSplitError, SplitRule, parse_rule, split_prompt
+from memagent.split_prompt import RULES, PromptSplitError, SplitRule, parse_rule, split_prompt
 from memagent.errors import MemAgentError
 from memagent.serve.errors import ApiError
 from memagent.serve.http import read_json

@@ -14,11 +14,11 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from memagent.agent.prompts import render
-from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, check_workflow_options
-from memagent.agent.split_prompt import parse_rule
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow
+from memagent.split_prompt import parse_rule
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig, rule
@@ -26,7 +26,7 @@ from memagent.errors import InputError, MemAgentError
 from memagent.flags import MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, check_options, flag, parse_workflow_options
 from memagent.lock import run_lock
 from memagent.protocol.profile import open_backend
-from memagent.protocol.resolve import model_profile
+from memagent.protocol.resolve import model_profile, workflow_options_for
 from memagent.serve import require_serve_deps
 from memagent.serve.backend import SharedBackend
 from memagent.serve.documents import DocumentStore
@@ -84,6 +84,8 @@ class ServeOptions:
         "Where the question is in a one-message chat (document and question together, as harnesses send it): "
         "auto | messages | paragraph | line | separator:TEXT (docs/harnesses.md); a request's prompt_split wins."))
 
+    checks_itself: ClassVar[bool] = True  # checked as built: the CLI does not check them again
+
     def __post_init__(self) -> None:
         check_options(self)  # each option's rule, beside its field
 
@@ -140,13 +142,7 @@ def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_W
     build_workflow(workflow, backend, config, **(workflow_options or {})).check_budget([])  # its largest prompts
 
 
-def server_workflow_options(profile: Any, workflow: str, pairs: list[str]) -> dict[str, Any]:
-    """The options of the server's workflow: the profile's `workflow.options` when it names that workflow, then
-    --workflow-option's; checked (memagent.agent.registry.check_workflow_options) before the model loads."""
-    options = dict(profile.workflow.options) if profile.workflow.name == workflow else {}
-    options.update(parse_workflow_options(pairs))
-    check_workflow_options(workflow, options)
-    return options
+server_workflow_options = workflow_options_for  # the server's workflow's options (its earlier name)
 
 
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
@@ -173,13 +169,11 @@ def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | Non
 def run_serve(o: ServeOptions) -> None:
     """Load the model and serve until interrupted; one server per state folder."""
     require_serve_deps()
-    check_options(o)
-    check_workflow_options(o.workflow, parse_workflow_options(o.workflow_option))  # before the model loads
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     key = api_key(o)
     profile = model_profile(o.model, o.profile, o.budgets)  # its workflow options checked as it is read
     config = profile.agent_config()
-    options = server_workflow_options(profile, o.workflow, o.workflow_option)
+    options = workflow_options_for(profile, o.workflow, o.workflow_option)  # with the flags', before the model loads
     import uvicorn  # lazy: uvicorn
 
     sockets = bind_sockets(o.host, o.port)  # a host that does not resolve, a port in use: refused before the model

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memagent.agent.registry import get_workflow, workflow_names
-from memagent.agent.split_prompt import SplitRule
+from memagent.split_prompt import SplitRule
 from memagent.errors import MemAgentError
 from memagent.serve.errors import ApiError
 from memagent.serve.jobs import JobManager

@@ -8,13 +8,15 @@ words added and removed, a cut flag, the chunk's text when the trace holds it, t
 came from for a PDF, HTML or EPUB document), the final answer and its evidence steps
 (`memagent.timeline.evidence_steps`): "memory came from: page 214" where the records carry their `source`.
 
-The CSS and JS are the service page's own files (`memagent/serve/static/`), read from there: the report and
-the page show a timeline with the same code and look, from one copy.
+The CSS and JS are the service page's own files (`memagent/serve/static/`): the report and the page show a
+timeline with the same code and look, from one copy. The app layer reads them (`memagent.serve.page.page_assets`)
+and passes their text in (`PageAssets`); this module reads no file but the trace.
 """
 from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,33 +106,37 @@ def json_for_script(data: Any) -> str:
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-STATIC = Path(__file__).parents[1] / "serve" / "static"  # the page's files, inlined into each report
+@dataclass(frozen=True)
+class PageAssets:
+    """The page's CSS (`style.css`) and timeline JS (`timeline.js`), inlined into each report."""
+
+    style: str
+    script: str
+
+    def __post_init__(self) -> None:
+        for name, text in (("style", self.style), ("script", self.script)):
+            if "</" in text:  # it would end the inlined <style>/<script> block
+                raise ValueError(f"the page's {name} holds '</', which would end the inlined block")
 
 
-def _static(name: str) -> str:
-    """A static file's text; it must not hold `</` (it would end the inlined <script>/<style>)."""
-    text = (STATIC / name).read_text(encoding="utf-8")
-    assert "</" not in text, f"{STATIC / name} holds '</', which would end the inlined block"
-    return text
-
-
-def render_report(data: dict[str, Any], title: str) -> str:
-    """The self-contained HTML document of `report_data`'s output."""
+def render_report(data: dict[str, Any], title: str, assets: PageAssets) -> str:
+    """The self-contained HTML document of `report_data`'s output, with the page's `assets` inlined."""
     return "\n".join([
         "<!doctype html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title>", f"<style>\n{_static('style.css')}\n</style>", "</head>", "<body>",
+        f"<title>{html.escape(title)}</title>", f"<style>\n{assets.style}\n</style>", "</head>", "<body>",
         f'<header><h1>MemAgent report</h1><p class="lead">{html.escape(title)}: one row per chunk read; '
         "click a row for the chunk's text; highlighted rows are the chunks the final memory came from.</p></header>",
         '<main><div id="timelines"></div></main>',
         f'<script type="application/json" id="memagent-data">{json_for_script(data)}</script>',
-        f"<script>\n{_static('timeline.js')}\n</script>", f"<script>{_BOOT}</script>", "</body>", "</html>", ""])
+        f"<script>\n{assets.script}\n</script>", f"<script>{_BOOT}</script>", "</body>", "</html>", ""])
 
 
-def write_report(trace: Path, out: Path, doc: str | None = None) -> int:
-    """Write the report of `trace` to `out` atomically; returns the number of documents in it."""
+def write_report(trace: Path, out: Path, doc: str | None = None, *, assets: PageAssets) -> int:
+    """Write the report of `trace` to `out` atomically, the page's `assets` inlined; returns the number of
+    documents in it."""
     check_output_file(out, "--out", {"TRACE": trace})
     data = report_data(read_trace(trace), doc)
-    atomic_write_text(out, render_report(data, trace.name))
+    atomic_write_text(out, render_report(data, trace.name, assets))
     return len(data["docs"])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from memagent.agent.chunking import Chunk
+from memagent.documents.reading import Chunk
 from memagent.errors import MemAgentError
 from memagent.lock import OwnerLock, sweep_dead
 
