@@ -3,8 +3,8 @@ process and through `transformers serve` (a real OpenAI-compatible server nobody
 
 What a real model exercises that the tiny ones do not: a real BPE tokenizer and chat template taken from the model
 file, free-text memories cut at M tokens mid-sentence (finish reason "length" recorded as a cut), answers with and
-without \\boxed{}. Five documents of about 280 words, each with one needle sentence, chunks of 128 tokens and a
-memory of 32: four model calls a document.
+without \\boxed{}. Five documents of about 180 words, each with one needle sentence, chunks of 128 tokens and a
+memory of 32: three model calls a document.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ NEEDLES = [("The secret code of the blue door is 4172.", "What is the secret cod
            ("Maria's favourite number is 83.", "What is Maria's favourite number?", "83"),
            ("The red train leaves at 7:45.", "When does the red train leave?", "7:45"),
            ("The password for the vault is tangerine.", "What is the password for the vault?", "tangerine")]
-FLAGS = ["--chunk-tokens", CHUNK, "--memory-tokens", M, "--query-tokens", 64, "--answer-tokens", 32]
+WORDS = 180  # about 230 tokens: two chunks and the answer
+FLAGS = ["--chunk-tokens", CHUNK, "--memory-tokens", M, "--query-tokens", 64, "--answer-tokens", 16]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def docs_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("real-docs") / "questions.jsonl"
     rows = []
     for k, (needle, question, answer) in enumerate(NEEDLES):
-        text = " ".join(essay_document(280 * (k + 1)).split()[280 * k:])  # a different stretch of essays each
+        text = " ".join(essay_document(WORDS * (k + 1)).split()[WORDS * k:])  # a different stretch of essays each
         words = text.split()
         words.insert(int(len(words) * (0.2 + 0.15 * k)), needle)
         rows.append({"id": f"doc{k}", "question": question, "context": " ".join(words), "answers": [answer]})
@@ -152,7 +153,7 @@ def test_transformers_serve_agrees_call_for_call(in_process, transformers_server
     def calls(rs):
         return [(r["doc_id"], r["step"], r.get("memory"), r.get("raw_answer"), r.get("truncated")) for r in rs]
 
-    assert len(records) == len(want_records) >= 20  # 5 documents, 4 calls each at least
+    assert len(records) == len(want_records) >= 15  # 5 documents, 3 calls each at least
     assert calls(sorted(records, key=lambda r: (r["doc_id"], r["step"]))) == \
         calls(sorted(want_records, key=lambda r: (r["doc_id"], r["step"])))
     assert [a["answer"] for a in answers] == [a["answer"] for a in want_answers]

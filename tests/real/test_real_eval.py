@@ -28,7 +28,7 @@ def test_eval_five_methods_on_real_haystack_niah(real_model_dir, tmp_path):
     assert "What hard liquor" in samples[0]["context"]  # the essays' first sentence: the real haystack
     methods = ["memagent", "lookup", "skim", "full-context", "rag-bm25"]
     _cli("eval", "--model", real_model_dir, "--data", data, "--methods", ",".join(methods), "--chunk-tokens", 256,
-         "--memory-tokens", 32, "--answer-tokens", 16, "--query-tokens", 96, "--device", "cpu", "--dtype",
+         "--memory-tokens", 16, "--answer-tokens", 8, "--query-tokens", 96, "--device", "cpu", "--dtype",
          "float32", "--no-progress", "--out", tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["records"]["planned"] == summary["records"]["finished"] == 10

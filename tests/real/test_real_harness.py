@@ -21,6 +21,15 @@ from harness_helpers import ask_answers, lm_eval_samples, run, write_task  # noq
 REAL = dict(chunk_tokens=128, memory_tokens=16, answer_tokens=8, query_tokens=64)  # about 2 chunks a document
 
 
+_ASKED: dict[str, list[str]] = {}  # `memagent ask`'s answers, computed once for both harnesses
+
+
+def ask_once(run_cli, model_dir: Path, folder: Path) -> list[str]:
+    if str(model_dir) not in _ASKED:
+        _ASKED[str(model_dir)] = ask_answers(run_cli, model_dir, folder)
+    return _ASKED[str(model_dir)]
+
+
 @pytest.fixture
 def real_budgets(monkeypatch):
     monkeypatch.setattr(harness_helpers, "SMALL", REAL)  # ask_answers' flags
@@ -36,7 +45,7 @@ def test_lm_eval_with_the_memagent_model(real_model_dir, real_budgets, tmp_path,
     results, samples = lm_eval_samples(tmp_path / "out")
     assert 0.0 <= results["results"]["longqa_local"]["exact_match,none"] <= 1.0
     got = [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])]
-    assert len(got) == 3 and got == ask_answers(run_cli, real_model_dir, tmp_path)
+    assert len(got) == 3 and got == ask_once(run_cli, real_model_dir, tmp_path)
 
 
 def test_inspect_with_the_memagent_model_api(real_model_dir, real_budgets, tmp_path, run_cli):
@@ -48,6 +57,6 @@ def test_inspect_with_the_memagent_model_api(real_model_dir, real_budgets, tmp_p
     log = _eval(tmp_path, f"memagent/{real_model_dir}", args, env)
     assert "accuracy" in json.dumps(log["results"]["scores"])
     got = [s["output"]["completion"] for s in sorted(log["samples"], key=lambda s: s["id"])]
-    assert len(got) == 3 and got == ask_answers(run_cli, real_model_dir, tmp_path)
+    assert len(got) == 3 and got == ask_once(run_cli, real_model_dir, tmp_path)
     meta = log["samples"][0]["metadata"]["memagent"]
     assert meta["calls"] == len(meta["steps"]) + 1 and meta["steps"][1]["chunk_start"] == REAL["chunk_tokens"]
