@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import WORK, write_result
+from common import ROOT, WORK, write_result
 from real_model import PY, cell, real_model, sh
 
 
@@ -42,6 +42,35 @@ def evaluate(model: Path, data: Path, out: Path, args: argparse.Namespace) -> di
             for length in sorted({r.get("length") for r in records})}
 
 
+def plot(d: dict, path: Path) -> None:
+    """The reward per step, and held-out accuracy before/after (boxed, and the raw reply holding the gold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    rewards = d["reward_per_step"]
+    left.plot(range(1, len(rewards) + 1), rewards, marker="o")
+    left.set_xlabel("training step")
+    left.set_ylabel(f"mean reward ({d['sizes']['reward']})")
+    left.set_ylim(-0.05, 1.05)
+    lengths = sorted(d["accuracy_before"], key=int)
+    xs = range(len(lengths))
+    for k, (key, label) in enumerate((("accuracy_before", "before"), ("accuracy_after", "after"))):
+        right.bar([x + 0.2 * (2 * k - 1) for x in xs], [d[key][n]["gold_in_raw"] for n in lengths], width=0.4,
+                  label=f"{label}: raw reply holds the gold")
+        right.plot([x + 0.2 * (2 * k - 1) for x in xs], [d[key][n]["accuracy"] for n in lengths], "kx",
+                   label="boxed accuracy" if k else None)
+    right.set_xticks(list(xs), [f"{int(n) // d['sizes']['train_tokens']}x ({n} tokens)" for n in lengths])
+    right.set_ylabel("held-out NIAH (%)")
+    right.set_ylim(0, 100)
+    right.legend(fontsize=8)
+    fig.suptitle("LoRA Multi-Conv DAPO on SmolLM2-135M-Instruct, real-haystack NIAH")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=12)
@@ -57,7 +86,12 @@ def main() -> None:
     p.add_argument("--train-samples", type=int, default=64)
     p.add_argument("--eval-samples", type=int, default=24)
     p.add_argument("--reward", default="string_match_all", help="the outcome reward (memagent.rewards), by name")
+    p.add_argument("--plot-only", action="store_true", help="redraw docs/img/real_model_rl.png from the results JSON")
     args = p.parse_args()
+    figure = ROOT / "docs" / "img" / "real_model_rl.png"
+    if args.plot_only:
+        plot(json.loads((ROOT / "bench" / "results" / "real_model_rl.json").read_text()), figure)
+        return
     out = WORK / "real-rl"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -99,6 +133,7 @@ def main() -> None:
         "seconds_per_step": round(train_seconds / max(1, len(steps)), 1),
         "accuracy_before": before, "accuracy_after": after,
         "seconds": round(time.perf_counter() - t0, 1)})
+    plot(json.loads((ROOT / "bench" / "results" / "real_model_rl.json").read_text()), figure)
 
 
 if __name__ == "__main__":

@@ -528,6 +528,31 @@ def real_model(get: Get) -> str:
     return "\n".join(out) + "\n"
 
 
+def real_model_rl(get: Get) -> str:
+    """bench/results/real_model_rl.json: held-out NIAH before and after LoRA Multi-Conv DAPO, at 1x and 4x the
+    training length, then the reward per step."""
+    d = get("real_model_rl")
+    z = d["sizes"]
+    lengths = sorted(d["accuracy_before"], key=int)
+    names = {length: f"{int(length) // int(z['train_tokens'])}x ({length} tokens)" for length in lengths}
+    rows = []
+    for label, key in (("before (the packaged model)", "accuracy_before"), (f"after {len(d['reward_per_step'])} steps",
+                                                                          "accuracy_after")):
+        for length in lengths:
+            c = d[key][length]
+            rows.append([label, names[length], str(c["n"]), f"{c['accuracy']:.1f} ± {c['se']:.1f}",
+                         f"{c['gold_in_raw']:.1f}"])
+    out = [numeric_table(["model", "length", "samples", "accuracy (%, boxed)", "raw reply holds the gold (%)"], rows,
+                         text_columns=2)]
+    out.append("\nReward per step (`" + z["reward"] + "`, the mean over " + f"{z['batch_size']} x {z['group_size']} "
+               "rollouts): " + ", ".join(f"{r:.3f}" for r in d["reward_per_step"]) + ".")
+    out.append(f"\nLoRA r = {z['lora_r']}, lr {z['lr']}, {z['steps']} steps, batch {z['batch_size']} questions x "
+               f"group {z['group_size']}, documents of {z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, "
+               f"M = {z['memory_tokens']}, answer {z['answer_tokens']}; {d['seconds_per_step']:.0f} s a step; "
+               f"{d['machine']['cpu']}, one thread. Rerun: `{d['command']}`.")
+    return "\n".join(out) + "\n"
+
+
 def serve_real(get: Get) -> str:
     """bench/results/serve_real.json: documents a second, in process vs `transformers serve`, by documents in flight."""
     d = get("serve_real")
@@ -561,6 +586,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-seeds": lambda get: seeds_markdown(get("demo_seeds")),
     "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
     "real-model": real_model,
+    "real-model-rl": real_model_rl,
     "serve-real": serve_real,
 }
 SOURCES = {  # what each region reads, for the report and the docs
@@ -573,6 +599,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "throughput-latency": "latency", "throughput-latency-generate": "latency",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model", "serve-real": "serve_real",
+    "real-model-rl": "real_model_rl",
 }
 
 
