@@ -195,6 +195,8 @@ def main() -> None:
     p.add_argument("--lm-eval-lengths", default="1024,4096")
     p.add_argument("--lm-eval-limit", default="8")
     p.add_argument("--skip-lm-eval", action="store_true")
+    p.add_argument("--lm-eval-only", action="store_true", help="run the lm-eval rows only (for a later --reuse: the "
+                   "RULER evals and lm-eval can run side by side, one core each); writes no JSON")
     p.add_argument("--plot-only", action="store_true", help="redraw docs/img/real_model.png from the results JSON")
     p.add_argument("--reuse", action="store_true", help="read finished lm-eval runs instead of running them again "
                    "(the eval runs resume by themselves: a rerun of the same sizes makes no model call)")
@@ -207,6 +209,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model = real_model()
+    if args.lm_eval_only:
+        print(json.dumps(lm_eval_rows(model, args, out), indent=2))
+        return
     table, examples = ruler_rows(model, args, out)
     lm_eval = {} if args.skip_lm_eval else lm_eval_rows(model, args, out)
     write_result("real_model", {
