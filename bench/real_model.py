@@ -8,8 +8,13 @@ standard error, model calls and seconds per document. Beside it, lm-eval 0.4.13'
 (its offline synthetic haystack) at two lengths, through lm-eval's CLI twice: its plain `hf` model on the same
 folder, and memagent through the project's lm-eval model (`memagent-lm-eval --model memagent`).
 
-    python bench/real_model.py                       # the full table (hours on 2 cores; sizes below)
+    python bench/real_model.py            # the table: 24 samples a cell at 1K, 4 at 16K (about 2 h of 2 busy cores)
     python bench/real_model.py --samples 4 --lengths 1024,2048 --lm-eval-limit 2   # a smoke run, minutes
+    python bench/real_model.py --tasks niah_single_2 --skip-lm-eval   # one part; then the others, side by side,
+    python bench/real_model.py --reuse    # and this one assembles the JSON from the finished parts
+
+A 16K document costs about 220 s of one core per method that reads it all, so 24 samples at 16K for both tasks
+and every method would take about 10 hours: the defaults take 4 there (docs/real_model.md says why).
 
 Results: bench/results/real_model.json (every cell, with its sizes and the command), rendered into
 docs/real_model.md by `make docs`. Every cell is as measured: a 135M model that cannot follow the paper's
@@ -193,7 +198,7 @@ def main() -> None:
     p.add_argument("--answer-tokens", default="32")
     p.add_argument("--batch-docs", default="8")
     p.add_argument("--lm-eval-lengths", default="1024,4096")
-    p.add_argument("--lm-eval-limit", default="8")
+    p.add_argument("--lm-eval-limit", default="4")
     p.add_argument("--skip-lm-eval", action="store_true")
     p.add_argument("--lm-eval-only", action="store_true", help="run the lm-eval rows only (for a later --reuse: the "
                    "RULER evals and lm-eval can run side by side, one core each); writes no JSON")
