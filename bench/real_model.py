@@ -86,23 +86,27 @@ def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, 
     examples: dict = {}
     for task in args.tasks.split(","):
         data = out / f"{task}.jsonl"
-        parts = []
-        for n, lengths in samples_by_length(args.samples, args.lengths).items():  # one data run per sample count
-            part = out / f"{task}-{n}.jsonl"
-            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--haystack", "essays", "--tokens",
-                ",".join(map(str, lengths)), "--samples", n, "--seed", args.seed, "--tokenizer", model, "--out",
-                part], out / f"data-{task}-{n}.log")
-            parts.append(part.read_text())
-        data.write_text("".join(parts))
+        if not (args.assemble and data.is_file()):
+            parts = []
+            for n, lengths in samples_by_length(args.samples, args.lengths).items():  # a data run a sample count
+                part = out / f"{task}-{n}.jsonl"
+                sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--haystack", "essays", "--tokens",
+                    ",".join(map(str, lengths)), "--samples", n, "--seed", args.seed, "--tokenizer", model, "--out",
+                    part], out / f"data-{task}-{n}.log")
+                parts.append(part.read_text())
+            data.write_text("".join(parts))
         run = out / f"eval-{task}"
         timing = run / "seconds.json"  # the wall seconds of every run that added records (a killed run resumes)
-        before = json.loads(timing.read_text())["seconds"] if timing.is_file() else 0.0
-        seconds = before + sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", METHODS,
-                      "--chunk-tokens", args.chunk_tokens, "--memory-tokens", args.memory_tokens,
-                      "--query-tokens", args.query_tokens, "--answer-tokens", args.answer_tokens,
-                      "--device", "cpu", "--dtype", "float32", "--batch-docs", args.batch_docs, "--out", run,
-                      "--no-progress"], out / f"eval-{task}.log")
-        timing.write_text(json.dumps({"seconds": seconds}))
+        before = json.loads(timing.read_text())["seconds"] if timing.is_file() else None
+        seconds = before
+        if not args.assemble:  # --assemble: the records as they are (a cell not finished has fewer samples: its n)
+            seconds = (before or 0.0) + sh([
+                PY, "-m", "memagent.cli", "eval", "--model", model, "--data", data, "--methods", METHODS,
+                "--chunk-tokens", args.chunk_tokens, "--memory-tokens", args.memory_tokens,
+                "--query-tokens", args.query_tokens, "--answer-tokens", args.answer_tokens, "--device", "cpu",
+                "--dtype", "float32", "--batch-docs", args.batch_docs, "--out", run, "--no-progress"],
+                out / f"eval-{task}.log")
+            timing.write_text(json.dumps({"seconds": seconds}))
         records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
         for method in METHODS.split(","):
             for length in map(int, args.lengths.split(",")):
@@ -111,7 +115,7 @@ def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, 
                     table.setdefault(task, {}).setdefault(method, {})[str(length)] = cell(rs)
         examples[task] = [{k: r.get(k) for k in ("method", "length", "sample_id", "gold", "prediction", "raw")}
                           for r in records if r["method"] in ("memagent", "lookup")][:4]
-        table.setdefault(task, {})["_seconds"] = round(seconds, 1)
+        table.setdefault(task, {})["_seconds"] = None if seconds is None else round(seconds, 1)
     return table, examples
 
 
@@ -130,10 +134,10 @@ def samples_by_length(samples: str, lengths: str) -> dict[str, list[int]]:
 
 
 def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
-    """lm-eval's own RULER niah_single_1 through its CLI: its hf model, then memagent's lm-eval model."""
+    """lm-eval's own RULER niah_single_1 through its CLI: its hf model, then memagent's lm-eval model, one run a
+    length (lm-eval's --limit takes the first samples, which are all of the first length)."""
     lengths = [int(x) for x in args.lm_eval_lengths.split(",")]
-    meta = json.dumps({"max_seq_lengths": lengths, "tokenizer": str(model)})
-    rows = {}
+    rows: dict = {}
     runs = {"hf": [PY, "-m", "lm_eval", "--model", "hf", "--device", "cpu", "--model_args",
                    f"pretrained={model},dtype=float32"],
             "memagent": [PY, "-m", "memagent.harness.lm_eval_cli", "--model", "memagent", "--device", "cpu",
@@ -141,18 +145,21 @@ def lm_eval_rows(model: Path, args: argparse.Namespace, out: Path) -> dict:
                          f"memory_tokens={args.memory_tokens},answer_tokens={args.answer_tokens},"
                          f"query_tokens={args.query_tokens},prompt_split=line"]}  # RULER NIAH: the question is the last line (docs/harnesses.md)
     for name, cmd in runs.items():
-        folder = out / f"lm-eval-{name}"
-        timing = folder / "seconds.json"
-        done = json.loads(timing.read_text()) if timing.is_file() else {}
-        if args.reuse and done.get("limit") == args.lm_eval_limit and done.get("lengths") == lengths:
-            seconds = done["seconds"]  # a finished run of the same sizes: read, not rerun
-        else:
-            seconds = sh([*cmd, "--tasks", "niah_single_1", "--metadata", meta, "--limit", args.lm_eval_limit,
-                          "--output_path", folder], out / f"lm-eval-{name}.log")
-            timing.write_text(json.dumps({"seconds": seconds, "limit": args.lm_eval_limit, "lengths": lengths}))
-        result = json.loads(sorted(folder.rglob("results_*.json"))[-1].read_text())["results"]["niah_single_1"]
-        rows[name] = {"seconds": round(seconds, 1),
-                      **{str(n): result.get(f"{n},none") for n in lengths if f"{n},none" in result}}
+        rows[name] = {"seconds": 0.0}
+        for n in lengths:
+            folder = out / f"lm-eval-{name}-{n}"
+            timing = folder / "seconds.json"
+            done = json.loads(timing.read_text()) if timing.is_file() else {}
+            if args.reuse and done.get("limit") == args.lm_eval_limit:
+                seconds = done["seconds"]  # a finished run of the same sizes: read, not rerun
+            else:
+                meta = json.dumps({"max_seq_lengths": [n], "tokenizer": str(model)})
+                seconds = sh([*cmd, "--tasks", "niah_single_1", "--metadata", meta, "--limit", args.lm_eval_limit,
+                              "--output_path", folder], out / f"lm-eval-{name}-{n}.log")
+                timing.write_text(json.dumps({"seconds": seconds, "limit": args.lm_eval_limit}))
+            result = json.loads(sorted(folder.rglob("results_*.json"))[-1].read_text())["results"]["niah_single_1"]
+            rows[name]["seconds"] = round(rows[name]["seconds"] + seconds, 1)
+            rows[name][str(n)] = result.get(f"{n},none")
     return rows
 
 
@@ -200,6 +207,8 @@ def main() -> None:
     p.add_argument("--lm-eval-lengths", default="1024,4096")
     p.add_argument("--lm-eval-limit", default="4")
     p.add_argument("--skip-lm-eval", action="store_true")
+    p.add_argument("--assemble", action="store_true", help="write the JSON from the records the eval runs have "
+                   "written so far, running nothing (with --reuse for lm-eval)")
     p.add_argument("--lm-eval-only", action="store_true", help="run the lm-eval rows only (for a later --reuse: the "
                    "RULER evals and lm-eval can run side by side, one core each); writes no JSON")
     p.add_argument("--plot-only", action="store_true", help="redraw docs/img/real_model.png from the results JSON")

@@ -498,17 +498,20 @@ def real_model(get: Get) -> str:
     d = get("real_model")
     sizes = d["sizes"]
     lengths = sizes["lengths"].split(",")
+    counts = {n: max((c[n]["n"] for t in d["ruler"].values() for m, c in t.items()
+                      if not m.startswith("_") and n in c), default=0) for n in lengths}
+
+    def text(c: dict, n: str) -> str:
+        fewer = f", n={c['n']}" if c["n"] != counts[n] else ""  # a run stopped before the cell was full
+        return (f"{c['accuracy']:.1f} ± {c['se']:.1f} [{c['gold_in_raw']:.0f}] "
+                f"({c['calls_per_doc']:g} calls, {c['seconds_per_doc']:.0f} s{fewer})")
+
     rows = []
     for task, methods in d["ruler"].items():
         for method, cells in methods.items():
             if method.startswith("_"):
                 continue
-            rows.append([task, method] + [
-                f"{cells[n]['accuracy']:.1f} ± {cells[n]['se']:.1f} [{cells[n]['gold_in_raw']:.0f}] "
-                f"({cells[n]['calls_per_doc']:g} calls, {cells[n]['seconds_per_doc']:.0f} s)" if n in cells else ""
-                for n in lengths])
-    counts = {n: max((c[n]["n"] for t in d["ruler"].values() for m, c in t.items()
-                      if not m.startswith("_") and n in c), default=0) for n in lengths}
+            rows.append([task, method] + [text(cells[n], n) if n in cells else "not run" for n in lengths])
     out = [numeric_table(["task", "method", *[f"{n} tokens (n={counts[n]})" for n in lengths]], rows, text_columns=2)]
     lm = d.get("lm_eval_niah_single_1") or {}
     if lm:
