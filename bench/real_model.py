@@ -107,7 +107,13 @@ def ruler_rows(model: Path, args: argparse.Namespace, out: Path) -> tuple[dict, 
                 "--dtype", "float32", "--batch-docs", args.batch_docs, "--out", run, "--no-progress"],
                 out / f"eval-{task}.log")
             timing.write_text(json.dumps({"seconds": seconds}))
-        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
+        records, seen = [], set()
+        for path in [run / "results.jsonl", *sorted(out.glob(f"eval-{task}-*/results.jsonl"))]:  # then side runs
+            for line in path.read_text().splitlines() if path.is_file() else []:
+                r = json.loads(line) if line.strip() else None
+                if r and (r["method"], r.get("length"), r["sample_id"]) not in seen:
+                    seen.add((r["method"], r.get("length"), r["sample_id"]))
+                    records.append(r)
         for method in METHODS.split(","):
             for length in map(int, args.lengths.split(",")):
                 rs = [r for r in records if r["method"] == method and r.get("length") == length]

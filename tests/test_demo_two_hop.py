@@ -92,7 +92,8 @@ def test_two_hop_quick_trains_both_workflows_with_multi_conv_dapo(two_hop):
     assert all(m["conversations_per_sample"] == TRAIN_CHUNKS + 1 for m in mem)
     assert all(m["conversations_per_sample"] > TRAIN_CHUNKS + 1 for m in look)
     assert all(m["conversations_per_sample"] <= TRAIN_CHUNKS + LOOKUPS * (1 + HITS) + 1 for m in look)
-    assert json.loads((two_hop / "lookup" / "rl" / "config.json").read_text())["workflow"] == "lookup"
+    chosen = json.loads((two_hop / "lookup" / "rl" / "config.json").read_text())["workflow"]  # {name, options}
+    assert chosen["name"] == "lookup" and chosen["options"]["lookups"] == LOOKUPS
 
 
 @pytest.mark.parametrize("argv, part", [
