@@ -128,3 +128,27 @@ def test_two_hop_demo_trains_memagent_with_the_evidence_reward_and_lookup_withou
     assert all(len(q["evidence"]) == 2 for q in seen["memagent"][1])  # every RL question carries its two facts
     assert two_hop.TwoHopConfig.for_run(True, 0, str(tmp_path), outcome_only=True).step_reward == ""
     assert two_hop.TwoHopConfig.for_run(False, 0, "x").step_reward == "evidence"
+
+
+def test_demo_step_reward_flags_reach_the_training_config(monkeypatch, tmp_path, run_cli):
+    """--step-reward / --step-mix set DemoConfig's fields on either task, and the RL phase's TrainConfig gets
+    them; an unknown name, or one with --outcome-only, is one error line before any work."""
+    from memagent.cli import train as cli_train
+    from memagent.demo.pipeline import rl_train_config
+
+    got = {}
+    monkeypatch.setattr(cli_train, "run_demo", lambda cfg: got.setdefault("single", cfg))
+    monkeypatch.setattr(cli_train, "run_two_hop", lambda cfg: got.setdefault("two", cfg))
+    assert run_cli("demo", "--quick", "--step-reward", "evidence", "--step-mix", "0.5", "--out", tmp_path / "a")[0] == 0
+    assert run_cli("demo", "--quick", "--task", "two-hop", "--step-reward", "none", "--out", tmp_path / "b")[0] == 0
+    single, two = got["single"], got["two"]
+    assert (single.step_reward, single.step_mix, two.step_reward, two.step_mix) == ("evidence", 0.5, "", 0.8)
+    rl = rl_train_config(single, tmp_path)
+    assert (rl.step_reward, rl.step_mix, rl.step_scale) == ("evidence", 0.5, False)
+    assert rl_train_config(cli_train.DemoConfig(), tmp_path).step_reward == ""  # single-hop default: the paper's
+    code, _, err = run_cli("demo", "--step-reward", "evidance", "--out", tmp_path / "c")
+    assert code == 2 and "--step-reward: unknown reward 'evidance'; valid step rewards: " in err
+    code, _, err = run_cli("demo", "--task", "two-hop", "--outcome-only", "--step-reward", "evidence",
+                           "--out", tmp_path / "d")
+    assert code == 2 and "contradict" in err
+    assert not any((tmp_path / d).exists() for d in "cd")

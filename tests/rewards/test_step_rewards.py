@@ -2,8 +2,8 @@
 import pytest
 
 from memagent.rewards.protocol import Update
-from memagent.rewards.step import (AnswerLikelihoodReward, AnswerRecallReward, EvidenceReward, answer_recall,
-                                   evidence_share, words)
+from memagent.rewards.step import (AnswerLikelihoodReward, AnswerRecallReward, EvidenceChainReward, EvidenceReward,
+                                   answer_recall, chain_progress, evidence_share, words)
 
 
 def upd(before, after, evidence=("k3 k7", "k7 v5"), answers=("v5",), kind="memory", step=0):
@@ -43,6 +43,32 @@ def test_evidence_is_not_scored_without_evidence_or_outside_memory_updates():
     r = EvidenceReward()
     assert r.score([upd("a", "k3 k7", evidence=None), upd("a", "k3 k7", evidence=()),
                     upd("k3 k7", "\\boxed{v5}", kind="final"), upd("x", "x", kind="query")]) == [None] * 4
+
+
+def test_chain_progress_by_hand():
+    ev = ["k3 k7", "k7 v5"]  # the two hops in order
+    assert chain_progress("none none", ev) == 0.0 and chain_progress("", ev) == 0.0
+    assert chain_progress("k3 k7", ev) == 0.5  # the pointer: half way
+    assert chain_progress("k7 v5", ev) == 1.0  # the value fact: the end of the chain
+    assert chain_progress("k3 k7 k7 v5", ev) == 1.0  # the furthest hop held counts
+    assert chain_progress("k7 k3", ev) == 0.0  # the words, not in order: a different fact
+    assert chain_progress("k7 v2", ev) == 0.0 and chain_progress("k3", ev) == 0.0  # a part of a hop is not it
+    assert chain_progress("K3, k7!", ev) == 0.5  # normalised words, as `evidence`
+    assert chain_progress("x k1 k1 v2 y", ["k1 k1 v2"]) == 1.0  # repeated words, as one run
+    assert chain_progress("k1 v2 k1", ["k1 k1 v2"]) == 0.0
+    assert chain_progress("Ünïcode CAFÉ", ["ünïcode cafe\u0301"]) == 1.0  # NFKC folds the decomposed é
+    assert chain_progress("anything", ["", "..."]) is None
+
+
+def test_evidence_chain_pays_each_hop_and_the_swap():
+    """Where `evidence` pays the swap from pointer to value 0 (both hold 3 of the 4 words), the chain pays it
+    the second half; losing a hop costs what it paid."""
+    r = EvidenceChainReward()
+    got = r.score([upd("none none", "k3 k7"), upd("k3 k7", "k7 v5", step=1), upd("k3 k7", "k1 v9", step=1),
+                   upd("k7 v5", "k7 v5", step=2), upd("k7 v5", "k3 k7", step=2), upd("x", "k3 k7", evidence=None),
+                   upd("k3 k7", "\\boxed{v5}", kind="final")])
+    assert got == [0.5, 0.5, -0.5, 0.0, -0.5, None, None]
+    assert EvidenceReward().score([upd("k3 k7", "k7 v5")]) == [0.0]  # the word share cannot tell the hops apart
 
 
 def test_answer_recall_by_hand():

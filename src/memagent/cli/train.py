@@ -1,6 +1,7 @@
 """`memagent train`, `memagent demo` and `memagent tiny-model`."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -106,6 +107,11 @@ class DemoOptions:
     outcome_only: bool = field(default=False, metadata=flag(
         "two-hop: train memagent on the final answer's reward alone (the paper's), without the evidence step "
         "reward (docs/rewards.md)."))
+    step_reward: Optional[str] = field(default=None, metadata=flag(
+        "memagent's step reward (docs/rewards.md; NOT in the paper), e.g. evidence or evidence-chain; none = the "
+        "final answer's reward alone. Default: none for single-hop, the two-hop demo's own (TwoHopConfig)."))
+    step_mix: float = field(default=0.8, metadata={**rule(min=0, max=1), **flag(
+        "With a step reward: a in A = a * A_outcome + (1 - a) * A_step.")})
     task: str = field(default="single-hop", metadata={**rule(choices=DEMO_TASKS), **flag(
         "single-hop: the paper's demo; two-hop: memagent and lookup trained side by side, with skim and "
         "full-context, split by order (docs/demo.md).")})
@@ -117,22 +123,38 @@ def demo(o: DemoOptions) -> None:
     """The paper reproduced at CPU scale: toy task, warm-up (no-RL ablation), Multi-Conv DAPO,
     full-context baseline, length sweep, table."""
     if o.outcome_only and o.task != "two-hop":
-        raise ConfigError("--outcome-only is a flag of --task two-hop (the single-hop demo has no step reward)")
+        raise ConfigError("--outcome-only is a flag of --task two-hop (single-hop: --step-reward chooses one)")
+    if o.outcome_only and o.step_reward not in (None, "none"):
+        raise ConfigError(f"--outcome-only and --step-reward {o.step_reward} contradict each other; give one")
+    steps = demo_step_reward(o)
     if o.task == "two-hop" and o.seeds is not None:
         raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")
     out = check_demo_out(o.out)
     pin_mkl_branch()  # before any tensor work: the same table on every machine of a kind (demo/numerics.py)
     if o.seeds is not None:
         summary = run_seeds(o.seeds, out, quick=o.quick, jobs=o.jobs, log=lambda m: typer.echo(m, err=True),
-                            pure_dapo=o.pure_dapo)
+                            pure_dapo=o.pure_dapo, step_reward=o.step_reward, step_mix=o.step_mix)
         typer.echo(markdown(summary))
         return
     with run_lock(out, "demo"):  # one demo per --out
         if o.task == "two-hop":
-            run_two_hop(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo,
-                                             outcome_only=o.outcome_only))
+            run_two_hop(dataclasses.replace(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo,
+                                                                 outcome_only=o.outcome_only), **steps))
             return
-        run_demo(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo))
+        run_demo(dataclasses.replace(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo), **steps))
+
+
+def demo_step_reward(o: DemoOptions) -> dict[str, object]:
+    """The DemoConfig fields --step-reward and --step-mix set (none when neither is given), the name checked."""
+    from memagent.rewards.registry import check_reward_name
+
+    steps: dict[str, object] = {} if o.step_mix == 0.8 else {"step_mix": o.step_mix}
+    if o.step_reward is not None:
+        name = "" if o.step_reward == "none" else o.step_reward
+        if name:
+            check_reward_name(name, "step", "--step-reward")
+        steps["step_reward"] = name
+    return steps
 
 
 @dataclass(frozen=True)

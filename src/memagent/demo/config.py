@@ -54,6 +54,11 @@ class DemoConfig:
     warmup_batch: int = 32  # rows per warm-up step
     rl_copy_coef: float = 3.0  # NOT in the paper: weight of the value-copy loss mixed into RL (loss.sft_coef); 0 = pure
     rl_copy_rows: int = 16_000  # demonstrations drawn for the value-copy loss (value token only)
+    # NOT in the paper: a step reward of each memory update (docs/rewards.md), mixed into memagent's advantages:
+    # A = step_mix * A_outcome + (1 - step_mix) * A_step; "" = the final answer's reward alone (the paper's)
+    step_reward: str = ""
+    step_mix: float = 0.8  # a (ReMemR1's 0.8)
+    step_scale: bool = False  # divide the centred step rewards by their std (rl.step_rewards)
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str, pure_dapo: bool = False) -> "DemoConfig":

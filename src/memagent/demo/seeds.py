@@ -88,7 +88,8 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: int = 1,
-              log: Callable[[str], None] = print, pure_dapo: bool = False) -> dict[str, Any]:
+              log: Callable[[str], None] = print, pure_dapo: bool = False, step_reward: str | None = None,
+              step_mix: float = 0.8) -> dict[str, Any]:
     """`memagent demo --seed S --out OUT/seed-S` for each seed (`jobs` at a time, the cores shared out), skipping
     seeds that already have results; writes OUT/seeds.json and OUT/seeds.md and returns the summary."""
     out = Path(out)
@@ -103,6 +104,8 @@ def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: 
             cmd = [sys.executable, "-m", "memagent.cli", "demo", "--seed", str(s), "--out", str(out / f"seed-{s}")]
             log_file = open(out / f"seed-{s}.log", "w", encoding="utf-8")
             cmd += (["--quick"] if quick else []) + (["--pure-dapo"] if pure_dapo else [])
+            cmd += (["--step-reward", step_reward] if step_reward is not None else []) + (
+                ["--step-mix", str(step_mix)] if step_mix != 0.8 else [])
             running.append((s, subprocess.Popen(cmd, env=env, stdout=log_file,
                                                 stderr=subprocess.STDOUT)))
             log(f"seed {s}: started ({threads} thread(s)); log {out / f'seed-{s}.log'}")

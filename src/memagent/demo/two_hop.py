@@ -74,10 +74,10 @@ class TwoHopConfig(DemoConfig):
     hits: int = 1  # chunks `lookup` reads per query
     skim_k: int = 4  # chunks `skim` reads
     rl_copy_rows: int = 8_000
-    # NOT in the paper: memagent's step reward (rl.step_rewards): each memory update is paid for the gold facts it
-    # keeps ("A B", "B V"), so keeping the pointer earns its share at the step it happens; "" = outcome only
+    # NOT in the paper: memagent's step reward (DemoConfig's; lookup keeps the outcome reward alone): each memory
+    # update is paid for the gold facts it keeps ("A B", "B V"), so keeping the pointer earns its share at the
+    # step it happens; "" = outcome only
     step_reward: str = "evidence"
-    step_mix: float = 0.8  # a in A = a * A_outcome + (1 - a) * A_step (ReMemR1's)
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str,  # type: ignore[override]
@@ -176,8 +176,8 @@ def train_workflow(cfg: TwoHopConfig, workflow: str, tokenizer: Any, rng: random
     copy_rows = value_copy_rows(cfg, tokenizer, rng, demonstrations) if cfg.rl_copy_coef > 0 else None
     options = cfg.lookup_options() if workflow == "lookup" else {}
     rl_cfg = dataclasses.replace(rl_train_config(cfg, out / workflow), workflow=WorkflowChoice(workflow, options))
-    if workflow == "memagent" and cfg.step_reward:  # lookup keeps the outcome reward alone
-        rl_cfg = dataclasses.replace(rl_cfg, step_reward=cfg.step_reward, step_mix=cfg.step_mix)
+    if workflow == "lookup":  # lookup keeps the outcome reward alone
+        rl_cfg = dataclasses.replace(rl_cfg, step_reward="")
     train(rl_cfg, rl_questions(cfg, two_hop=True), model=model, tokenizer=tokenizer, sft_data=copy_rows)
     return model
 

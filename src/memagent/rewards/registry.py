@@ -8,7 +8,7 @@ only when asked for; an entry point's value is "module:factory"
 
 Outcome built-ins: every answer metric of memagent.tasks.metrics (`boxed` the paper's verifier, `em`, `f1`,
 `sub_em`, ...) and `judge` (a model grades the answer, memagent.rewards.judge). Step built-ins: `evidence`,
-`answer-recall`, `answer-likelihood` (memagent.rewards.step).
+`evidence-chain`, `answer-recall`, `answer-likelihood` (memagent.rewards.step).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ RewardFactory = Callable[..., Reward]
 # name -> "module:attribute" (step rewards and the judge); the metrics are added below, one factory each
 BUILTINS: dict[str, str] = {
     "evidence": "memagent.rewards.step:EvidenceReward",
+    "evidence-chain": "memagent.rewards.step:EvidenceChainReward",
     "answer-recall": "memagent.rewards.step:AnswerRecallReward",
     "answer-likelihood": "memagent.rewards.step:AnswerLikelihoodReward",
     "judge": "memagent.rewards.judge:JudgeReward",

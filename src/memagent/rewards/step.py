@@ -8,6 +8,11 @@ scored (None: its row keeps the outcome advantage).
   |words(e) & words(m)| / |words(e)| (multiset intersection: a word twice in e must be twice in m). A sample
   without evidence is not scored. Unlike answer recall it pays the update that keeps a bridge fact (the
   pointer "k3 k7" of a two-hop chain holds no word of the answer).
+- `evidence-chain`: for evidence that is a chain of hops in order (the two-hop toy's ["A B", "B V"]), s(m) =
+  (i + 1) / n for the furthest hop i whose words the memory holds as one run in order, 0 when it holds none.
+  A one-fact memory moves along the chain: keeping the pointer pays 1/2, swapping it for the value fact pays
+  the other 1/2, and losing either costs what it paid. `evidence`'s word shares cannot say that: "A B" and
+  "B V" both hold 3 of the chain's 4 words, so the swap scores 0 there.
 - `answer-recall`: s(m) = the best, over the gold answers a, of |words(a) & words(m)| / |words(a)| (ReMemR1's
   recall; its format term is left out).
 - `answer-likelihood`: s(m) = the policy's mean log-probability of the gold answer's tokens given the question
@@ -28,8 +33,8 @@ from memagent.agent.prompts import render
 from memagent.rewards.protocol import Update
 from memagent.tasks.metrics import normalize_answer
 
-__all__ = ["AnswerLikelihoodReward", "AnswerRecallReward", "EvidenceReward", "answer_recall", "evidence_share",
-           "words"]
+__all__ = ["AnswerLikelihoodReward", "AnswerRecallReward", "EvidenceChainReward", "EvidenceReward", "answer_recall",
+           "chain_progress", "evidence_share", "words"]
 
 
 def words(text: str) -> list[str]:
@@ -52,6 +57,22 @@ def evidence_share(memory: str, evidence: Sequence[str]) -> float | None:
     return sum(_recall(t, held) for t in targets) / len(targets)
 
 
+def _holds_run(memory: list[str], target: list[str]) -> bool:
+    """Whether `target` occurs in `memory` as one contiguous run of words, in order."""
+    n = len(target)
+    return any(memory[i:i + n] == target for i in range(len(memory) - n + 1))
+
+
+def chain_progress(memory: str, evidence: Sequence[str]) -> float | None:
+    """(i + 1) / n for the furthest evidence string i (of the n with a word, in chain order) whose words the
+    memory holds as one run in order; 0 when it holds none; None when no evidence string has a word."""
+    targets = [w for w in (words(e) for e in evidence) if w]
+    if not targets:
+        return None
+    held = words(memory)
+    return max(((i + 1) / len(targets) for i, t in enumerate(targets) if _holds_run(held, t)), default=0.0)
+
+
 def answer_recall(memory: str, answers: Sequence[str]) -> float:
     """ReMemR1's recall: the best, over the gold answers with a word, of the share of its words in the memory
     (0 when no answer has a word)."""
@@ -64,6 +85,7 @@ class EvidenceReward:
     for a sample without evidence."""
 
     name, kind = "evidence", "step"
+    share = staticmethod(evidence_share)
 
     def score(self, items: Sequence[Update]) -> list[float | None]:
         out: list[float | None] = []
@@ -71,9 +93,17 @@ class EvidenceReward:
             if it.kind != "memory" or not it.evidence:
                 out.append(None)
                 continue
-            after, before = evidence_share(it.after, it.evidence), evidence_share(it.before, it.evidence)
+            after, before = self.share(it.after, it.evidence), self.share(it.before, it.evidence)
             out.append(None if after is None or before is None else after - before)
         return out
+
+
+class EvidenceChainReward(EvidenceReward):
+    """`evidence-chain`: chain_progress(after) - chain_progress(before) for a memory update; None for other calls
+    and for a sample without evidence."""
+
+    name = "evidence-chain"
+    share = staticmethod(chain_progress)
 
 
 class AnswerRecallReward:
