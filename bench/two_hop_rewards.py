@@ -7,8 +7,10 @@ greedy on the demo's evaluation documents, split by order. Only the step reward 
     evidence        word shares of the gold facts (ReMemR1-style difference; rewards/step.py)
     evidence-chain  progress along the chain of hops (pointer 1/2, value fact 1)
 
-Run: .venv/bin/python bench/two_hop_rewards.py --seeds 0 --rewards none,evidence,evidence-chain [--mix 0.8] [--scale]
+Run: .venv/bin/python bench/two_hop_rewards.py --seeds 0 --rewards none,evidence,evidence-chain [--mix 0.8] [--scale] [--steps N]
      [--multiples 1,16] [--docs 256] [--threads 1] [--out bench/results/two_hop_rewards.json]
+     .venv/bin/python bench/two_hop_rewards.py --merge A.json B.json   (rows of side runs into --out, then the plot)
+     .venv/bin/python bench/two_hop_rewards.py --plot-only             (docs/img/two_hop_rewards.png)
 A run adds its rows to --out (one row per seed, reward and mix; a row run again is replaced), so variants can
 run side by side in separate processes and be merged. Reward curves (each step's mean outcome reward and step
 reward) are kept per row for docs/rewards.md's plot.
@@ -26,10 +28,11 @@ from typing import Any
 
 from common import RESULTS, machine
 
+from memagent.demo.config import EMPTY_MEMORY
 from memagent.demo.evaluate import run_memagent
 from memagent.demo.two_hop import EXTRA_WORDS, TwoHopConfig, by_order, train_workflow
 from memagent.io import atomic_write_text
-from memagent.tasks.toy import build_toy_tokenizer, make_samples
+from memagent.tasks.toy import MARKER, build_toy_tokenizer, make_samples
 
 
 def curves(metrics: Path, step_reward: str) -> dict[str, list[float]]:
@@ -42,11 +45,48 @@ def curves(metrics: Path, step_reward: str) -> dict[str, list[float]]:
     return out
 
 
-def run_one(seed: int, step_reward: str, mix: float, scale: bool, multiples: tuple[int, ...],
+def chunk_fact(chunk: str) -> tuple[str, str]:
+    """The (key, value) of a one-fact toy chunk."""
+    w = chunk.split()
+    at = w.index(MARKER)
+    return w[at + 1], w[at + 2]
+
+
+def actions(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: Any) -> dict[str, dict[str, float]]:
+    """What the greedy policy does at each kind of decision of the chain, over pointer-first documents (%):
+    at the pointer chunk from a memory without a chain fact (copy it?), at the value chunk holding the pointer
+    (swap?), at a distractor holding a chain fact (keep?)."""
+    picked = [s for s in samples if s["order"] == "pointer-first"]
+    results = run_memagent(model, tokenizer, picked, spec, keep_conversations=True)
+    tally: dict[str, dict[str, int]] = {}
+    for s, r in zip(picked, results, strict=True):
+        a, (b, v) = s["question"], s["evidence"][1].split()
+        memory = EMPTY_MEMORY
+        for conv in (c for c in r.conversations if c.kind == "memory"):
+            chunk = conv.prompt.split(" C ", 1)[1].rsplit(" Q ", 1)[0]
+            fact = " ".join(chunk_fact(chunk))
+            if fact == f"{a} {b}" and memory not in (f"{a} {b}", f"{b} {v}"):
+                where = "pointer chunk"
+            elif fact == f"{b} {v}" and memory == f"{a} {b}":
+                where = "value chunk, pointer held"
+            elif memory in (f"{a} {b}", f"{b} {v}"):
+                where = "distractor, chain fact held"
+            else:
+                where = None
+            if where:
+                what = "keep" if conv.text == memory else "copy" if conv.text == fact else "other"
+                tally.setdefault(where, {"keep": 0, "copy": 0, "other": 0})[what] += 1
+            memory = conv.text
+    return {w: {k: round(100 * n / max(1, sum(c.values())), 1) for k, n in c.items()} | {"n": sum(c.values())}
+            for w, c in tally.items()}
+
+
+def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, multiples: tuple[int, ...],
             docs: int) -> dict[str, Any]:
     import torch  # lazy: torch
 
-    cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale)
+    cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale,
+                              rl_steps=steps or TwoHopConfig.rl_steps)
     tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
@@ -54,13 +94,49 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, multiples: tup
         model = train_workflow(cfg, "memagent", tokenizer, random.Random(f"{seed}-memagent"), Path(tmp))
         found: dict[str, Any] = {"train_s": round(time.perf_counter() - t, 1),
                                  "curves": curves(Path(tmp) / "memagent" / "rl" / "metrics.jsonl", step_reward)}
+    first = make_samples(cfg.spec, cfg.train_chunks, docs, seed + 10_000, prefix="eval", two_hop=True)
+    found["actions_1x"] = actions(model, tokenizer, first, cfg.spec)
+    print(f"seed {seed}, {step_reward or 'none'}: greedy actions at 1x, pointer-first: {found['actions_1x']}",
+          flush=True)
     found["accuracy"] = {}
     for mult in multiples:
         samples = make_samples(cfg.spec, cfg.train_chunks * mult, docs, seed + 10_000, prefix="eval", two_hop=True)
         acc = by_order(run_memagent(model, tokenizer, samples, cfg.spec), samples)
         found["accuracy"][str(mult)] = {k: round(100 * v, 1) for k, v in acc.items() if v is not None}
-        print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
-    return {"seed": seed, "step_reward": step_reward or "none", "mix": mix, "scale": scale, **found}
+        print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}, {cfg.rl_steps} steps), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
+    rule = {"rule": "in order"} if step_reward == "evidence-chain" else {}  # the built-in's (rewards/step.py)
+    return {"seed": seed, "step_reward": step_reward or "none", "mix": mix, "scale": scale, "rl_steps": cfg.rl_steps,
+            **rule, **found}
+
+
+PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "two_hop_rewards.png"
+
+
+def plot(data: dict[str, Any], path: Path = PLOT, window: int = 20) -> None:
+    """docs/img/two_hop_rewards.png: each run's sampled outcome reward and mean step reward by RL step (moving
+    mean over `window` steps), one line a row of the results."""
+    import matplotlib  # lazy: matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: matplotlib
+
+    def smooth(v: list[float]) -> list[float]:
+        return [sum(v[max(0, i - window + 1):i + 1]) / len(v[max(0, i - window + 1):i + 1]) for i in range(len(v))]
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, r in enumerate(data["rows"]):
+        label = f"seed {r['seed']}, {r['step_reward']}" + (" (any gain)" if r.get("rule") == "any gain" else "") + (
+            "" if r["step_reward"] == "none" else f", a {r['mix']}") + (", scaled" if r.get("scale") else "") + (
+            f", {r['rl_steps']} steps")
+        ax1.plot(smooth(r["curves"]["reward"]), label=label, color=f"C{i % 10}")
+        if "step_reward" in r["curves"]:
+            ax2.plot(smooth(r["curves"]["step_reward"]), label=label, color=f"C{i % 10}")
+    ax1.set(title="outcome reward (sampled rollouts)", xlabel="RL step", ylabel=f"mean, {window}-step moving")
+    ax2.set(title="step reward per scored update", xlabel="RL step")
+    ax1.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -69,23 +145,37 @@ def main() -> None:
     ap.add_argument("--rewards", default="none,evidence,evidence-chain")
     ap.add_argument("--mix", type=float, default=0.8)
     ap.add_argument("--scale", action="store_true", help="divide the centred step rewards by their std")
+    ap.add_argument("--steps", type=int, default=0, help="RL steps (0: the demo's, TwoHopConfig.rl_steps)")
     ap.add_argument("--multiples", default="1,16")
     ap.add_argument("--docs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--out", default=str(RESULTS / "two_hop_rewards.json"))
+    ap.add_argument("--merge", nargs="*", default=[], help="add the rows of these results files to --out and stop")
+    ap.add_argument("--plot-only", action="store_true", help="draw docs/img/two_hop_rewards.png from --out")
     a = ap.parse_args()
+    out = Path(a.out)
+    if a.merge or a.plot_only:
+        data = json.loads(out.read_text()) if out.exists() else None
+        for f in a.merge:
+            more = json.loads(Path(f).read_text())
+            data = data or {**more, "rows": []}
+            data["rows"] = [r for r in data["rows"] if r not in more["rows"]] + more["rows"]
+        if a.merge and data is not None:
+            atomic_write_text(out, json.dumps(data, indent=2) + "\n")
+        if data is not None:
+            plot(data)
+        return
     if a.threads:
         import torch  # lazy: torch
         torch.set_num_threads(a.threads)
     multiples = tuple(int(m) for m in a.multiples.split(","))
-    out = Path(a.out)
     for seed in (int(s) for s in a.seeds.split(",")):
         for name in a.rewards.split(","):
-            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, multiples, a.docs)
+            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs)
             data = json.loads(out.read_text()) if out.exists() else {
                 "benchmark": "two_hop_rewards", "machine": machine(), "docs": a.docs, "rows": [],
                 "command": "python bench/two_hop_rewards.py --seeds S --rewards R --mix A"}
-            same = ("seed", "step_reward", "mix", "scale")
+            same = ("seed", "step_reward", "mix", "scale", "rl_steps")
             data["rows"] = [r for r in data["rows"] if [r.get(k) for k in same] != [row[k] for k in same]] + [row]
             atomic_write_text(out, json.dumps(data, indent=2) + "\n")
             print(f"wrote {out}", flush=True)

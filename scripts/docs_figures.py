@@ -492,6 +492,28 @@ def workflows_two_hop(get: Get) -> str:
     return numeric_table(head, rows)
 
 
+def rewards_two_hop(get: Get) -> str:
+    """bench/results/two_hop_rewards.json: the two-hop demo's memagent under each step reward, a row a run (seed,
+    step reward, a, steps): greedy accuracy value-first / pointer-first at each length, and what the policy does
+    at the chain's three decisions on pointer-first documents at 1x (n: how many such decisions)."""
+    d = get("two_hop_rewards")
+    mults = sorted({m for r in d["rows"] for m in r["accuracy"]}, key=int)
+    decisions = [("pointer chunk", "copy"), ("value chunk, pointer held", "copy"), ("distractor, chain fact held", "keep")]
+    rows = []
+    for r in sorted(d["rows"], key=lambda r: (r["seed"], r["rl_steps"], r["step_reward"], -r["mix"])):
+        reward = "none (outcome only)" if r["step_reward"] == "none" else (
+            f"`{r['step_reward']}`" + (" (first version: any gain paid)" if r.get("rule") == "any gain" else "")
+            + f", a {r['mix']}" + (", scaled" if r.get("scale") else ""))
+        cells = [f"{r['accuracy'][m]['value-first']:.1f} / {r['accuracy'][m]['pointer-first']:.1f}"
+                 if m in r["accuracy"] else "not run" for m in mults]
+        acts = r.get("actions_1x", {})
+        cells += [f"{acts[w][what]:.0f} (n {acts[w]['n']})" if w in acts else "-" for w, what in decisions]
+        rows.append([str(r["seed"]), reward, str(r["rl_steps"]), *cells])
+    head = ["seed", "step reward", "RL steps", *[f"{m}x: value- / pointer-first (%)" for m in mults],
+            "copies the pointer (%)", "swaps it for the value (%)", "keeps a chain fact (%)"]
+    return numeric_table(head, rows, text_columns=2)
+
+
 def real_model(get: Get) -> str:
     """bench/results/real_model.json: RULER NIAH with the essay haystack, a row a (task, method), a column a length
     (accuracy ± standard error, calls and seconds a document), then lm-eval's own RULER rows."""
@@ -591,6 +613,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "real-model": real_model,
     "real-model-rl": real_model_rl,
     "serve-real": serve_real,
+    "rewards-two-hop": rewards_two_hop,
 }
 SOURCES = {  # what each region reads, for the report and the docs
     "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
@@ -602,7 +625,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "throughput-latency": "latency", "throughput-latency-generate": "latency",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model", "serve-real": "serve_real",
-    "real-model-rl": "real_model_rl",
+    "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards",
 }
 
 

@@ -60,15 +60,21 @@ def test_chain_progress_by_hand():
     assert chain_progress("anything", ["", "..."]) is None
 
 
-def test_evidence_chain_pays_each_hop_and_the_swap():
+def test_evidence_chain_pays_each_hop_in_order_and_takes_back_what_is_lost():
     """Where `evidence` pays the swap from pointer to value 0 (both hold 3 of the 4 words), the chain pays it
-    the second half; losing a hop costs what it paid."""
+    the second half; a hop skipped (the value fact before the pointer: a lucky copy) pays 0; losing a hop costs
+    what it is worth."""
     r = EvidenceChainReward()
     got = r.score([upd("none none", "k3 k7"), upd("k3 k7", "k7 v5", step=1), upd("k3 k7", "k1 v9", step=1),
-                   upd("k7 v5", "k7 v5", step=2), upd("k7 v5", "k3 k7", step=2), upd("x", "k3 k7", evidence=None),
+                   upd("k7 v5", "k7 v5", step=2), upd("k7 v5", "k3 k7", step=2), upd("none none", "k7 v5"),
+                   upd("k7 v5", "k1 v9", step=3), upd("x", "k3 k7", evidence=None),
                    upd("k3 k7", "\\boxed{v5}", kind="final")])
-    assert got == [0.5, 0.5, -0.5, 0.0, -0.5, None, None]
-    assert EvidenceReward().score([upd("k3 k7", "k7 v5")]) == [0.0]  # the word share cannot tell the hops apart
+    assert got == [0.5, 0.5, -0.5, 0.0, -0.5, 0.0, -1.0, None, None]
+    assert EvidenceReward().score([upd("k3 k7", "k7 v5"), upd("none none", "k7 v5")]) == [0.0, 0.75]
+    # three hops: one at a time pays a third each; from the first hop straight to the last pays 0
+    three = ("a b", "b c", "c v")
+    assert r.score([upd("z", "a b", three), upd("a b", "b c", three), upd("b c", "c v", three),
+                    upd("a b", "c v", three)]) == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
 
 
 def test_answer_recall_by_hand():

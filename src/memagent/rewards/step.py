@@ -8,11 +8,13 @@ scored (None: its row keeps the outcome advantage).
   |words(e) & words(m)| / |words(e)| (multiset intersection: a word twice in e must be twice in m). A sample
   without evidence is not scored. Unlike answer recall it pays the update that keeps a bridge fact (the
   pointer "k3 k7" of a two-hop chain holds no word of the answer).
-- `evidence-chain`: for evidence that is a chain of hops in order (the two-hop toy's ["A B", "B V"]), s(m) =
-  (i + 1) / n for the furthest hop i whose words the memory holds as one run in order, 0 when it holds none.
-  A one-fact memory moves along the chain: keeping the pointer pays 1/2, swapping it for the value fact pays
-  the other 1/2, and losing either costs what it paid. `evidence`'s word shares cannot say that: "A B" and
-  "B V" both hold 3 of the chain's 4 words, so the swap scores 0 there.
+- `evidence-chain`: for evidence that is a chain of hops in order (the two-hop toy's ["A B", "B V"]), the level
+  s(m) = (i + 1) / n for the furthest hop i whose words the memory holds as one run in order (0 for none). An
+  update pays the level it gains only one hop at a time (from hop i - 1 held to hop i), and costs the level it
+  loses: keeping the pointer pays 1/2, swapping it for the value fact the other 1/2, dropping either costs what
+  it is worth. A jump over a hop not held (the value fact copied before the pointer was read, a guess nothing in
+  the memory could have made) pays 0. `evidence`'s word shares cannot say this: "A B" and "B V" both hold 3 of
+  the chain's 4 words, so the swap scores 0 there, and the lucky copy of the value fact scores as much as it.
 - `answer-recall`: s(m) = the best, over the gold answers a, of |words(a) & words(m)| / |words(a)| (ReMemR1's
   recall; its format term is left out).
 - `answer-likelihood`: s(m) = the policy's mean log-probability of the gold answer's tokens given the question
@@ -34,7 +36,7 @@ from memagent.rewards.protocol import Update
 from memagent.tasks.metrics import normalize_answer
 
 __all__ = ["AnswerLikelihoodReward", "AnswerRecallReward", "EvidenceChainReward", "EvidenceReward", "answer_recall",
-           "chain_progress", "evidence_share", "words"]
+           "chain_progress", "chain_step", "evidence_share", "words"]
 
 
 def words(text: str) -> list[str]:
@@ -85,7 +87,6 @@ class EvidenceReward:
     for a sample without evidence."""
 
     name, kind = "evidence", "step"
-    share = staticmethod(evidence_share)
 
     def score(self, items: Sequence[Update]) -> list[float | None]:
         out: list[float | None] = []
@@ -93,17 +94,30 @@ class EvidenceReward:
             if it.kind != "memory" or not it.evidence:
                 out.append(None)
                 continue
-            after, before = self.share(it.after, it.evidence), self.share(it.before, it.evidence)
+            after, before = evidence_share(it.after, it.evidence), evidence_share(it.before, it.evidence)
             out.append(None if after is None or before is None else after - before)
         return out
 
 
-class EvidenceChainReward(EvidenceReward):
-    """`evidence-chain`: chain_progress(after) - chain_progress(before) for a memory update; None for other calls
-    and for a sample without evidence."""
+def chain_step(before: str, after: str, evidence: Sequence[str]) -> float | None:
+    """The `evidence-chain` reward of one update: the level lost (negative), or the level gained when it gains
+    one hop (1/n) at most, else 0; None when no evidence string has a word."""
+    lo, hi = chain_progress(before, evidence), chain_progress(after, evidence)
+    if lo is None or hi is None:
+        return None
+    n = sum(1 for e in evidence if words(e))
+    return hi - lo if hi - lo <= 1 / n + 1e-9 else 0.0
 
-    name = "evidence-chain"
-    share = staticmethod(chain_progress)
+
+class EvidenceChainReward:
+    """`evidence-chain`: chain_step(before, after) for a memory update; None for other calls and for a sample
+    without evidence."""
+
+    name, kind = "evidence-chain", "step"
+
+    def score(self, items: Sequence[Update]) -> list[float | None]:
+        return [chain_step(it.before, it.after, it.evidence) if it.kind == "memory" and it.evidence else None
+                for it in items]
 
 
 class AnswerRecallReward:
