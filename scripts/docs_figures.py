@@ -610,6 +610,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-numerics": demo_numerics_table,
     "demo-seeds": lambda get: seeds_markdown(get("demo_seeds")),
     "demo-seeds-pure": lambda get: seeds_markdown(get("demo_seeds_pure")),
+    "demo-seeds-evidence": lambda get: seeds_markdown(get("demo_seeds_evidence")),
     "real-model": real_model,
     "real-model-rl": real_model_rl,
     "serve-real": serve_real,
@@ -624,7 +625,8 @@ SOURCES = {  # what each region reads, for the report and the docs
     "throughput-pipeline": "pipeline", "demo-default-seed": "demo_seed0 demo_numerics",
     "throughput-latency": "latency", "throughput-latency-generate": "latency",
     "demo-eval-seeds": "demo_seeds demo_seeds_pure", "demo-numerics": "demo_numerics",
-    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure", "real-model": "real_model", "serve-real": "serve_real",
+    "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
+    "demo-seeds-evidence": "demo_seeds_evidence", "real-model": "real_model", "serve-real": "serve_real",
     "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards",
 }
 
@@ -746,10 +748,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--import-demo", type=Path, metavar="RESULTS_JSON", help="a seed-0 run's results.json first")
     ap.add_argument("--import-seeds", type=Path, metavar="SEEDS_JSON", help="the evaluation seeds' seeds.json first")
     ap.add_argument("--import-seeds-pure", type=Path, metavar="SEEDS_JSON", help="the --pure-dapo seeds.json first")
+    ap.add_argument("--import-seeds-evidence", type=Path, metavar="SEEDS_JSON",
+                    help="the --step-reward evidence seeds.json first")
     args = ap.parse_args(argv)
     if args.import_demo:
         print(f"wrote {import_demo(args.import_demo, args.results)}")
-    for src, name in ((args.import_seeds, "demo_seeds"), (args.import_seeds_pure, "demo_seeds_pure")):
+    for src, name in ((args.import_seeds, "demo_seeds"), (args.import_seeds_pure, "demo_seeds_pure"),
+                      (args.import_seeds_evidence, "demo_seeds_evidence")):
         if src:
             print(f"wrote {import_seeds(src, args.results, name)}")
     paths, get = [p.resolve() for p in args.pages] or pages(), loader(args.results)
