@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from common import RESULTS, machine
+from two_hop_ceiling import chunk_fact
 
 from memagent.demo.config import EMPTY_MEMORY
 from memagent.demo.evaluate import run_memagent
 from memagent.demo.two_hop import EXTRA_WORDS, TwoHopConfig, by_order, train_workflow
 from memagent.io import atomic_write_text
-from memagent.tasks.toy import MARKER, build_toy_tokenizer, make_samples
+from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 
 def curves(metrics: Path, step_reward: str) -> dict[str, list[float]]:
@@ -43,13 +44,6 @@ def curves(metrics: Path, step_reward: str) -> dict[str, list[float]]:
     if step_reward:
         out["step_reward"] = [round(r.get(f"step_reward/{step_reward}", float("nan")), 4) for r in rows]
     return out
-
-
-def chunk_fact(chunk: str) -> tuple[str, str]:
-    """The (key, value) of a one-fact toy chunk."""
-    w = chunk.split()
-    at = w.index(MARKER)
-    return w[at + 1], w[at + 2]
 
 
 def actions(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: Any) -> dict[str, dict[str, float]]:
