@@ -21,6 +21,7 @@ from memagent.flags import flag, seed_rule
 from memagent.io import check_output_dir, refuse_files, refuse_occupied
 from memagent.lock import run_lock
 from memagent.protocol.profile import dump_profile, load_profile, training_profile
+from memagent.rewards.registry import check_reward_name
 
 
 TINY_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
@@ -146,8 +147,6 @@ def demo(o: DemoOptions) -> None:
 
 def demo_step_reward(o: DemoOptions) -> dict[str, object]:
     """The DemoConfig fields --step-reward and --step-mix set (none when neither is given), the name checked."""
-    from memagent.rewards.registry import check_reward_name
-
     steps: dict[str, object] = {} if o.step_mix == 0.8 else {"step_mix": o.step_mix}
     if o.step_reward is not None:
         name = "" if o.step_reward == "none" else o.step_reward
