@@ -115,6 +115,7 @@ def main() -> None:
             f"agent.memory_tokens={args.memory_tokens}", f"agent.answer_tokens={args.answer_tokens}",
             f"agent.query_tokens={args.query_tokens}", f"reward={args.reward}", "--force"], out / "train.log")
     steps = metrics_rows(run)
+    train_seconds = sum(float(s.get("step_s", 0.0)) for s in steps)  # the run's own clock, read or just run
     last = sorted((run / "checkpoints").glob("step_*"))[-1]
     merged = out / "merged"
     if merged.exists():
@@ -130,9 +131,9 @@ def main() -> None:
         "accuracy_per_step": [round(float(s.get("accuracy", 0.0)), 4) for s in steps],
         "steps": [{k: s.get(k) for k in ("step", "reward", "accuracy", "loss", "rollout_s", "generated_tokens",
                                           "step_s", "kept_groups") if k in s} for s in steps],
-        "seconds_per_step": round(sum(float(s.get("step_s", 0.0)) for s in steps) / max(1, len(steps)), 1),
+        "seconds_per_step": round(train_seconds / max(1, len(steps)), 1),
         "accuracy_before": before, "accuracy_after": after,
-        "train_seconds": round(sum(float(s.get("step_s", 0.0)) for s in steps), 1),
+        "train_seconds": round(train_seconds, 1),
         "seconds_this_invocation": round(time.perf_counter() - t0, 1)})  # a finished training run is not rerun
     plot(json.loads((ROOT / "bench" / "results" / "real_model_rl.json").read_text()), figure)
 

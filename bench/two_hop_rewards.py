@@ -53,12 +53,12 @@ def actions(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: Any
     picked = [s for s in samples if s["order"] == "pointer-first"]
     results = run_memagent(model, tokenizer, picked, spec, keep_conversations=True)
     tally: dict[str, dict[str, int]] = {}
+    size = spec.chunk_tokens  # one toy word a token: chunk i is words [i * size, (i + 1) * size)
     for s, r in zip(picked, results, strict=True):
         a, (b, v) = s["question"], s["evidence"][1].split()
-        memory = EMPTY_MEMORY
+        text, memory = s["context"].split(), EMPTY_MEMORY
         for conv in (c for c in r.conversations if c.kind == "memory"):
-            chunk = conv.prompt.split(" C ", 1)[1].rsplit(" Q ", 1)[0]
-            fact = " ".join(chunk_fact(chunk))
+            fact = " ".join(chunk_fact(" ".join(text[conv.step * size:(conv.step + 1) * size])))
             if fact == f"{a} {b}" and memory not in (f"{a} {b}", f"{b} {v}"):
                 where = "pointer chunk"
             elif fact == f"{b} {v}" and memory == f"{a} {b}":

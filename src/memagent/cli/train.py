@@ -111,7 +111,7 @@ class DemoOptions:
     step_reward: Optional[str] = field(default=None, metadata=flag(
         "memagent's step reward (docs/rewards.md; NOT in the paper), e.g. evidence or evidence-chain; none = the "
         "final answer's reward alone. Default: none for single-hop, the two-hop demo's own (TwoHopConfig)."))
-    step_mix: float = field(default=0.8, metadata={**rule(min=0, max=1), **flag(
+    step_mix: float = field(default=DemoConfig.step_mix, metadata={**rule(min=0, max=1), **flag(
         "With a step reward: a in A = a * A_outcome + (1 - a) * A_step.")})
     task: str = field(default="single-hop", metadata={**rule(choices=DEMO_TASKS), **flag(
         "single-hop: the paper's demo; two-hop: memagent and lookup trained side by side, with skim and "
@@ -146,8 +146,8 @@ def demo(o: DemoOptions) -> None:
 
 
 def demo_step_reward(o: DemoOptions) -> dict[str, object]:
-    """The DemoConfig fields --step-reward and --step-mix set (none when neither is given), the name checked."""
-    steps: dict[str, object] = {} if o.step_mix == 0.8 else {"step_mix": o.step_mix}
+    """The DemoConfig fields --step-reward and --step-mix set (step_reward only when given), the name checked."""
+    steps: dict[str, object] = {"step_mix": o.step_mix}
     if o.step_reward is not None:
         name = "" if o.step_reward == "none" else o.step_reward
         if name:

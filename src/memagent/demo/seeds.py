@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from memagent.demo.config import DemoConfig
 from memagent.errors import MemAgentError
 
 # 100-102 evaluated the first candidate recipe (docs/demo.md) and so are no longer held out
@@ -89,7 +90,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: int = 1,
               log: Callable[[str], None] = print, pure_dapo: bool = False, step_reward: str | None = None,
-              step_mix: float = 0.8) -> dict[str, Any]:
+              step_mix: float = DemoConfig.step_mix) -> dict[str, Any]:
     """`memagent demo --seed S --out OUT/seed-S` for each seed (`jobs` at a time, the cores shared out), skipping
     seeds that already have results; writes OUT/seeds.json and OUT/seeds.md and returns the summary."""
     out = Path(out)
@@ -105,7 +106,7 @@ def run_seeds(seeds: Sequence[int], out: str | Path, quick: bool = False, jobs: 
             log_file = open(out / f"seed-{s}.log", "w", encoding="utf-8")
             cmd += (["--quick"] if quick else []) + (["--pure-dapo"] if pure_dapo else [])
             cmd += (["--step-reward", step_reward] if step_reward is not None else []) + (
-                ["--step-mix", str(step_mix)] if step_mix != 0.8 else [])
+                ["--step-mix", str(step_mix)] if step_mix != DemoConfig.step_mix else [])
             running.append((s, subprocess.Popen(cmd, env=env, stdout=log_file,
                                                 stderr=subprocess.STDOUT)))
             log(f"seed {s}: started ({threads} thread(s)); log {out / f'seed-{s}.log'}")

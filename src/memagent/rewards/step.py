@@ -49,10 +49,15 @@ def _recall(target: list[str], memory: Counter[str]) -> float:
     return sum((Counter(target) & memory).values()) / len(target)
 
 
+def _targets(evidence: Sequence[str]) -> list[list[str]]:
+    """The words of each evidence string that has a word, in order."""
+    return [w for w in (words(e) for e in evidence) if w]
+
+
 def evidence_share(memory: str, evidence: Sequence[str]) -> float | None:
     """Mean over the evidence strings (those with a word) of the share of their words the memory holds;
     None when no evidence string has a word."""
-    targets = [w for w in (words(e) for e in evidence) if w]
+    targets = _targets(evidence)
     if not targets:
         return None
     held = Counter(words(memory))
@@ -65,14 +70,17 @@ def _holds_run(memory: list[str], target: list[str]) -> bool:
     return any(memory[i:i + n] == target for i in range(len(memory) - n + 1))
 
 
+def _level(memory: str, hops: list[list[str]]) -> float:
+    """(i + 1) / len(hops) for the furthest hop i the memory holds as one run of words in order, else 0."""
+    held = words(memory)
+    return max(((i + 1) / len(hops) for i, t in enumerate(hops) if _holds_run(held, t)), default=0.0)
+
+
 def chain_progress(memory: str, evidence: Sequence[str]) -> float | None:
     """(i + 1) / n for the furthest evidence string i (of the n with a word, in chain order) whose words the
     memory holds as one run in order; 0 when it holds none; None when no evidence string has a word."""
-    targets = [w for w in (words(e) for e in evidence) if w]
-    if not targets:
-        return None
-    held = words(memory)
-    return max(((i + 1) / len(targets) for i, t in enumerate(targets) if _holds_run(held, t)), default=0.0)
+    hops = _targets(evidence)
+    return _level(memory, hops) if hops else None
 
 
 def answer_recall(memory: str, answers: Sequence[str]) -> float:
@@ -102,11 +110,11 @@ class EvidenceReward:
 def chain_step(before: str, after: str, evidence: Sequence[str]) -> float | None:
     """The `evidence-chain` reward of one update: the level lost (negative), or the level gained when it gains
     one hop (1/n) at most, else 0; None when no evidence string has a word."""
-    lo, hi = chain_progress(before, evidence), chain_progress(after, evidence)
-    if lo is None or hi is None:
+    hops = _targets(evidence)
+    if not hops:
         return None
-    n = sum(1 for e in evidence if words(e))
-    return hi - lo if hi - lo <= 1 / n + 1e-9 else 0.0
+    gain = _level(after, hops) - _level(before, hops)
+    return gain if gain <= 1 / len(hops) + 1e-9 else 0.0
 
 
 class EvidenceChainReward:
