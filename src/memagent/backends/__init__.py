@@ -1,30 +1,71 @@
 """Model backends behind one Protocol (`memagent.backends.base.Backend`).
 
-`load_backend(name, ...)` builds one by name; heavy imports happen only for the backend chosen.
+`load_backend(name, model, **kwargs)` builds one by name: a built-in (transformers, openai, vllm), one registered
+in this process (`register_backend`), or a package's entry point in the group `memagent.backends`
+(`[project.entry-points."memagent.backends"] mine = "pkg.mod:MyBackend"`), as workflows and rewards are found.
+A backend's factory is called as `factory(model, **kwargs)` and returns a Backend; heavy imports happen only for
+the backend chosen (built-ins are named by "module:attribute" and imported when asked for).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
-from memagent.backends.vllm import VLLMBackend  # the engine itself is imported when one is built
+from memagent.plugins import Registry, import_target
 
-BACKENDS = ("transformers", "openai", "vllm")
+BackendFactory = Callable[..., Backend]  # factory(model, **kwargs) -> Backend
+ENTRY_POINT_GROUP = "memagent.backends"
+
+# name -> "module:attribute", imported on first use (torch, httpx and vllm load only for the backend chosen)
+BUILTINS: dict[str, str] = {
+    "transformers": "memagent.backends.hf:TransformersBackend.from_pretrained",
+    "openai": "memagent.backends.openai:OpenAIBackend",
+    "vllm": "memagent.backends.vllm:VLLMBackend",  # the engine itself is imported when one is built
+}
+BACKENDS = tuple(BUILTINS)
+
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "backend")
+
+
+def register_backend(name: str, factory: BackendFactory) -> None:
+    """Make `factory` the backend called `name` in this process (it replaces a built-in or entry point of that
+    name): `memagent ask --backend NAME` and every other command then build it."""
+    _REGISTRY.register(name, factory)
+
+
+def unregister_backend(name: str) -> None:
+    """Forget a backend registered with `register_backend` (built-ins and entry points stay)."""
+    _REGISTRY.unregister(name)
+
+
+def backend_names() -> list[str]:
+    """Every backend name known: built-ins first, then registered ones and installed entry points (sorted)."""
+    more = (set(_REGISTRY.factories) | set(_REGISTRY.installed())) - set(BUILTINS)
+    return [*BUILTINS, *sorted(more)]
+
+
+def get_backend(name: str) -> BackendFactory:
+    """The factory of backend `name`; BackendError naming the known ones when there is none."""
+    if name in _REGISTRY.factories:
+        return _REGISTRY.factories[name]
+    if name in BUILTINS:
+        return import_target(BUILTINS[name])
+    ep = _REGISTRY.installed().get(name)
+    if ep is None:
+        raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(backend_names())}")
+    try:
+        factory = ep.load()
+    except Exception as exc:  # a broken plug-in package: say which, never a bare traceback
+        raise BackendError(f"backend {name!r} ({ep.value}) could not be loaded: {type(exc).__name__}: {exc}") from exc
+    if not callable(factory):
+        raise BackendError(f"backend {name!r} ({ep.value}) is not callable")
+    return factory
 
 
 def load_backend(name: str, model: str, **kwargs: Any) -> Backend:
     """Build the backend `name` for `model` (a Hugging Face id, a local path, or a served model name)."""
-    if name == "transformers":
-        from memagent.backends.hf import TransformersBackend  # lazy: torch
-
-        return TransformersBackend.from_pretrained(model, **kwargs)
-    if name == "openai":
-        from memagent.backends.openai import OpenAIBackend  # lazy: httpx
-
-        return OpenAIBackend(model=model, **kwargs)
-    if name == "vllm":
-        return VLLMBackend(model=model, **kwargs)
-    raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    return get_backend(name)(model, **kwargs)
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "Generation", "SamplingParams", "load_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "Generation", "SamplingParams", "backend_names", "get_backend",
+           "load_backend", "register_backend", "unregister_backend"]

@@ -11,9 +11,16 @@ from memagent.backends.replicas import split_base_urls
 from memagent.backends.speculate import SPECULATE, vllm_speculative_config
 from memagent.errors import InputError
 from memagent.config import rule
-from memagent.flags import BACKENDS, DTYPES, check_device, flag, flag_values
+from memagent.flags import DTYPES, check_device, flag, flag_values
 
 log = logging.getLogger(__name__)
+
+
+def check_backend(name: str, flag: str = "--backend") -> None:
+    """A built-in backend, one registered in this process or an installed `memagent.backends` entry point."""
+    known = backends.backend_names()
+    if name not in known:
+        raise InputError(f"{flag} must be one of {', '.join(known)}; got {name!r}")
 
 
 def _base_url(text: Optional[str], flag: str) -> Optional[str]:
@@ -32,8 +39,8 @@ class BackendOptions:
     An option that belongs to another backend than the chosen one is an error, not ignored.
     """
 
-    name: str = field(default="transformers", metadata={**rule(choices=BACKENDS), **flag(
-        "transformers | openai | vllm", "--backend")})
+    name: str = field(default="transformers", metadata={"check": check_backend, **flag(
+        "transformers | openai | vllm, or a plug-in's name (entry-point group memagent.backends)", "--backend")})
     base_url: Optional[str] = field(default=None, metadata=flag(
         "openai backend: server URL, e.g. http://localhost:8000/v1; replicas of one server as URL1,URL2,... "
         "(each request goes to the least loaded; a failing one is rested)", parse=_base_url))
@@ -97,7 +104,11 @@ class BackendOptions:
             if self.tokenizer is not None:
                 kw["tokenizer"] = self.tokenizer  # vllm.LLM(tokenizer=...)
             return kw
-        return {}
+        if self.tokenizer is not None:
+            raise InputError(f"--tokenizer is for --backend openai or vllm, not {self.name}")
+        if speculate != "none":
+            raise InputError(f"--speculate is for --backend transformers or vllm, not {self.name}")
+        return dict(**ctk, **yarn)  # a plug-in backend: the profile's chat template arguments and YaRN factor
 
     def load(self, model: str) -> Backend:
         """The backend for `model` (a Hugging Face id, a local path, or a served model name)."""

@@ -74,11 +74,15 @@ class TrainOptions:
 def train_cmd(o: TrainOptions) -> None:
     """Train with Multi-Conv DAPO. Several processes: torchrun --nproc-per-node N -m memagent.cli train ..."""
     from memagent.rl.config import build_train_config  # lazy: torch
+    from memagent.rl.estimate import dry_run_report  # lazy: torch
     from memagent.rl.trainer import run_train  # lazy: torch
 
     chosen = load_profile(o.profile) if o.profile else None
     cfg = build_train_config(o.config, o.overrides, resume=o.resume, force=o.force, profile=chosen)
-    line = run_train(cfg, dump_profile(training_profile(cfg, chosen)), (o.gpus, o.samples) if o.dry_run else None)
+    if o.dry_run:
+        line = dry_run_report(cfg, o.gpus, o.samples)
+    else:
+        line = run_train(cfg, dump_profile(training_profile(cfg, chosen)))
     if line:
         typer.echo(line)
 

@@ -5,7 +5,7 @@ over pluggable per-row objectives.
                     optimiser schedule (`DataStream`, `step_seed`, `make_optimizer`); metrics.jsonl, TensorBoard,
                     W&B and the progress bar (`MetricsLog`, `Progress`)
     trainer.py      Multi-Conv DAPO as a recipe algorithm (rollout, then optimiser steps); `train()`, `load_policy`;
-                    `run_train`: `memagent train` as one library call (dry run, resume guard, lock, profile.yaml)
+                    `run_train`: `memagent train` as one library call (resume guard, lock, profile.yaml)
     sft.py          supervised fine-tuning as a recipe algorithm; `train_sft()`
     objectives.py   per-row losses registered by name: `dapo`, `sft`; `MiniBatch`; `accumulate_gradients`: one
                     optimiser step's gradient over [Term(objective, weight, rows)], split- and rank-invariant

@@ -17,8 +17,8 @@ The recipe (`memagent.rl.recipe`) writes the metrics, the progress bar and the c
 Departures from the paper: weight decay applies to all parameters (as verl's actor does);
 `sample-mean` aggregation is an option of ours.
 
-`run_train(cfg, profile_yaml)` is what `memagent train` runs: a dry run (the memory estimate, no GPU, no weights)
-or the training itself after its guards (an out_dir that would destroy an input, a resume whose settings or data
+`run_train(cfg, profile_yaml)` is what `memagent train` runs (its `--dry-run`, the memory estimate, is
+`memagent.rl.estimate.dry_run_report`): the training after its guards (an out_dir that would destroy an input, a resume whose settings or data
 differ from the run's), under the run's lock, with the protocol profile it uses written first (rank 0). The
 process's rank (torchrun's RANK) is read once, there.
 """
@@ -46,7 +46,6 @@ from memagent.io import atomic_write_text
 from memagent.lock import run_lock
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
-from memagent.rl.estimate import dry_run_report
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
 from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
 from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
@@ -138,8 +137,9 @@ class MultiConvDAPO:
     def __init__(self, config: TrainConfig, samples: list[QASample], reward_fn: RewardFn, recipe: Recipe,
                  ref: nn.Module | None, extra: Sequence[DrawnRows] = ()) -> None:
         self.cfg, self.samples, self.reward_fn, self.extra = config, samples, reward_fn, list(extra)
-        self.step_reward = build_reward(config.step_reward, "step", **config.step_reward_options) \
-            if config.step_reward else None  # NOT in the paper: credit per memory update (rl.step_rewards)
+        # NOT in the paper: credit per memory update (rl.step_rewards)
+        self.step_reward = (build_reward(config.step_reward, "step", **config.step_reward_options)
+                            if config.step_reward else None)
         self.recipe, self.info = recipe, recipe.info  # the model being trained, its optimiser, the data order
         self.ref = ref
         if ref is not None and config.strategy == "fsdp" and self.info.enabled:
@@ -326,15 +326,13 @@ def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
 __all__ = ["DrawnRows", "MultiConvDAPO", "TrainResult", "Trainer", "load_policy", "out_dir_lock", "train"]
 
 
-# -- `memagent train` as one library call (the dry run or the run, with its guards) ---------------------------
+# -- `memagent train` as one library call (the run, with its guards) ---------------------------------------------
 PROFILE_FILE = "profile.yaml"  # the protocol profile a run uses, beside its config.json
 
 
-def run_train(cfg: TrainConfig, profile_yaml: str, dry_run: tuple[int, int | None] | None = None) -> str:
-    """Train `cfg` (or, with dry_run=(gpus, samples), estimate it); returns the line to print ("" on a rank
-    other than 0). profile_yaml: the resolved protocol profile, written to out_dir/profile.yaml."""
-    if dry_run is not None:
-        return dry_run_report(cfg, *dry_run)
+def run_train(cfg: TrainConfig, profile_yaml: str) -> str:
+    """Train `cfg`; returns the line to print ("" on a rank other than 0). profile_yaml: the resolved protocol
+    profile, written to out_dir/profile.yaml."""
     if cfg.data and not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data} does not exist; give a JSONL of {{id, question, answers, context}}")
     # the trainer checks out_dir, takes its lock and checks a resume once; profile.yaml is written after that
