@@ -492,6 +492,25 @@ def workflows_two_hop(get: Get) -> str:
     return numeric_table(head, rows)
 
 
+def two_hop_side_by_side(get: Get) -> str:
+    """The two-hop demo with and without its step reward on the same seeds (bench/results/demo_two_hop.json: the
+    outcome-only runs; demo_two_hop_evidence.json: memagent with `evidence`, the default): accuracy value-first /
+    pointer-first at the shortest and longest length, lookup's row beside them."""
+    plain, ev = get("demo_two_hop"), get("demo_two_hop_evidence")
+    rows = []
+    for seed in sorted(set(plain["runs"]) & set(ev["runs"]), key=int):
+        a, b = plain["runs"][seed], ev["runs"][seed]
+        mults = list(a["calls_per_doc"]["memagent-rl"])
+        lo, hi = mults[0], mults[-1]
+        for label, acc in (("`lookup`, outcome only", a["accuracy"]["lookup-rl"]),
+                           ("`memagent`, outcome only (`--outcome-only`)", a["accuracy"]["memagent-rl"]),
+                           (f"`memagent`, `{b['config']['step_reward']}` a {b['config']['step_mix']} (default)",
+                            b["accuracy"]["memagent-rl"])):
+            rows.append([f"{seed} ({plain['roles'][seed]})", label, _by_order(acc, lo), _by_order(acc, hi)])
+    return numeric_table(["seed", "trained with", f"{lo}x: value- / pointer-first (%)",
+                          f"{hi}x: value- / pointer-first (%)"], rows, text_columns=2)
+
+
 def rewards_two_hop(get: Get) -> str:
     """bench/results/two_hop_rewards.json: the two-hop demo's memagent under each step reward, a row a run (seed,
     step reward, a, steps): greedy accuracy value-first / pointer-first at each length, and what the policy does
@@ -615,6 +634,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "real-model-rl": real_model_rl,
     "serve-real": serve_real,
     "rewards-two-hop": rewards_two_hop,
+    "demo-two-hop-rewards": two_hop_side_by_side,
 }
 SOURCES = {  # what each region reads, for the report and the docs
     "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
@@ -628,6 +648,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
     "demo-seeds-evidence": "demo_seeds_evidence", "real-model": "real_model", "serve-real": "serve_real",
     "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards",
+    "demo-two-hop-rewards": "demo_two_hop demo_two_hop_evidence",
 }
 
 
