@@ -23,7 +23,6 @@ from memagent.config import SEED_RULE, AgentConfig, ConfigError, check_value, hi
 from memagent.errors import InputError
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
-BACKENDS = ("transformers", "openai", "vllm")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 ERRORS = ("strict", "replace")  # how invalid UTF-8 in a document is read (ask, the harnesses)
 

@@ -11,7 +11,8 @@ from memagent.cli.app import app, int_list
 from memagent.cli.params import options_command
 from memagent.errors import InputError
 from memagent.config import rule
-from memagent.flags import BACKENDS, flag, limited, seed_rule
+from memagent.backends.options import check_backend
+from memagent.flags import flag, limited, seed_rule
 from memagent.io import check_output_file
 from memagent.tasks.ruler import write_ruler
 from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
@@ -51,8 +52,8 @@ class RulerHqaOptions:
     placement: str = field(default="random", metadata=flag("random: own permutation per sample (ours); fixed: one seeded permutation per length, the question's paragraphs in the same slots (official; --seed 4 is its permutation)."))
     select: str = field(default="shuffle", metadata=flag("shuffle: questions in a seeded order (ours); first: in file order, filtered in that order (official)."))
     filter_model: Optional[list[str]] = field(default=None, metadata=flag("Drop questions this model answers without context; repeatable (official: a base and an instruct model)."))
-    filter_backend: str = field(default="transformers", metadata={**rule(choices=BACKENDS), **flag(
-        "Backend of the --filter-model models.")})
+    filter_backend: str = field(default="transformers", metadata={"check": check_backend, **flag(
+        "Backend of the --filter-model models (a built-in or a plug-in's name).")})
     filter_base_url: Optional[list[str]] = field(default=None, metadata=flag("openai backend: server URL of the filter models (one for all, or repeat: one per --filter-model)."))
     filter_replies: int = field(default=1, metadata=flag("Sampled replies per model and question (official: 2)."))
     filter_temperature: float = field(default=0.0, metadata=flag("Filter sampling temperature (official: 1.0)."))
