@@ -8,7 +8,7 @@ greedy on the demo's evaluation documents, split by order. Only the step reward 
     evidence-chain  progress along the chain of hops (pointer 1/2, value fact 1)
 
 Run: .venv/bin/python bench/two_hop_rewards.py --seeds 0 --rewards none,evidence,evidence-chain [--mix 0.8] [--scale] [--steps N]
-     [--multiples 1,16] [--docs 256] [--threads 1] [--out bench/results/two_hop_rewards.json]
+     [--group G] [--multiples 1,16] [--docs 256] [--threads 1] [--out bench/results/two_hop_rewards.json]
      .venv/bin/python bench/two_hop_rewards.py --merge A.json B.json   (rows of side runs into --out, then the plot)
      .venv/bin/python bench/two_hop_rewards.py --plot-only             (docs/img/two_hop_rewards.png)
 A run adds its rows to --out (one row per seed, reward and mix; a row run again is replaced), so variants can
@@ -76,11 +76,11 @@ def actions(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: Any
 
 
 def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, multiples: tuple[int, ...],
-            docs: int) -> dict[str, Any]:
+            docs: int, group: int = 0) -> dict[str, Any]:
     import torch  # lazy: torch
 
     cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale,
-                              rl_steps=steps or TwoHopConfig.rl_steps)
+                              rl_steps=steps or TwoHopConfig.rl_steps, rl_group=group or TwoHopConfig.rl_group)
     tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
@@ -97,10 +97,12 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, mu
         samples = make_samples(cfg.spec, cfg.train_chunks * mult, docs, seed + 10_000, prefix="eval", two_hop=True)
         acc = by_order(run_memagent(model, tokenizer, samples, cfg.spec), samples)
         found["accuracy"][str(mult)] = {k: round(100 * v, 1) for k, v in acc.items() if v is not None}
-        print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}, {cfg.rl_steps} steps), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
+        print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}, {cfg.rl_steps} steps, "
+              f"group {cfg.rl_group}), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
     rule = {"rule": "in order"} if step_reward == "evidence-chain" else {}  # the built-in's (rewards/step.py)
+    more = {"rl_group": cfg.rl_group} if cfg.rl_group != TwoHopConfig.rl_group else {}  # a budget diagnostic
     return {"seed": seed, "step_reward": step_reward or "none", "mix": mix, "scale": scale, "rl_steps": cfg.rl_steps,
-            **rule, **found}
+            **rule, **more, **found}
 
 
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "two_hop_rewards.png"
@@ -120,7 +122,7 @@ def plot(data: dict[str, Any], path: Path = PLOT, window: int = 20) -> None:
     for i, r in enumerate(data["rows"]):
         label = f"seed {r['seed']}, {r['step_reward']}" + (" (any gain)" if r.get("rule") == "any gain" else "") + (
             "" if r["step_reward"] == "none" else f", a {r['mix']}") + (", scaled" if r.get("scale") else "") + (
-            f", {r['rl_steps']} steps")
+            f", {r['rl_steps']} steps") + (f", group {r['rl_group']}" if r.get("rl_group") else "")
         ax1.plot(smooth(r["curves"]["reward"]), label=label, color=f"C{i % 10}")
         if "step_reward" in r["curves"]:
             ax2.plot(smooth(r["curves"]["step_reward"]), label=label, color=f"C{i % 10}")
@@ -140,6 +142,8 @@ def main() -> None:
     ap.add_argument("--mix", type=float, default=0.8)
     ap.add_argument("--scale", action="store_true", help="divide the centred step rewards by their std")
     ap.add_argument("--steps", type=int, default=0, help="RL steps (0: the demo's, TwoHopConfig.rl_steps)")
+    ap.add_argument("--group", type=int, default=0,
+                    help="rollouts per question (0: the demo's); NOT the demo's budget: a diagnostic of it")
     ap.add_argument("--multiples", default="1,16")
     ap.add_argument("--docs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -165,12 +169,12 @@ def main() -> None:
     multiples = tuple(int(m) for m in a.multiples.split(","))
     for seed in (int(s) for s in a.seeds.split(",")):
         for name in a.rewards.split(","):
-            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs)
+            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs, a.group)
             data = json.loads(out.read_text()) if out.exists() else {
                 "benchmark": "two_hop_rewards", "machine": machine(), "docs": a.docs, "rows": [],
                 "command": "python bench/two_hop_rewards.py --seeds S --rewards R --mix A"}
-            same = ("seed", "step_reward", "mix", "scale", "rl_steps")
-            data["rows"] = [r for r in data["rows"] if [r.get(k) for k in same] != [row[k] for k in same]] + [row]
+            same = ("seed", "step_reward", "mix", "scale", "rl_steps", "rl_group")
+            data["rows"] = [r for r in data["rows"] if [r.get(k) for k in same] != [row.get(k) for k in same]] + [row]
             atomic_write_text(out, json.dumps(data, indent=2) + "\n")
             print(f"wrote {out}", flush=True)
 

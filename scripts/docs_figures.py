@@ -519,7 +519,7 @@ def rewards_two_hop(get: Get) -> str:
     mults = sorted({m for r in d["rows"] for m in r["accuracy"]}, key=int)
     decisions = [("pointer chunk", "copy"), ("value chunk, pointer held", "copy"), ("distractor, chain fact held", "keep")]
     rows = []
-    for r in sorted(d["rows"], key=lambda r: (r["seed"], r["rl_steps"], r["step_reward"], -r["mix"])):
+    for r in sorted(d["rows"], key=lambda r: (r["seed"], r["rl_steps"], r.get("rl_group", 0), r["step_reward"], -r["mix"])):
         reward = "none (outcome only)" if r["step_reward"] == "none" else (
             f"`{r['step_reward']}`" + (" (first version: any gain paid)" if r.get("rule") == "any gain" else "")
             + f", a {r['mix']}" + (", scaled" if r.get("scale") else ""))
@@ -527,7 +527,8 @@ def rewards_two_hop(get: Get) -> str:
                  if m in r["accuracy"] else "not run" for m in mults]
         acts = r.get("actions_1x", {})
         cells += [f"{acts[w][what]:.0f} (n {acts[w]['n']})" if w in acts else "-" for w, what in decisions]
-        rows.append([str(r["seed"]), reward, str(r["rl_steps"]), *cells])
+        steps = str(r["rl_steps"]) + (f" (group {r['rl_group']})" if r.get("rl_group") else "")
+        rows.append([str(r["seed"]), reward, steps, *cells])
     head = ["seed", "step reward", "RL steps", *[f"{m}x: value- / pointer-first (%)" for m in mults],
             "copies the pointer (%)", "swaps it for the value (%)", "keeps a chain fact (%)"]
     return numeric_table(head, rows, text_columns=2)
