@@ -8,7 +8,7 @@ greedy on the demo's evaluation documents, split by order. Only the step reward 
     evidence-chain  progress along the chain of hops (pointer 1/2, value fact 1)
 
 Run: .venv/bin/python bench/two_hop_rewards.py --seeds 0 --rewards none,evidence,evidence-chain [--mix 0.8] [--scale] [--steps N]
-     [--group G] [--multiples 1,16] [--docs 256] [--threads 1] [--out bench/results/two_hop_rewards.json]
+     [--group G] [--loss-weight W] [--multiples 1,16] [--docs 256] [--threads 1] [--out bench/results/two_hop_rewards.json]
      .venv/bin/python bench/two_hop_rewards.py --merge A.json B.json   (rows of side runs into --out, then the plot)
      .venv/bin/python bench/two_hop_rewards.py --plot-only             (docs/img/two_hop_rewards.png)
 A run adds its rows to --out (one row per seed, reward and mix; a row run again is replaced), so variants can
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import random
 import tempfile
@@ -33,6 +34,8 @@ from memagent.demo.config import EMPTY_MEMORY
 from memagent.demo.evaluate import run_memagent
 from memagent.demo.two_hop import EXTRA_WORDS, TwoHopConfig, by_order, train_workflow
 from memagent.io import atomic_write_text
+from memagent.rewards.registry import register_reward, unregister_reward
+from memagent.rewards.step import EvidenceChainReward
 from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 
@@ -76,8 +79,13 @@ def actions(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: Any
 
 
 def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, multiples: tuple[int, ...],
-            docs: int, group: int = 0) -> dict[str, Any]:
+            docs: int, group: int = 0, loss_weight: float | None = None) -> dict[str, Any]:
     import torch  # lazy: torch
+
+    if loss_weight is not None:  # evidence-chain with that option, for this process (its step_reward_options)
+        if step_reward != "evidence-chain":
+            raise SystemExit("--loss-weight is an option of evidence-chain")
+        register_reward("evidence-chain", functools.partial(EvidenceChainReward, loss_weight=loss_weight))
 
     cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale,
                               rl_steps=steps or TwoHopConfig.rl_steps, rl_group=group or TwoHopConfig.rl_group)
@@ -100,7 +108,10 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, mu
         print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}, {cfg.rl_steps} steps, "
               f"group {cfg.rl_group}), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
     rule = {"rule": "in order"} if step_reward == "evidence-chain" else {}  # the built-in's (rewards/step.py)
+    if loss_weight is not None:
+        unregister_reward("evidence-chain")
     more = {"rl_group": cfg.rl_group} if cfg.rl_group != TwoHopConfig.rl_group else {}  # a budget diagnostic
+    more |= {"loss_weight": loss_weight} if loss_weight is not None else {}
     return {"seed": seed, "step_reward": step_reward or "none", "mix": mix, "scale": scale, "rl_steps": cfg.rl_steps,
             **rule, **more, **found}
 
@@ -122,6 +133,7 @@ def plot(data: dict[str, Any], path: Path = PLOT, window: int = 20) -> None:
     for i, r in enumerate(data["rows"]):
         label = f"seed {r['seed']}, {r['step_reward']}" + (" (any gain)" if r.get("rule") == "any gain" else "") + (
             "" if r["step_reward"] == "none" else f", a {r['mix']}") + (", scaled" if r.get("scale") else "") + (
+            f", lost hop x{r['loss_weight']:g}" if r.get("loss_weight") is not None else "") + (
             f", {r['rl_steps']} steps") + (f", group {r['rl_group']}" if r.get("rl_group") else "")
         ax1.plot(smooth(r["curves"]["reward"]), label=label, color=f"C{i % 10}")
         if "step_reward" in r["curves"]:
@@ -144,6 +156,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=0, help="RL steps (0: the demo's, TwoHopConfig.rl_steps)")
     ap.add_argument("--group", type=int, default=0,
                     help="rollouts per question (0: the demo's); NOT the demo's budget: a diagnostic of it")
+    ap.add_argument("--loss-weight", type=float, default=None,
+                    help="evidence-chain's loss_weight option (what a lost hop costs; default the built-in's 1)")
     ap.add_argument("--multiples", default="1,16")
     ap.add_argument("--docs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -169,11 +183,11 @@ def main() -> None:
     multiples = tuple(int(m) for m in a.multiples.split(","))
     for seed in (int(s) for s in a.seeds.split(",")):
         for name in a.rewards.split(","):
-            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs, a.group)
+            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs, a.group, a.loss_weight)
             data = json.loads(out.read_text()) if out.exists() else {
                 "benchmark": "two_hop_rewards", "machine": machine(), "docs": a.docs, "rows": [],
                 "command": "python bench/two_hop_rewards.py --seeds S --rewards R --mix A"}
-            same = ("seed", "step_reward", "mix", "scale", "rl_steps", "rl_group")
+            same = ("seed", "step_reward", "mix", "scale", "rl_steps", "rl_group", "loss_weight")
             data["rows"] = [r for r in data["rows"] if [r.get(k) for k in same] != [row.get(k) for k in same]] + [row]
             atomic_write_text(out, json.dumps(data, indent=2) + "\n")
             print(f"wrote {out}", flush=True)

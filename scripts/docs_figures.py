@@ -522,6 +522,7 @@ def rewards_two_hop(get: Get) -> str:
     for r in sorted(d["rows"], key=lambda r: (r["seed"], r["rl_steps"], r.get("rl_group", 0), r["step_reward"], -r["mix"])):
         reward = "none (outcome only)" if r["step_reward"] == "none" else (
             f"`{r['step_reward']}`" + (" (first version: any gain paid)" if r.get("rule") == "any gain" else "")
+            + (f", lost hop x{r['loss_weight']:g}" if r.get("loss_weight") is not None else "")
             + f", a {r['mix']}" + (", scaled" if r.get("scale") else ""))
         cells = [f"{r['accuracy'][m]['value-first']:.1f} / {r['accuracy'][m]['pointer-first']:.1f}"
                  if m in r["accuracy"] else "not run" for m in mults]

@@ -77,6 +77,22 @@ def test_evidence_chain_pays_each_hop_in_order_and_takes_back_what_is_lost():
                     upd("a b", "c v", three)]) == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
 
 
+def test_evidence_chain_loss_weight_scales_only_what_a_lost_hop_costs():
+    """loss_weight 0: a lost hop costs nothing (only the final answer's reward says so); 0.25: a quarter of its
+    level; gains and the skipped hop are paid as with the default."""
+    updates = [upd("none none", "k3 k7"), upd("k3 k7", "k7 v5", step=1), upd("k3 k7", "k1 v9", step=1),
+               upd("k7 v5", "k1 v9", step=3), upd("none none", "k7 v5")]
+    assert EvidenceChainReward(loss_weight=0).score(updates) == [0.5, 0.5, 0.0, 0.0, 0.0]
+    assert EvidenceChainReward(loss_weight=0.25).score(updates) == [0.5, 0.5, -0.125, -0.25, 0.0]
+    assert EvidenceChainReward().score(updates) == [0.5, 0.5, -0.5, -1.0, 0.0]
+    for bad in (-1, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="loss_weight must be a finite number >= 0"):
+            EvidenceChainReward(loss_weight=bad)
+    from memagent.rewards.registry import build_reward
+
+    assert build_reward("evidence-chain", "step", loss_weight=0).loss_weight == 0.0  # as step_reward_options
+
+
 def test_answer_recall_by_hand():
     assert answer_recall("none", ["v5"]) == 0.0
     assert answer_recall("the answer is Paris", ["Paris, France", "paris"]) == 1.0  # best over the golds

@@ -107,25 +107,34 @@ class EvidenceReward:
         return out
 
 
-def chain_step(before: str, after: str, evidence: Sequence[str]) -> float | None:
-    """The `evidence-chain` reward of one update: the level lost (negative), or the level gained when it gains
-    one hop (1/n) at most, else 0; None when no evidence string has a word."""
+def chain_step(before: str, after: str, evidence: Sequence[str], loss_weight: float = 1.0) -> float | None:
+    """The `evidence-chain` reward of one update: the level lost times `loss_weight` (negative; 0 with weight 0),
+    or the level gained when it gains one hop (1/n) at most, else 0; None when no evidence string has a word."""
     hops = _targets(evidence)
     if not hops:
         return None
     gain = _level(after, hops) - _level(before, hops)
+    if gain < 0:
+        return loss_weight * gain
     return gain if gain <= 1 / len(hops) + 1e-9 else 0.0
 
 
 class EvidenceChainReward:
     """`evidence-chain`: chain_step(before, after) for a memory update; None for other calls and for a sample
-    without evidence."""
+    without evidence. `loss_weight` (option, default 1): what a lost hop costs, as a share of its level (0: a
+    lost hop costs nothing here, only through the final answer's reward)."""
 
     name, kind = "evidence-chain", "step"
 
+    def __init__(self, loss_weight: float = 1.0) -> None:
+        if not (isinstance(loss_weight, (int, float)) and not isinstance(loss_weight, bool)
+                and math.isfinite(loss_weight) and loss_weight >= 0):
+            raise ValueError(f"loss_weight must be a finite number >= 0, got {loss_weight!r}")
+        self.loss_weight = float(loss_weight)
+
     def score(self, items: Sequence[Update]) -> list[float | None]:
-        return [chain_step(it.before, it.after, it.evidence) if it.kind == "memory" and it.evidence else None
-                for it in items]
+        return [chain_step(it.before, it.after, it.evidence, self.loss_weight)
+                if it.kind == "memory" and it.evidence else None for it in items]
 
 
 class AnswerRecallReward:
