@@ -91,6 +91,11 @@ def test_evidence_chain_loss_weight_scales_only_what_a_lost_hop_costs():
     from memagent.rewards.registry import build_reward
 
     assert build_reward("evidence-chain", "step", loss_weight=0).loss_weight == 0.0  # as step_reward_options
+    from memagent.rewards.registry import UnknownReward
+
+    with pytest.raises(UnknownReward, match=r"reward 'evidence-chain': loss_weight must be a finite number >= 0, "
+                                            r"got -1"):
+        build_reward("evidence-chain", "step", loss_weight=-1)  # one clear line from the CLI, not a traceback
 
 
 def test_answer_recall_by_hand():

@@ -113,7 +113,7 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     try:
         reward = get_reward_factory(name)(**options)
-    except TypeError as e:  # an option the factory does not take
+    except (TypeError, ValueError) as e:  # an option the factory does not take, or a value it refuses
         raise UnknownReward(f"reward {name!r}: {e}") from None
     if not isinstance(reward, Reward) or reward.kind not in KINDS:
         raise UnknownReward(f"reward {name!r} did not build a Reward (name, kind 'outcome' or 'step', score)")
