@@ -82,20 +82,21 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, mu
             docs: int, group: int = 0, loss_weight: float | None = None) -> dict[str, Any]:
     import torch  # lazy: torch
 
-    if loss_weight is not None:  # evidence-chain with that option, for this process (its step_reward_options)
-        if step_reward != "evidence-chain":
-            raise SystemExit("--loss-weight is an option of evidence-chain")
-        register_reward("evidence-chain", functools.partial(EvidenceChainReward, loss_weight=loss_weight))
-
     cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale,
                               rl_steps=steps or TwoHopConfig.rl_steps, rl_group=group or TwoHopConfig.rl_group)
     tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        model = train_workflow(cfg, "memagent", tokenizer, random.Random(f"{seed}-memagent"), Path(tmp))
-        found: dict[str, Any] = {"train_s": round(time.perf_counter() - t, 1),
-                                 "curves": curves(Path(tmp) / "memagent" / "rl" / "metrics.jsonl", step_reward)}
+    if loss_weight is not None:  # evidence-chain with that option, in this process (its step_reward_options)
+        register_reward("evidence-chain", functools.partial(EvidenceChainReward, loss_weight=loss_weight))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            model = train_workflow(cfg, "memagent", tokenizer, random.Random(f"{seed}-memagent"), Path(tmp))
+            found: dict[str, Any] = {"train_s": round(time.perf_counter() - t, 1),
+                                     "curves": curves(Path(tmp) / "memagent" / "rl" / "metrics.jsonl", step_reward)}
+    finally:
+        if loss_weight is not None:
+            unregister_reward("evidence-chain")
     first = make_samples(cfg.spec, cfg.train_chunks, docs, seed + 10_000, prefix="eval", two_hop=True)
     found["actions_1x"] = actions(model, tokenizer, first, cfg.spec)
     print(f"seed {seed}, {step_reward or 'none'}: greedy actions at 1x, pointer-first: {found['actions_1x']}",
@@ -108,8 +109,6 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, mu
         print(f"seed {seed}, {step_reward or 'none'} (a={mix}{', scaled' if scale else ''}, {cfg.rl_steps} steps, "
               f"group {cfg.rl_group}), {mult}x: {found['accuracy'][str(mult)]}", flush=True)
     rule = {"rule": "in order"} if step_reward == "evidence-chain" else {}  # the built-in's (rewards/step.py)
-    if loss_weight is not None:
-        unregister_reward("evidence-chain")
     more = {"rl_group": cfg.rl_group} if cfg.rl_group != TwoHopConfig.rl_group else {}  # a budget diagnostic
     more |= {"loss_weight": loss_weight} if loss_weight is not None else {}
     return {"seed": seed, "step_reward": step_reward or "none", "mix": mix, "scale": scale, "rl_steps": cfg.rl_steps,
@@ -181,9 +180,13 @@ def main() -> None:
         import torch  # lazy: torch
         torch.set_num_threads(a.threads)
     multiples = tuple(int(m) for m in a.multiples.split(","))
+    if a.loss_weight is not None and "evidence-chain" not in a.rewards.split(","):
+        raise SystemExit("--loss-weight is an option of evidence-chain: add it to --rewards")
     for seed in (int(s) for s in a.seeds.split(",")):
         for name in a.rewards.split(","):
-            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs, a.group, a.loss_weight)
+            weight = a.loss_weight if name == "evidence-chain" else None  # an option of evidence-chain alone
+            row = run_one(seed, "" if name == "none" else name, a.mix, a.scale, a.steps, multiples, a.docs, a.group,
+                          weight)
             data = json.loads(out.read_text()) if out.exists() else {
                 "benchmark": "two_hop_rewards", "machine": machine(), "docs": a.docs, "rows": [],
                 "command": "python bench/two_hop_rewards.py --seeds S --rewards R --mix A"}
