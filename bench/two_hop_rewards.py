@@ -128,19 +128,23 @@ def plot(data: dict[str, Any], path: Path = PLOT, window: int = 20) -> None:
     def smooth(v: list[float]) -> list[float]:
         return [sum(v[max(0, i - window + 1):i + 1]) / len(v[max(0, i - window + 1):i + 1]) for i in range(len(v))]
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, r in enumerate(data["rows"]):
+    rows = data["rows"]
+    legend_h = 0.2 + 0.14 * -(-len(rows) // 3)  # inches: three columns of labels below the plots
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2 + legend_h))
+    colours = plt.get_cmap("tab20").colors
+    for i, r in enumerate(rows):
         label = f"seed {r['seed']}, {r['step_reward']}" + (" (any gain)" if r.get("rule") == "any gain" else "") + (
             "" if r["step_reward"] == "none" else f", a {r['mix']}") + (", scaled" if r.get("scale") else "") + (
             f", lost hop x{r['loss_weight']:g}" if r.get("loss_weight") is not None else "") + (
             f", {r['rl_steps']} steps") + (f", group {r['rl_group']}" if r.get("rl_group") else "")
-        ax1.plot(smooth(r["curves"]["reward"]), label=label, color=f"C{i % 10}")
+        style = dict(color=colours[i % len(colours)], linestyle=("-", "--", ":")[i // len(colours) % 3])
+        ax1.plot(smooth(r["curves"]["reward"]), label=label, **style)
         if "step_reward" in r["curves"]:
-            ax2.plot(smooth(r["curves"]["step_reward"]), label=label, color=f"C{i % 10}")
+            ax2.plot(smooth(r["curves"]["step_reward"]), **style)
     ax1.set(title="outcome reward (sampled rollouts)", xlabel="RL step", ylabel=f"mean, {window}-step moving")
     ax2.set(title="step reward per scored update", xlabel="RL step")
-    ax1.legend(fontsize=6)
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncol=3, fontsize=6.5, frameon=False)  # one legend for both, below them
+    fig.tight_layout(rect=(0, legend_h / (4.2 + legend_h), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
