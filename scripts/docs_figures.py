@@ -497,11 +497,12 @@ def two_hop_side_by_side(get: Get) -> str:
     outcome-only runs; demo_two_hop_evidence.json: memagent with `evidence`, the default): accuracy value-first /
     pointer-first at the shortest and longest length, lookup's row beside them."""
     plain, ev = get("demo_two_hop"), get("demo_two_hop_evidence")
+    seeds = sorted(set(plain["runs"]) & set(ev["runs"]), key=int)
+    mults = list(plain["runs"][seeds[0]]["calls_per_doc"]["memagent-rl"])  # the same lengths in every run
+    lo, hi = mults[0], mults[-1]
     rows = []
-    for seed in sorted(set(plain["runs"]) & set(ev["runs"]), key=int):
+    for seed in seeds:
         a, b = plain["runs"][seed], ev["runs"][seed]
-        mults = list(a["calls_per_doc"]["memagent-rl"])
-        lo, hi = mults[0], mults[-1]
         for label, acc in (("`lookup`, outcome only", a["accuracy"]["lookup-rl"]),
                            ("`memagent`, outcome only (`--outcome-only`)", a["accuracy"]["memagent-rl"]),
                            (f"`memagent`, `{b['config']['step_reward']}` a {b['config']['step_mix']} (default)",

@@ -67,10 +67,13 @@ class BackendOptions:
 
     def __post_init__(self) -> None:
         """Refuse speculation with a backend that cannot do it when the options are read, before any call."""
-        if self.name == "openai" and self.speculate not in (None, "none"):
+        if self.name in ("transformers", "vllm") or self.speculate in (None, "none"):
+            return
+        if self.name == "openai":
             raise InputError(f"--speculate {self.speculate} (or a profile's speculate: {self.speculate}) is for "
                              "--backend transformers or vllm; the openai backend's server decodes as it was started "
                              "(e.g. vllm serve --speculative-config '{\"method\": \"ngram\", ...}')")
+        raise InputError(f"--speculate is for --backend transformers or vllm, not {self.name}")  # a plug-in
 
     def flags(self) -> dict[str, Any]:
         """The command-line options these came from ({parameter name: value}, `backend` for `name`)."""
@@ -83,12 +86,13 @@ class BackendOptions:
             raise InputError(f"--base-url is for --backend openai, not {self.name}")
         if self.name != "vllm" and self.tensor_parallel != defaults.tensor_parallel:
             raise InputError(f"--tensor-parallel is for --backend vllm, not {self.name}")
+        if self.name not in ("openai", "vllm") and self.tokenizer is not None:
+            own = "; transformers uses the model's own" if self.name == "transformers" else f", not {self.name}"
+            raise InputError(f"--tokenizer is for --backend openai or vllm{own}")
         ctk = dict(chat_template_kwargs=dict(self.chat_template_kwargs)) if self.chat_template_kwargs else {}
         yarn = dict(yarn_factor=self.yarn_factor) if self.yarn_factor is not None else {}
         speculate = self.speculate or "none"
         if self.name == "transformers":
-            if self.tokenizer is not None:
-                raise InputError("--tokenizer is for --backend openai or vllm; transformers uses the model's own")
             spec = dict(speculate=speculate) if speculate != "none" else {}
             return dict(device=self.device, dtype=self.dtype, **ctk, **yarn, **spec)
         if self.name == "openai":
@@ -104,10 +108,6 @@ class BackendOptions:
             if self.tokenizer is not None:
                 kw["tokenizer"] = self.tokenizer  # vllm.LLM(tokenizer=...)
             return kw
-        if self.tokenizer is not None:
-            raise InputError(f"--tokenizer is for --backend openai or vllm, not {self.name}")
-        if speculate != "none":
-            raise InputError(f"--speculate is for --backend transformers or vllm, not {self.name}")
         return dict(**ctk, **yarn)  # a plug-in backend: the profile's chat template arguments and YaRN factor
 
     def load(self, model: str) -> Backend:

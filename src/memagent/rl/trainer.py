@@ -18,9 +18,9 @@ Departures from the paper: weight decay applies to all parameters (as verl's act
 `sample-mean` aggregation is an option of ours.
 
 `run_train(cfg, profile_yaml)` is what `memagent train` runs (its `--dry-run`, the memory estimate, is
-`memagent.rl.estimate.dry_run_report`): the training after its guards (an out_dir that would destroy an input, a resume whose settings or data
-differ from the run's), under the run's lock, with the protocol profile it uses written first (rank 0). The
-process's rank (torchrun's RANK) is read once, there.
+`memagent.rl.estimate.dry_run_report`): the training after its guards (an out_dir that would destroy an input,
+a resume whose settings or data differ from the run's), under the run's lock, with the protocol profile it uses
+written first (rank 0). The process's rank (torchrun's RANK) is read once, there.
 """
 from __future__ import annotations
 
@@ -326,7 +326,7 @@ def out_dir_lock(out_dir: str | Path, info: DistInfo) -> Iterator[None]:
 __all__ = ["DrawnRows", "MultiConvDAPO", "TrainResult", "Trainer", "load_policy", "out_dir_lock", "train"]
 
 
-# -- `memagent train` as one library call (the run, with its guards) ---------------------------------------------
+# -- `memagent train` as one library call (the run, with its guards) ------------------------------------------
 PROFILE_FILE = "profile.yaml"  # the protocol profile a run uses, beside its config.json
 
 
