@@ -3,6 +3,7 @@ built by every command's `--backend NAME` exactly as the built-ins are."""
 import json
 
 import pytest
+from plugin_dist import write_dist_info
 
 from memagent import backends
 from memagent.backends import BackendError, backend_names, get_backend, load_backend, register_backend, \
@@ -76,10 +77,7 @@ def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
         "def broken(model, **kwargs):\n"
         "    raise AssertionError('never built')\n")
     (tmp_path / "ep_broken.py").write_text("raise ImportError('a missing dependency')\n")
-    info = tmp_path / "ep_backend-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-backend\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.backends]\necho = ep_backend:Echo\nbad = ep_broken:x\n")
+    write_dist_info(tmp_path, "ep-backend", {"memagent.backends": {"echo": "ep_backend:Echo", "bad": "ep_broken:x"}})
     assert "echo" not in backend_names()
     monkeypatch.syspath_prepend(str(tmp_path))
     backends._REGISTRY.refresh()

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plugin_dist import write_dist_info
 
 from memagent.agent import registry
 
@@ -16,10 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 @pytest.fixture
 def echo_installed(tmp_path, monkeypatch):
     """The example as an installed package would be: its module on sys.path and its entry point declared."""
-    info = tmp_path / "site" / "echo_workflow-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-workflow\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.workflows]\necho = echo_workflow:echo\n")
+    write_dist_info(tmp_path / "site", "echo-workflow", {"memagent.workflows": {"echo": "echo_workflow:echo"}})
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     registry.refresh_entry_points()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fakes import ScriptedBackend
+from plugin_dist import write_dist_info
 
 from memagent.agent import registry
 from memagent.agent.protocol import Answer, BudgetError, Call, Prompt, WorkflowError, paper_window, workflow
@@ -184,11 +185,7 @@ PLUGIN_MODULES = {
 def broken_installed(tmp_path, monkeypatch):
     """Two installed plug-ins whose modules fail as they are imported (a RuntimeError, a sys.exit)."""
     site = tmp_path / "site"
-    info = site / "broken-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.workflows]\n" + "".join(
-        f"{name} = broken_{name}:wf\n" for name in PLUGIN_MODULES))
+    write_dist_info(site, "broken", {"memagent.workflows": {name: f"broken_{name}:wf" for name in PLUGIN_MODULES}})
     for name, code in PLUGIN_MODULES.items():
         (site / f"broken_{name}.py").write_text(code)
     monkeypatch.syspath_prepend(str(site))

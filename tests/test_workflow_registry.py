@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from plugin_dist import write_dist_info
 
 from memagent.agent import registry
 from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation, UnknownWorkflow, WorkflowOptions,
@@ -95,10 +96,7 @@ def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
     (tmp_path / "ep_flow.py").write_text("from memagent.agent.workflow import MemoryAgent\n"
                                          "def build(backend, config, **options):\n"
                                          "    return MemoryAgent(backend, config, **options)\n")
-    info = tmp_path / "ep_flow-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-flow\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.workflows]\nepflow = ep_flow:build\n")
+    write_dist_info(tmp_path, "ep-flow", {"memagent.workflows": {"epflow": "ep_flow:build"}})
     assert "epflow" not in workflow_names()
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.refresh_entry_points()

@@ -14,6 +14,7 @@ pytest.importorskip("inspect_ai")
 pytest.importorskip("fastapi")
 
 from harness_helpers import ask_answers, run, write_task  # noqa: E402
+from plugin_dist import write_dist_info  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))  # tests/serve/serve_helpers.py (a top-level `serve` can be bench/serve.py)
 from serve_helpers import SMALL, free_port, start_subprocess, wait_up  # noqa: E402
 
@@ -38,11 +39,8 @@ def _entry_point_path(tmp_path: Path) -> str:
     """A folder for PYTHONPATH that declares our entry point when this checkout is not pip-installed with it."""
     if any(ep.name == "memagent" for ep in entry_points(group="inspect_ai")):
         return ""
-    info = tmp_path / "eps" / "memagent_harness_ep-0.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: memagent-harness-ep\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text("[inspect_ai]\nmemagent = memagent.harness.inspect\n")
-    return str(tmp_path / "eps")
+    return str(write_dist_info(tmp_path / "eps", "memagent-harness-ep",
+                               {"inspect_ai": {"memagent": "memagent.harness.inspect"}}, version="0.0"))
 
 
 def _eval(tmp_path: Path, model: str, args: list[str], extra_env: dict) -> dict:

@@ -1,6 +1,7 @@
 """Rewards by name: built-ins, registered, entry points; `reward:` / `step_reward:` in the training config and the
 profile; an unknown name lists the valid ones (one error line, exit 2)."""
 import pytest
+from plugin_dist import write_dist_info
 
 from memagent.config import ConfigError
 from memagent.rewards import registry
@@ -47,10 +48,7 @@ def test_a_registered_reward_and_an_entry_point(tmp_path, monkeypatch):
         "class Always:\n    name, kind = 'always', 'outcome'\n"
         "    def score(self, items):\n        return [1.0 for _ in items]\n"
         "def build(**options):\n    return Always()\n")
-    info = tmp_path / "ep_reward-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-reward\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[memagent.rewards]\nalways = ep_reward:build\n")
+    write_dist_info(tmp_path, "ep-reward", {"memagent.rewards": {"always": "ep_reward:build"}})
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.refresh_entry_points()
     try:
