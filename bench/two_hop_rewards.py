@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import random
 import tempfile
@@ -34,8 +33,6 @@ from memagent.demo.config import EMPTY_MEMORY
 from memagent.demo.evaluate import run_memagent
 from memagent.demo.two_hop import EXTRA_WORDS, TwoHopConfig, by_order, train_workflow
 from memagent.io import atomic_write_text
-from memagent.rewards.registry import register_reward, unregister_reward
-from memagent.rewards.step import EvidenceChainReward
 from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 
@@ -83,20 +80,15 @@ def run_one(seed: int, step_reward: str, mix: float, scale: bool, steps: int, mu
     import torch  # lazy: torch
 
     cfg = dataclasses.replace(TwoHopConfig(seed=seed), step_reward=step_reward, step_mix=mix, step_scale=scale,
-                              rl_steps=steps or TwoHopConfig.rl_steps, rl_group=group or TwoHopConfig.rl_group)
+                              rl_steps=steps or TwoHopConfig.rl_steps, rl_group=group or TwoHopConfig.rl_group,
+                              step_reward_options={} if loss_weight is None else {"loss_weight": loss_weight})
     tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
     torch.manual_seed(cfg.seed)
     t = time.perf_counter()
-    if loss_weight is not None:  # evidence-chain with that option, in this process (its step_reward_options)
-        register_reward("evidence-chain", functools.partial(EvidenceChainReward, loss_weight=loss_weight))
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            model = train_workflow(cfg, "memagent", tokenizer, random.Random(f"{seed}-memagent"), Path(tmp))
-            found: dict[str, Any] = {"train_s": round(time.perf_counter() - t, 1),
-                                     "curves": curves(Path(tmp) / "memagent" / "rl" / "metrics.jsonl", step_reward)}
-    finally:
-        if loss_weight is not None:
-            unregister_reward("evidence-chain")
+    with tempfile.TemporaryDirectory() as tmp:
+        model = train_workflow(cfg, "memagent", tokenizer, random.Random(f"{seed}-memagent"), Path(tmp))
+        found: dict[str, Any] = {"train_s": round(time.perf_counter() - t, 1),
+                                 "curves": curves(Path(tmp) / "memagent" / "rl" / "metrics.jsonl", step_reward)}
     first = make_samples(cfg.spec, cfg.train_chunks, docs, seed + 10_000, prefix="eval", two_hop=True)
     found["actions_1x"] = actions(model, tokenizer, first, cfg.spec)
     print(f"seed {seed}, {step_reward or 'none'}: greedy actions at 1x, pointer-first: {found['actions_1x']}",

@@ -1,5 +1,7 @@
 """Rewards by name: built-ins, registered, entry points; `reward:` / `step_reward:` in the training config and the
 profile; an unknown name lists the valid ones (one error line, exit 2)."""
+import dataclasses
+
 import pytest
 from plugin_dist import write_dist_info
 
@@ -143,6 +145,9 @@ def test_demo_step_reward_flags_reach_the_training_config(monkeypatch, tmp_path,
     assert (single.step_reward, single.step_mix, two.step_reward, two.step_mix) == ("evidence", 0.5, "", 0.8)
     rl = rl_train_config(single, tmp_path)
     assert (rl.step_reward, rl.step_mix, rl.step_scale) == ("evidence", 0.5, False)
+    rl = rl_train_config(dataclasses.replace(single, step_reward="evidence-chain",
+                                             step_reward_options={"loss_weight": 0.5}), tmp_path)
+    assert (rl.step_reward, rl.step_reward_options) == ("evidence-chain", {"loss_weight": 0.5})  # the bench's
     assert rl_train_config(cli_train.DemoConfig(), tmp_path).step_reward == ""  # single-hop default: the paper's
     code, _, err = run_cli("demo", "--step-reward", "evidance", "--out", tmp_path / "c")
     assert code == 2 and "--step-reward: unknown reward 'evidance'; valid step rewards: " in err

@@ -59,6 +59,7 @@ class DemoConfig:
     step_reward: str = ""
     step_mix: float = 0.8  # a (ReMemR1's 0.8)
     step_scale: bool = False  # divide the centred step rewards by their std (rl.step_rewards)
+    step_reward_options: dict[str, Any] = field(default_factory=dict)  # the step reward's own (e.g. loss_weight)
 
     @classmethod
     def for_run(cls, quick: bool, seed: int, out: str, pure_dapo: bool = False) -> "DemoConfig":

@@ -190,7 +190,8 @@ def rl_train_config(cfg: DemoConfig, out: Path) -> Any:
                        optim=OptimConfig(lr=cfg.rl_lr, warmup_steps=5, weight_decay=0.0, schedule=cfg.rl_schedule),
                        update=UpdateConfig(mini_batch_size=cfg.rl_batch // cfg.rl_mini_batches, micro_batch_size=512,
                                            old_logprobs="rollout"),
-                       step_reward=cfg.step_reward, step_mix=cfg.step_mix, step_scale=cfg.step_scale)
+                       step_reward=cfg.step_reward, step_mix=cfg.step_mix, step_scale=cfg.step_scale,
+                       step_reward_options=dict(cfg.step_reward_options))
 
 
 def train_rl(cfg: DemoConfig, model: Any, tokenizer: Any, data: DemoData, out: Path) -> None:
