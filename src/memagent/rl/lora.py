@@ -64,6 +64,32 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.
     return wrapped
 
 
+def load_initial_adapters(model: nn.Module, cfg: LoraConfig) -> None:
+    """With `cfg.init` set: load that adapter folder's weights into peft model `model` (its r, alpha and target
+    modules must be `cfg`'s), so training continues it (the warm-up adapter into RL); nothing without it."""
+    if not cfg.init:
+        return
+    from memagent.rl.checkpoint.full import load_adapters  # lazy: below the checkpoint package
+
+    folder = Path(cfg.init)
+    adapter_dir = folder / "model" if is_adapter_dir(folder / "model") else folder
+    if not is_adapter_dir(adapter_dir):
+        raise ConfigError(f"lora.init {cfg.init}: no {ADAPTER_CONFIG} there or in its model/; give the adapter "
+                          "folder of a LoRA run (e.g. the warm-up's checkpoints/step_N)")
+    saved = _json(adapter_dir / ADAPTER_CONFIG)
+    theirs = (saved.get("r"), float(saved.get("lora_alpha") or 0), sorted(saved.get("target_modules") or []))
+    ours = (cfg.r, float(cfg.alpha), sorted(cfg.target_modules))
+    if theirs != ours:
+        raise ConfigError(f"lora.init {adapter_dir} has r={theirs[0]}, alpha={theirs[1]:g}, target_modules="
+                          f"{','.join(theirs[2])}; set lora.r, lora.alpha and lora.target_modules to those")
+    try:
+        load_adapters(model, adapter_dir)
+    except RuntimeError as e:  # shapes of another base model
+        first = (str(e).strip().splitlines() or ["size mismatch"])[0]
+        raise ConfigError(f"lora.init {adapter_dir} does not fit this model ({first}); it was trained on another "
+                          "base model") from None
+
+
 def is_lora(model: nn.Module) -> bool:
     """Whether `model` (wrapped for training or not) is a peft model with adapters."""
     inner = unwrap(model)

@@ -47,7 +47,7 @@ from memagent.lock import run_lock
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
 from memagent.rl.distributed import DistInfo, all_gather_objects, init_distributed, wrap_model
-from memagent.rl.lora import adapters_disabled, apply_lora, is_lora
+from memagent.rl.lora import adapters_disabled, apply_lora, is_lora, load_initial_adapters
 from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, Term, accumulate_gradients, check_rows
 from memagent.rl.packing import rows_logprobs
@@ -248,6 +248,7 @@ class Trainer:
             ref = None
             if config.lora.r > 0:  # only adapters train; the KL reference is the base (adapters disabled)
                 plain = apply_lora(plain, config.lora, config.rollout.engine)
+                load_initial_adapters(plain, config.lora)  # lora.init: continue an adapter (the warm-up's)
             elif config.loss.kl_coef > 0:  # the initial weights, before any resume: KL to the start point
                 ref = copy.deepcopy(plain).eval().requires_grad_(False).to(info.device)
             self.recipe = Recipe(run_spec(config, len(samples), data_sha256), info, plain, tokenizer, held)

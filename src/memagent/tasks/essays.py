@@ -36,11 +36,22 @@ def essay_files() -> list[Path]:
     return files
 
 
-def essays_text() -> str:
-    """All essays, in file-name order, one blank line between them."""
-    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip() for f in essay_files())
+ESSAY_SPLITS = ("all", "train", "heldout")  # heldout: every 4th essay in file-name order (12 of 49); train: the rest
 
 
-def essays_units() -> list[str]:
+def split_files(files: list[Path], split: str = "all") -> list[Path]:
+    """The essays of `split`: all, train (three in four) or heldout (every 4th file, never in train)."""
+    if split not in ESSAY_SPLITS:
+        raise DataError(f"unknown essay split {split!r}; use {', '.join(ESSAY_SPLITS)}")
+    return [f for i, f in enumerate(files) if split == "all" or (i % 4 == 3) == (split == "heldout")]
+
+
+def essays_text(split: str = "all") -> str:
+    """The essays of `split`, in file-name order, one blank line between them."""
+    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip()
+                        for f in split_files(essay_files(), split))
+
+
+def essays_units(split: str = "all") -> list[str]:
     """The essays' sentences: the units of the `essays` haystack."""
-    return text_units(essays_text())
+    return text_units(essays_text(split))

@@ -84,7 +84,8 @@ def _join_keys(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + f", and {keys[-1]}"
 
 
-def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units: list[str] | None, name: str) -> dict:
+def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units: list[str] | None, name: str,
+          random_start: bool = False) -> dict:
     kind = _plural(spec.value_kind)
     keys = make_values(rng, spec.num_keys, spec.key_kind) if spec.key_kind != "words" else make_keys(rng, spec.num_keys)
     values = [make_values(rng, spec.num_values, spec.value_kind) for _ in keys]
@@ -98,8 +99,10 @@ def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units
             raise DataError(f"{name} hides needles in an essay: give a text file (--haystack-file), "
                             "or use the built-in noise haystack (--haystack noise)")
 
+        start = rng.randrange(len(units)) if random_start else 0  # each sample its own stretch of the essays
+
         def haystack(n: int) -> list[str]:
-            return [units[i % len(units)] for i in range(n)]
+            return [units[(start + i) % len(units)] for i in range(n)]
     else:  # other needles, with keys and values unlike the hidden ones
         taken = set(keys)
 
@@ -143,7 +146,7 @@ def _variable_tracking(rng: random.Random, target: int, tokenizer: Any, name: st
     return dict(
         question=("Memorize and track the chain of variable assignments hidden in the text. "
                   f"Find all variables that are assigned the value {value} in the text."),
-        answers=var, metric="string_match_all", context=context, num_tokens=tokens)
+        answers=var, metric="string_match_all", context=context, num_tokens=tokens, evidence=chain)
 
 
 def _common_words(rng: random.Random, target: int, tokenizer: Any, name: str,
@@ -192,12 +195,15 @@ def _frequent_words(rng: random.Random, target: int, tokenizer: Any, name: str, 
 def synthesize_ruler(
     task: str, *, tokens: list[int], samples: int, seed: int, tokenizer: Any,
     tokenizer_name: str | None = None, haystack_file: str | Path | None = None,
-    haystack: str | None = None, source: str | Path | None = None,
+    haystack: str | None = None, source: str | Path | None = None, essays: str = "all",
 ) -> Iterator[dict]:
     """Yield `samples` samples of `task` at each token target in `tokens`.
 
     haystack_file: the essay haystack's text; haystack: "noise" | "essay" | "needle" to override a
     NIAH task's default, or "essays": the essay haystack made of Paul Graham's essays (`memagent.tasks.essays`); source: a SQuAD-format JSON for qa_squad.
+    essays: with haystack "essays", which essays: "all" (every sample's haystack starts at the first sentence),
+    or "train" / "heldout" (disjoint essays; each sample starts at a random sentence of its split), so that a
+    held-out set shares no essay text with a training set.
     """
     if task not in TASKS:
         raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")
@@ -215,8 +221,10 @@ def synthesize_ruler(
             raise DataError("--haystack essays takes the packaged essays; give it or --haystack-file, not both")
         kind = "essay" if haystack == "essays" else haystack
         spec = NiahSpec(kind, spec.key_kind, spec.value_kind, spec.num_keys, spec.num_values, spec.num_queries)
+    if essays != "all" and haystack != "essays":
+        raise DataError(f"--essays {essays} chooses among the packaged essays: give it with --haystack essays")
     if haystack == "essays":
-        units = essays_units()
+        units = essays_units(essays)
     else:
         units = essay_units(haystack_file) if haystack_file is not None else None
     if task == "qa_squad":
@@ -230,7 +238,7 @@ def synthesize_ruler(
             rng = random.Random(f"ruler:{task}:{seed}:{target}:{k}")
             name = f"{task} sample {k} at {target} tokens"
             if isinstance(spec, NiahSpec):
-                body = _niah(spec, rng, target, tokenizer, units, name)
+                body = _niah(spec, rng, target, tokenizer, units, name, random_start=essays != "all")
             elif spec == "variable_tracking":
                 body = _variable_tracking(rng, target, tokenizer, name)
             elif spec == "common_words":
@@ -247,10 +255,12 @@ def synthesize_ruler(
 
 
 def write_ruler(task: str, out: str, *, tokens: list[int], samples: int, seed: int, tokenizer: str,
-                haystack_file: str | None = None, haystack: str | None = None, source: str | None = None) -> int:
+                haystack_file: str | None = None, haystack: str | None = None, source: str | None = None,
+                essays: str = "all") -> int:
     """`memagent data ruler`: synthesize `task` under the named tokenizer and write JSONL."""
     if task not in TASKS:  # before loading a tokenizer
         raise DataError(f"unknown RULER task {task!r}; choose one of: {', '.join(TASKS)}")
     return write_samples(synthesize_ruler(task, tokens=tokens, samples=samples, seed=seed,
                                           tokenizer=load_tokenizer(tokenizer), tokenizer_name=tokenizer,
-                                          haystack_file=haystack_file, haystack=haystack, source=source), out)
+                                          haystack_file=haystack_file, haystack=haystack, source=source,
+                                          essays=essays), out)
