@@ -4,7 +4,8 @@ Before ebooklib opens the archive (it reads every file of the book into memory),
 at most `MAX_ENTRIES` files, unpacking to at most `MAX_UNPACKED_BYTES` in all (a zip bomb is refused here; the
 `zipfile` module stops each file at its declared size, so the declared sizes bound what is unpacked). Pictures,
 fonts, audio and video are not read at all. Each spine item is read with the HTML walker (memagent.documents.html,
-the whole chapter, no navigation or scripts) and is one place, `Location("chapter", n, title)`: n its place
+the whole chapter, no navigation or scripts; its bytes as the archive holds them, decoded here as the other readers
+decode theirs: a bad byte is an error under --errors strict) and is one place, `Location("chapter", n, title)`: n its place
 among the spine items that hold text, its title the table of contents' entry for it, else its first heading.
 
 Refused with one DocumentError line: a ZIP that is not an EPUB (no META-INF/container.xml), a damaged archive or
@@ -97,12 +98,18 @@ def _toc_titles(toc: Any, into: dict[str, str]) -> dict[str, str]:
 
 def _chapter_text(item: Any, path: Path, errors: str) -> tuple[str, str | None]:
     """(the chapter's text, its first heading or None)."""
-    raw = item.get_content() or b""
+    # the bytes as the archive holds them: ebooklib's get_content() re-serialises an XHTML chapter through lxml,
+    # which repairs bad bytes with U+FFFD (whatever --errors says) and drops a chapter nested past lxml's depth
+    raw = item.content or b""
+    if not isinstance(raw, bytes):
+        raw = str(raw).encode("utf-8")
+    encoding = html_encoding(raw[:4096])
     try:
-        text = codecs.decode(raw, html_encoding(raw[:4096]), errors)
+        text = codecs.decode(raw, encoding, errors)
     except UnicodeDecodeError as e:
-        raise DocumentError(f"{path}: chapter file {item.get_name()} is not valid UTF-8 (byte {e.start}: {e.reason}); "
-                            "pass --errors replace to substitute U+FFFD for bad bytes") from None
+        name = "UTF-8" if encoding.startswith("utf-8") else encoding
+        raise DocumentError(f"{path}: chapter file {item.get_name()} is not valid {name} (byte {e.start}: "
+                            f"{e.reason}); pass --errors replace to substitute U+FFFD for bad bytes") from None
     pieces = list(html_text_segments([text], f"{path}: {item.get_name()}", skip_frame=False))
     heading = next((loc.title for _, loc in pieces if loc.title), None)
     return "".join(t for t, _ in pieces), heading

@@ -12,8 +12,15 @@ is kept, and it is bounded (`MAX_DEPTH`). Two passes over the file:
 
 Each heading (h1-h6) starts a new place (`Location("heading", n, title)`): the text under it is "heading
 "Methods"" in the trace. Block elements end a line; runs of white space become one space (not inside <pre>).
-The byte encoding is the byte-order mark's, else a `<meta charset>` in the first 4 KiB, else UTF-8.
-EPUB chapters (XHTML) are read with the same walker (`html_text_segments`).
+The byte encoding is the byte-order mark's, else a `<meta charset>` in the first 4 KiB that names a text encoding,
+else UTF-8 (`html_encoding`: a charset Python knows as a codec but that is no text encoding, zlib, base64, rot13,
+punycode, unicode_escape, UTF-7 ..., or UTF-16/32, which a `<meta>` readable as ASCII cannot be, is ignored, as
+browsers ignore a label they do not know). EPUB chapters (XHTML) are read with the same walker
+(`html_text_segments`).
+
+Time is linear in the page for every shape (issue 48, class 4): the parser rescans a construct it has not seen the
+end of (a tag whose attribute runs on for megabytes, an unclosed comment) at each feed, so a block is fed only
+once the text waiting is at least as long as what the parser holds (`_feeds`): the rescans sum to O(n).
 """
 from __future__ import annotations
 
@@ -171,14 +178,33 @@ class _Walker(HTMLParser):
         return out
 
 
+def _feeds(walker: HTMLParser, blocks: Iterable[str]) -> Iterator[None]:
+    """Feed `blocks` to `walker`, yielding after each feed. The parser keeps what it could not finish (`rawdata`:
+    an unfinished tag, comment or character reference) and rescans it whole at the next feed; text is held back
+    until it is at least as long as that, so each rescan is paid for by as much new text and the total is
+    linear (feeding block by block was quadratic in a 50 MB attribute)."""
+    held: list[str] = []
+    size = 0
+    for block in blocks:
+        held.append(block)
+        size += len(block)
+        if size < len(walker.rawdata):
+            continue
+        walker.feed("".join(held))
+        held, size = [], 0
+        yield
+    if held:
+        walker.feed("".join(held))
+        yield
+
+
 def html_text_segments(blocks: Iterable[str], name: str, only_main: bool = False,
                        skip_frame: bool = True) -> Iterator[tuple[str, Location]]:
     """The text of HTML given as text blocks, as (text, Location) pieces, heading by heading. only_main: only the
     text inside <main>/<article>; skip_frame: leave out header, footer and aside outside them (a web page's frame;
     an EPUB chapter's <header> holds its title, so chapters keep them)."""
     walker = _Walker(name, only_main, skip_frame)
-    for block in blocks:
-        walker.feed(block)
+    for _ in _feeds(walker, blocks):
         yield from walker.take()
     walker.close()
     yield from walker.take(final=True)
@@ -187,8 +213,7 @@ def html_text_segments(blocks: Iterable[str], name: str, only_main: bool = False
 def marks_main_text(blocks: Iterable[str], name: str) -> bool:
     """Pass 1: whether the page marks its main text; raises DocumentError for nesting past `MAX_DEPTH`."""
     walker = _Walker(name, only_main=False)
-    for block in blocks:
-        walker.feed(block)
+    for _ in _feeds(walker, blocks):
         walker.out, walker.buf = [], []
     walker.close()
     return walker.has_main
@@ -218,17 +243,35 @@ def check_html(path: Path) -> str:
         return html_encoding(f.read(4096))
 
 
+# codecs Python counts as text encodings that no page is written in: they fail on ordinary bytes (punycode, idna,
+# undefined), turn escapes into lone surrogates (unicode_escape, raw_unicode_escape, utf-7), or cannot be what a
+# <meta> readable as ASCII declares (UTF-16/32: the WHATWG rule reads such a page as UTF-8)
+NOT_PAGE_ENCODINGS = frozenset({"punycode", "idna", "undefined", "unicode-escape", "raw-unicode-escape", "utf-7",
+                                "charmap", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"})
+
+
+def page_encoding(label: str) -> str | None:
+    """The codec name of a `<meta charset>` label when it is a text encoding a page can be written in, else None:
+    an unknown label, a codec that is no text encoding (zlib, bz2, base64, hex, uu, quopri, rot13: bytes to bytes
+    or text to text) or one of `NOT_PAGE_ENCODINGS`."""
+    try:
+        info = codecs.lookup(label)
+    except LookupError:
+        return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in NOT_PAGE_ENCODINGS:
+        return None
+    return info.name
+
+
 def html_encoding(head: bytes) -> str:
-    """The encoding of HTML starting with `head`: its byte-order mark's, its `<meta charset>`'s, else UTF-8."""
+    """The encoding of HTML starting with `head`: its byte-order mark's, its `<meta charset>`'s when that names a
+    text encoding (`page_encoding`), else UTF-8."""
     for bom, enc in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if head.startswith(bom):
             return enc
     m = _CHARSET.search(head)
     if m:
-        try:
-            return codecs.lookup(m.group(1).decode("ascii")).name
-        except LookupError:
-            pass
+        return page_encoding(m.group(1).decode("ascii")) or "utf-8"
     return "utf-8"
 
 

@@ -55,6 +55,9 @@ class DocumentStore:
         except DocumentError as e:
             path.unlink(missing_ok=True)
             raise ApiError(400, str(e).replace(str(path), "the document"), "invalid_request_error") from None
+        except BaseException:  # a bug in a reader (a 500): the refused upload still never stays on disk
+            path.unlink(missing_ok=True)
+            raise
 
     def size(self, doc_id: str) -> int:
         return self.path(doc_id).stat().st_size
