@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import torch
 from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from memagent.backends.tokenizer import VOCAB_FILES, load_tokenizer
@@ -64,13 +65,32 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.
     return wrapped
 
 
+def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
+    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
+    if not is_lora(model):
+        raise ConfigError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
+                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
+    try:
+        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
+    except (OSError, ValueError, SafetensorError) as e:  # missing, or cut short (a partial copy)
+        raise ConfigError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}; copy the adapter again "
+                              "(is the file truncated?)") from None
+    from peft import set_peft_model_state_dict  # lazy: peft
+
+    result = set_peft_model_state_dict(unwrap(model), state)
+    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
+    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
+    if result.unexpected_keys or len(state) != len(loaded_shapes):
+        raise ConfigError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
+                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
+                              f"{list(result.unexpected_keys)[:5]}")
+
+
 def load_initial_adapters(model: nn.Module, cfg: LoraConfig) -> None:
     """With `cfg.init` set: load that adapter folder's weights into peft model `model` (its r, alpha and target
     modules must be `cfg`'s), so training continues it (the warm-up adapter into RL); nothing without it."""
     if not cfg.init:
         return
-    from memagent.rl.checkpoint.full import load_adapters  # lazy: below the checkpoint package
-
     folder = Path(cfg.init)
     adapter_dir = folder / "model" if is_adapter_dir(folder / "model") else folder
     if not is_adapter_dir(adapter_dir):

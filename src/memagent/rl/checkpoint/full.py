@@ -42,7 +42,7 @@ from memagent.rl.checkpoint.sharded import PendingCheckpoint, load_sharded, save
 from memagent.rl.checkpoint.state import (CheckpointError, TrainOutputError, load_optimizer_state, optimizer_state,
                                           optimizer_state_problem, rng_state, seed_all, set_rng_state)
 from memagent.rl.distributed import DistInfo, barrier, full_state_dict, unwrap
-from memagent.rl.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, is_lora, trainable_state_dict
+from memagent.rl.lora import ADAPTER_CONFIG, is_lora, load_adapters, trainable_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -320,27 +320,6 @@ def load_model_weights(model: nn.Module, model_dir: Path) -> None:
     if missing or result.unexpected_keys:
         raise CheckpointError(f"{model_dir} does not match the model: missing {missing[:5]}, "
                               f"unexpected {result.unexpected_keys[:5]}")
-
-
-def load_adapters(model: nn.Module, adapter_dir: Path) -> None:
-    """Load the adapter weights of a save_pretrained adapter directory into peft model `model` (safetensors)."""
-    if not is_lora(model):
-        raise CheckpointError(f"{adapter_dir} holds LoRA adapters but the run has no adapters: set lora.r to "
-                              f"the r of that run ({adapter_dir / ADAPTER_CONFIG})")
-    try:
-        state = load_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
-    except (OSError, ValueError, SafetensorError) as e:  # missing, or cut short (a partial copy)
-        raise CheckpointError(f"cannot read {Path(adapter_dir) / ADAPTER_WEIGHTS}: {e}; copy the adapter again "
-                              "(is the file truncated?)") from None
-    from peft import set_peft_model_state_dict  # lazy: peft
-
-    result = set_peft_model_state_dict(unwrap(model), state)
-    wanted = {n for n, p in unwrap(model).named_parameters() if p.requires_grad}
-    loaded_shapes = {n: p.shape for n, p in unwrap(model).named_parameters() if n in wanted}
-    if result.unexpected_keys or len(state) != len(loaded_shapes):
-        raise CheckpointError(f"{adapter_dir} does not match the run's adapters (lora.r, lora.target_modules): "
-                              f"{len(state)} saved tensors for {len(loaded_shapes)} adapter weights, unexpected "
-                              f"{list(result.unexpected_keys)[:5]}")
 
 
 def load_checkpoint(
