@@ -72,8 +72,15 @@ def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
     clear error naming it."""
     (tmp_path / "ep_backend.py").write_text(
         "class Echo:\n"
+        "    max_window = None\n"
         "    def __init__(self, model, **kwargs):\n"
         "        self.model, self.kwargs = model, kwargs\n"
+        "    def tokenizer(self, text, **kwargs):\n"
+        "        return {'input_ids': [1] * len(text.split())}\n"
+        "    def prompt_length(self, prompt):\n"
+        "        return len(prompt.split())\n"
+        "    def generate(self, prompts, params):\n"
+        "        return []\n"
         "def broken(model, **kwargs):\n"
         "    raise AssertionError('never built')\n")
     (tmp_path / "ep_broken.py").write_text("raise ImportError('a missing dependency')\n")
@@ -84,7 +91,7 @@ def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
     try:
         assert backend_names() == ["transformers", "openai", "vllm", "bad", "echo"]
         b = BackendOptions(name="echo", chat_template_kwargs={"enable_thinking": False}).load("served-model")
-        assert type(b).__module__ == "ep_backend"
+        assert type(b.inner).__module__ == "ep_backend"  # behind memagent.backends.guard (a plug-in)
         assert (b.model, b.kwargs) == ("served-model", {"chat_template_kwargs": {"enable_thinking": False}})
         with pytest.raises(BackendError, match=r"backend 'bad' \(ep_broken:x\) could not be loaded: ImportError: "
                                                r"a missing dependency"):

@@ -4,13 +4,16 @@
 in this process (`register_backend`), or a package's entry point in the group `memagent.backends`
 (`[project.entry-points."memagent.backends"] mine = "pkg.mod:MyBackend"`), as workflows and rewards are found.
 A backend's factory is called as `factory(model, **kwargs)` and returns a Backend; heavy imports happen only for
-the backend chosen (built-ins are named by "module:attribute" and imported when asked for).
+the backend chosen (built-ins are named by "module:attribute" and imported when asked for). A plug-in's backend
+(a factory defined outside memagent) is built and used behind memagent.backends.guard: what it raises is one
+BackendError naming it, what it returns is checked (types, sizes, one reply per prompt) before memagent uses it.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
+from memagent.backends.guard import build_guarded, is_plugin
 from memagent.plugins import Registry, import_target
 
 BackendFactory = Callable[..., Backend]  # factory(model, **kwargs) -> Backend
@@ -55,16 +58,23 @@ def get_backend(name: str) -> BackendFactory:
         raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(backend_names())}")
     try:
         factory = ep.load()
-    except Exception as exc:  # a broken plug-in package: say which, never a bare traceback
-        raise BackendError(f"backend {name!r} ({ep.value}) could not be loaded: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plug-in package (sys.exit(3) at import too)
+        detail = str(exc).replace("\n", " ")[:300]
+        raise BackendError(f"backend {name!r} ({ep.value}) could not be loaded: {type(exc).__name__}"
+                           f"{': ' + detail if detail else ''}; this is a fault of the plug-in, not of memagent: fix "
+                           "or uninstall it, or choose another --backend") from None
     if not callable(factory):
         raise BackendError(f"backend {name!r} ({ep.value}) is not callable")
     return factory
 
 
 def load_backend(name: str, model: str, **kwargs: Any) -> Backend:
-    """Build the backend `name` for `model` (a Hugging Face id, a local path, or a served model name)."""
-    return get_backend(name)(model, **kwargs)
+    """Build the backend `name` for `model` (a Hugging Face id, a local path, or a served model name); a plug-in's
+    behind memagent.backends.guard."""
+    factory = get_backend(name)
+    if is_plugin(factory):
+        return build_guarded(name, factory, model, **kwargs)
+    return factory(model, **kwargs)
 
 
 __all__ = ["BACKENDS", "Backend", "BackendError", "Generation", "SamplingParams", "backend_names", "get_backend",
