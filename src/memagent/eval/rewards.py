@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from memagent.errors import MemAgentError
 from memagent.rewards.protocol import Answered, Reward, Update
-from memagent.rewards.registry import build_reward
+from memagent.rewards.registry import RewardError, build_reward
 
 __all__ = ["keep_memory", "record_rewards", "usable_reward"]
 
@@ -26,6 +26,8 @@ def usable_reward(name: str) -> Reward | None:
     """The reward `name` built without options, or None (logged once) when it needs options or the policy."""
     try:
         reward = build_reward(name)
+    except RewardError:  # a broken plug-in: one error line naming it, not a reward quietly left out
+        raise
     except (MemAgentError, ValueError, TypeError) as e:
         log.warning("eval records leave out reward %r: it needs options (%s)", name, e)
         return None

@@ -6,12 +6,23 @@ A factory builds a reward as `factory(**options)`; the result follows memagent.r
 only when asked for; an entry point's value is "module:factory"
 (`[project.entry-points."memagent.rewards"] mine = "pkg.mod:build"`).
 
+A reward from a plug-in (a factory defined outside the memagent package) is used behind `GuardedReward` (issue 48,
+class 2): what its import, factory or `score` raises (or a `sys.exit` there) is one `RewardError` naming the plug-in;
+`score` must give one finite number per item (a step reward: a finite number or None), checked before training or
+eval uses it; a `score` that runs on past `SCORE_WARN_S` is said (a warning), past `SCORE_TIMEOUT_S` it is an
+error. A plug-in that breaks as it is imported is left out of the lists of valid names (so a typo in another name
+still gets its own line), and named when it is asked for.
+
 Outcome built-ins: every answer metric of memagent.tasks.metrics (`boxed` the paper's verifier, `em`, `f1`,
 `sub_em`, ...) and `judge` (a model grades the answer, memagent.rewards.judge). Step built-ins: `evidence`,
 `evidence-chain`, `answer-recall`, `answer-likelihood` (memagent.rewards.step).
 """
 from __future__ import annotations
 
+import logging
+import math
+import numbers
+import threading
 from typing import Any, Callable, Sequence
 
 from memagent.errors import MemAgentError
@@ -34,8 +45,99 @@ BUILTINS: dict[str, str] = {
 }
 
 
+log = logging.getLogger(__name__)
+
+SCORE_WARN_S = 60.0  # a plug-in's score that runs longer is said once (a judge over a large batch may)
+SCORE_TIMEOUT_S = 1800.0  # ... and stopped with a RewardError past this (a score that never returns)
+
+
 class UnknownReward(MemAgentError, ValueError):
     """A reward name that is neither built in, registered, nor an installed entry point (or of the wrong kind)."""
+
+
+class RewardError(MemAgentError, ValueError):
+    """A reward plug-in that failed (at import, as it was built, scoring) or gave values that are not scores."""
+
+
+def is_plugin(obj: Any) -> bool:
+    """Whether `obj` is a third party's (defined outside the memagent package)."""
+    module = getattr(obj, "__module__", None) or ""
+    return module != "memagent" and not module.startswith("memagent.")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ")[:300]
+    return f"{type(exc).__name__}{': ' + text if text else ''}"
+
+
+_FAULT = "this is a fault of the plug-in, not of memagent: report it to its authors or choose another reward"
+
+
+class GuardedReward:
+    """A plug-in's reward whose `score` is checked (module docstring); every other attribute is its own."""
+
+    def __init__(self, inner: Any, name: str, module: str) -> None:
+        self.inner, self.plugin_module = inner, module
+        self.name, self.kind = name, inner.kind
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def _where(self) -> str:
+        return f"reward {self.name!r} (a plug-in, module {self.plugin_module})"
+
+    def score(self, items: Sequence[Any]) -> list[Any]:
+        n = len(items)
+        values = self._timed_score(items)
+        if not isinstance(values, (list, tuple)):
+            raise RewardError(f"{self._where()} scored {n} items with {type(values).__name__}, not a list of "
+                              f"numbers; {_FAULT}")
+        if len(values) != n:
+            raise RewardError(f"{self._where()} gave {len(values)} values for {n} "
+                              f"{'answers' if self.kind == 'outcome' else 'conversations'}: one value per item; "
+                              f"{_FAULT}")
+        out: list[Any] = []
+        for i, v in enumerate(values):
+            if v is None and self.kind == "step":
+                out.append(None)
+                continue
+            if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+                what = "a finite number or None" if self.kind == "step" else "a finite number"
+                raise RewardError(f"{self._where()} gave {v!r}"[:300] + f" for item {i}, not {what}; {_FAULT}")
+            out.append(float(v))
+        return out
+
+    def _timed_score(self, items: Sequence[Any]) -> Any:
+        """inner.score(items) in a thread: a warning past SCORE_WARN_S, a RewardError past SCORE_TIMEOUT_S (the
+        thread is left behind, a daemon); what it raises is a RewardError naming the plug-in."""
+        done: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                done["values"] = self.inner.score(items)
+            except BaseException as e:  # noqa: BLE001 - carried to the caller's thread
+                done["error"] = e
+
+        t = threading.Thread(target=work, name=f"reward-{self.name}", daemon=True)
+        t.start()
+        t.join(SCORE_WARN_S)
+        if t.is_alive():
+            log.warning("%s has been scoring %d items for %.0f s; it is stopped at %.0f s", self._where(), len(items),
+                        SCORE_WARN_S, SCORE_TIMEOUT_S)
+            t.join(max(SCORE_TIMEOUT_S - SCORE_WARN_S, 0.0))
+        if t.is_alive():
+            raise RewardError(f"{self._where()} did not finish scoring {len(items)} items in {SCORE_TIMEOUT_S:.0f} s; "
+                              f"{_FAULT}")
+        if "error" in done:
+            e = done["error"]
+            if isinstance(e, MemAgentError):
+                raise e
+            if isinstance(e, KeyboardInterrupt):
+                raise e
+            raise RewardError(f"{self._where()} failed scoring {len(items)} items: {_short(e)}; {_FAULT}") from None
+        return done.get("values")
 
 
 class MetricReward:
@@ -101,6 +203,10 @@ def _load(name: str, target: str, where: str) -> RewardFactory:
     except (ImportError, AttributeError) as exc:
         raise UnknownReward(f"reward {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package that "
                             f"provides it or choose one of: {', '.join(reward_names())}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in that breaks (or exits) as it is imported
+        raise RewardError(f"reward {name!r} ({where}, {target}) failed as it was imported: {_short(exc)}; this is a "
+                          "fault of the plug-in, not of memagent: fix or uninstall it, or choose another reward") \
+            from None
     if not callable(obj):
         raise UnknownReward(f"reward {name!r} ({where}, {target}) is not callable; it must be a factory "
                             "(**options) -> Reward")
@@ -111,12 +217,27 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
     """`get_reward_factory(name)(**options)`, checked to be a Reward of `kind` (when given)."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    factory = get_reward_factory(name)
+    plugin = is_plugin(factory)
     try:
-        reward = get_reward_factory(name)(**options)
+        reward = factory(**options)
+    except MemAgentError:
+        raise
     except (TypeError, ValueError) as e:  # an option the factory does not take, or a value it refuses
         raise UnknownReward(f"reward {name!r}: {e}") from None
-    if not isinstance(reward, Reward) or reward.kind not in KINDS:
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        if not plugin:
+            raise
+        raise RewardError(f"reward {name!r} (a plug-in, module {factory.__module__}) failed as it was built: "
+                          f"{_short(e)}; {_FAULT}") from None
+    try:
+        sound = isinstance(reward, Reward) and reward.kind in KINDS
+    except Exception:  # noqa: BLE001 - a kind that cannot be compared
+        sound = False
+    if not sound:
         raise UnknownReward(f"reward {name!r} did not build a Reward (name, kind 'outcome' or 'step', score)")
+    if plugin:
+        reward = GuardedReward(reward, getattr(reward, "name", None) or name, factory.__module__)
     if not getattr(reward, "name", None):
         reward.name = name
     if kind is not None and reward.kind != kind:
@@ -133,12 +254,22 @@ def _kind_of(name: str) -> str | None:
         factory = get_reward_factory(name)
     except UnknownReward:
         return None
-    return getattr(factory, "kind", None)
+    kind = getattr(factory, "kind", None)
+    return kind if isinstance(kind, str) else None
+
+
+def _listed_kind(name: str) -> str | None:
+    """`_kind_of(name)` for a list of valid names: a plug-in that breaks as it is imported is left out (None), so
+    one broken package never turns another name's error into its own."""
+    try:
+        return _kind_of(name)
+    except RewardError:
+        return None
 
 
 def reward_names_of(kind: str) -> list[str]:
-    """The known rewards of `kind` (those whose kind can be told without building them)."""
-    return [n for n in reward_names() if _kind_of(n) == kind]
+    """The known rewards of `kind` (those whose kind can be told without building them; broken plug-ins left out)."""
+    return [n for n in reward_names() if _listed_kind(n) == kind]
 
 
 def check_reward_name(name: str, kind: str, field: str) -> None:
