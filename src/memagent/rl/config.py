@@ -131,9 +131,14 @@ class UpdateConfig:
     epochs: int = field(default=1, metadata=rule(min=1))  # mu: passes over the rollout batch
     micro_batch_size: int = field(default=8, metadata=rule(min=1))  # conversation rows per forward/backward
     #   (memory bound, not the math)
-    old_logprobs: str = field(default="recompute", metadata=rule(choices=("recompute", "rollout")))  # "recompute"
+    old_logprobs: str = field(default="recompute", metadata=rule(choices=("recompute", "rollout", "policy")))  # "recompute"
     #   with the policy before the update, or "rollout" (the sampling-time log-probs; exact only when rollout
-    #   and training numerics agree)
+    #   and training numerics agree), or "policy": when the step is one optimiser step (epochs 1, one mini-batch)
+    #   the policy has not moved since the rollout, so old = the loss forward's own log-probs, detached (ratio 1
+    #   exactly; one forward pass over every row saved); otherwise recomputed
+    skip_zero_advantage: bool = False  # leave rows whose advantage is 0 out of the forward and backward when
+    #   loss.kl_coef is 0 (they add exactly 0 to the loss; the token-mean's denominator still counts them); their
+    #   statistics (clip fractions, entropy) are then not reported
     packing: bool = False  # padding-free micro-batches of micro_batch_tokens tokens (rows back to back,
     #   memagent.rl.packing) instead of micro_batch_size padded rows; the same gradient
     micro_batch_tokens: int = field(default=16384, metadata=rule(min=1))  # with packing: tokens per

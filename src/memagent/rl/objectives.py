@@ -110,11 +110,14 @@ class DAPO:
 
     def micro_loss(self, logits: Tensor, packed: PackedRows, rows: MiniBatch, idx: list[int],
                    weights: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        assert rows.old_logprobs is not None and rows.advantages is not None, "dapo needs old log-probs and advantages"
+        assert rows.advantages is not None, "dapo needs advantages"
         logp = token_logprobs(logits, packed.response_ids, self.temperature)  # (B, R)
         width, device = logp.shape[1], logp.device
         mask = packed.response_mask.to(logp.dtype)  # (B, R)
-        old = pad_ragged([rows.old_logprobs[i] for i in idx], width).to(device, logp.dtype)  # (B, R)
+        if rows.old_logprobs is None:  # on-policy (the policy has not moved since the rollout): ratio 1 exactly
+            old = logp.detach()
+        else:
+            old = pad_ragged([rows.old_logprobs[i] for i in idx], width).to(device, logp.dtype)  # (B, R)
         adv = rows.advantages[idx].to(device, logp.dtype)  # (B,)
         pg, m = policy_loss(logp, old, adv, mask, self.clip_low, self.clip_high, self.clip_c, self.agg,
                             row_weights=weights)
@@ -145,7 +148,9 @@ class DAPO:
         for key in ("clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
             out[key] = totals[key] / n
         out["clip_frac"] = out["clip_frac_high"] + out["clip_frac_low"]
-        out["ratio_min"], out["ratio_max"] = totals["ratio_min"], totals["ratio_max"]
+        # no token went through the loss (every row skipped: advantages all 0): nothing moved, the ratio is 1
+        finite = totals["tokens"] > 0
+        out["ratio_min"], out["ratio_max"] = (totals["ratio_min"], totals["ratio_max"]) if finite else (1.0, 1.0)
         return out
 
 
@@ -205,6 +210,9 @@ class Term:
     objective: Objective
     weight: float
     rows: MiniBatch
+    # (N,) bool or None: rows known to add exactly 0 to the loss and its gradient (e.g. an advantage of 0 with no KL
+    # term): left out of the forward and backward, still counted in the aggregation's denominator D
+    skip: Tensor | None = None
 
 
 @dataclass
@@ -228,8 +236,12 @@ def _plan(term: Term, micro_batch_size: int, micro_batch_tokens: int, info: Dist
     mask = response_mask(rows.response_ids)  # (N, R)
     denom = all_reduce(loss_denominator(mask, obj.agg, rows.sample_index), info)
     weights = row_loss_weights(mask, obj.agg, rows.sample_index, obj.horizon, denominator=denom)  # (N,)
-    return _Plan(denom, weights, plan_micro_batches(rows.prompt_ids, rows.response_ids, micro_batch_size=micro_batch_size,
-                                                    micro_batch_tokens=micro_batch_tokens, info=info))
+    keep = [n for n in range(rows.num_rows) if term.skip is None or not bool(term.skip[n])]
+    chunks = plan_micro_batches([rows.prompt_ids[n] for n in keep], [rows.response_ids[n] for n in keep],
+                                micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens, info=info)
+    # every row skipped on every rank: one empty micro-batch (a zero-gradient backward), so that every weight still
+    # has a gradient of 0 and the optimiser steps exactly as it would over rows that all add 0
+    return _Plan(denom, weights, [[keep[j] for j in chunk] for chunk in chunks] or [[]])
 
 
 class _Tally:

@@ -224,16 +224,18 @@ class RolloutBatch:
                 b.step_keys is not None for b in batches) else None,
         )
 
-    def mini_batch(self, groups: Sequence[int], old_logprobs: list[Tensor],
+    def mini_batch(self, groups: Sequence[int], old_logprobs: list[Tensor] | None,
                    ref_logprobs: list[Tensor] | None) -> MiniBatch:
         """The rows of `groups` (group ids) as one objective mini-batch; needs `with_advantages` first.
-        old_logprobs, ref_logprobs: N x (R_n,) for every row of this batch."""
+        old_logprobs, ref_logprobs: N x (R_n,) for every row of this batch (old None: on-policy, the objective
+        takes its own forward's)."""
         assert self.advantages is not None, "compute the advantages (with_advantages) before training"
         wanted = set(groups)
         rows = [n for n, g in enumerate(self.group_id.tolist()) if g in wanted]
         idx = torch.tensor(rows, dtype=torch.long)
         return MiniBatch([self.prompt_ids[n] for n in rows], [self.response_ids[n] for n in rows],
-                         [old_logprobs[n] for n in rows], None if ref_logprobs is None else [ref_logprobs[n] for n in rows],
+                         None if old_logprobs is None else [old_logprobs[n] for n in rows],
+                         None if ref_logprobs is None else [ref_logprobs[n] for n in rows],
                          self.advantages[idx] if rows else torch.zeros(0),
                          self.sample_index[idx] if rows else torch.zeros(0, dtype=torch.long))
 

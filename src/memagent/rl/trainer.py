@@ -167,10 +167,14 @@ class MultiConvDAPO:
             out.update(self.validator.metrics(run.step + 1, self.engine.backend()))
         return out
 
-    def logprobs(self, batch: RolloutBatch) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Old (behaviour) and reference log-probs of every row: N x (R_n,)."""
+    def logprobs(self, batch: RolloutBatch, on_policy: bool = False
+                 ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """Old (behaviour) and reference log-probs of every row: N x (R_n,). on_policy: the step is one optimiser
+        step, so with update.old_logprobs "policy" the old log-probs are the loss forward's own (None here)."""
         cfg, mu = self.cfg, self.cfg.update.micro_batch_size
-        if cfg.update.old_logprobs == "rollout" and batch.rollout_logprobs is not None:
+        if cfg.update.old_logprobs == "policy" and on_policy:
+            old = None  # the objective takes the loss forward's own log-probs, detached
+        elif cfg.update.old_logprobs == "rollout" and batch.rollout_logprobs is not None:
             old = [torch.tensor(lp, dtype=torch.float64) for lp in batch.rollout_logprobs]
         else:
             if cfg.update.old_logprobs == "rollout":
@@ -190,14 +194,18 @@ class MultiConvDAPO:
 
     def update(self, batch: RolloutBatch, parts: list[list[int]]) -> dict[str, float]:
         """mu passes of optimiser steps over this rank's rows; metrics averaged over the optimiser steps."""
-        old, ref = self.logprobs(batch)
+        on_policy = self.cfg.update.epochs == 1 and sum(bool(part) for part in parts) <= 1
+        old, ref = self.logprobs(batch, on_policy)
+        skip = self.cfg.update.skip_zero_advantage and self.cfg.loss.kl_coef == 0
         records: list[dict[str, float]] = []
         for _ in range(self.cfg.update.epochs):
             for part in parts:
                 if not part:
                     continue
                 k = len(records)
-                terms = [Term(self.dapo, 1.0, batch.mini_batch(part, old, ref)),
+                rows = batch.mini_batch(part, old, ref)
+                inert = rows.advantages == 0 if skip else None  # (N,) bool: rows that add exactly 0
+                terms = [Term(self.dapo, 1.0, rows, skip=inert),
                          *(x.term(self.cfg.seed, self.recipe.step, k, self.info) for x in self.extra)]
                 rec, *more = accumulate_gradients(self.recipe.model, terms, micro_batch_size=self.cfg.update.micro_batch_size,
                                                   pad_id=self.pad_id, info=self.info,
@@ -205,6 +213,8 @@ class MultiConvDAPO:
                                                   vocab_limit=self.vocab_limit)
                 for x, m in zip(self.extra, more):
                     rec.update({f"{x.name}_{key}": value for key, value in m.items() if key != "tokens"})
+                if inert is not None:
+                    rec["skipped_rows"] = float(inert.sum())
                 rec.update(self.recipe.optimizer_step(self.cfg.optim.grad_clip))
                 records.append(rec)
         self.engine.sync()
