@@ -60,9 +60,10 @@ def save(data: dict) -> None:
 
 def beside() -> str:
     """What else was running (load average and other python processes): every figure says it."""
-    others = [line for line in os.popen("ps -eo pcpu,args --sort=-pcpu").read().splitlines()[1:6]
-              if "python" in line and str(os.getpid()) not in line]
-    return f"load {os.getloadavg()[0]:.2f}; top others: " + "; ".join(o.strip()[:80] for o in others[:3])
+    rows = [line.split(None, 2) for line in os.popen("ps -eo pid,pcpu,args --sort=-pcpu").read().splitlines()[1:8]]
+    others = [f"{cpu}% {args[:70]}" for pid, cpu, args in (r for r in rows if len(r) == 3)
+              if "python" in args and int(pid) != os.getpid() and float(cpu) > 5]
+    return f"load {os.getloadavg()[0]:.2f}; others: " + ("; ".join(others[:3]) or "none")
 
 
 def record(data: dict, stage: str, seconds: float, **info) -> None:
