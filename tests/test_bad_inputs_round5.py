@@ -158,3 +158,171 @@ def test_an_epub_chapter_nested_too_deep_or_with_a_codec_charset_is_named(tmp_pa
                               b'<head><meta charset="zlib"/>')
     assert check_document(zlib) == "epub"
     assert "first chapter" in "".join(t for t, _ in document_segments(zlib, "epub"))
+
+
+# -- class 6: GGUF headers, full disks, the conversion cache, a cut safetensors file -----------------------------
+def _raw_gguf(path: Path, fields: list[bytes]) -> Path:
+    """A GGUF v3 file with no tensors and the given key-value records (already encoded)."""
+    import struct
+
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(fields)) + b"".join(fields))
+    return path
+
+
+def _key(name: str) -> bytes:
+    import struct
+
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def _arch() -> bytes:
+    import struct
+
+    return _key("general.architecture") + struct.pack("<IQ", 8, 5) + b"llama"
+
+
+def _alignment_field(kind: str) -> bytes:
+    import struct
+
+    if kind == "zero":
+        return _key("general.alignment") + struct.pack("<II", 4, 0)
+    if kind == "half":
+        return _key("general.alignment") + struct.pack("<If", 6, 0.5)
+    return _key("general.alignment") + struct.pack("<IQ", 8, 3) + b"abc"
+
+
+def _nested(depth: int) -> bytes:
+    import struct
+
+    return _key("deep") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 0, 0)
+
+
+GGUF_HEADERS = [
+    ("alignment 0", lambda: [_arch(), _alignment_field("zero")], "its general.alignment is 0, not a positive power of two"),
+    ("alignment 0.5", lambda: [_arch(), _alignment_field("half")], "its general.alignment is 0.5, not a positive"),
+    ("alignment str", lambda: [_arch(), _alignment_field("str")], "its general.alignment is 'abc', not a positive"),
+    ("arrays 200,000 deep", lambda: [_arch(), _nested(200_000)], "its header nests arrays more than 8 deep"),
+]
+
+
+@pytest.mark.parametrize("fields, message", [(f, m) for _, f, m in GGUF_HEADERS], ids=[i for i, _, _ in GGUF_HEADERS])
+def test_a_damaged_gguf_header_is_one_line(fields, message, tmp_path, run_cli, monkeypatch):
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("MEMAGENT_CACHE", str(tmp_path / "cache"))
+    path = _raw_gguf(tmp_path / "m.gguf", fields())
+    (tmp_path / "doc.txt").write_text("some text")
+    for args in (("model", "import", path, "--out", tmp_path / "out"),
+                 ("ask", "--model", path, "--document", tmp_path / "doc.txt", "--question", "q?")):
+        code, _, err = run_cli(*args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, (args[0], err)
+        assert lines[0].startswith(f"error: {path} is damaged: {message}") and lines[0].endswith("fetch the file "
+                                                                                                 "again"), err
+    assert not (tmp_path / "out").exists() and not list((tmp_path / "cache").rglob("*.json"))
+
+
+@pytest.fixture
+def gguf_of_the_tiny_model(tmp_path, monkeypatch, tiny_model_dir):
+    """A valid GGUF file whose conversion yields the tiny model (transformers' GGUF loading, which needs a whole
+    real model file, replaced by loading the tiny model's folder: the writing, the record and the cache are real)."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import memagent.backends.gguf as gguf_module
+
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_context_length(256)
+    w.add_tensor("token_embd.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    monkeypatch.setattr(gguf_module, "_load_gguf", lambda src: (AutoTokenizer.from_pretrained(tiny_model_dir),
+                                                                 AutoModelForCausalLM.from_pretrained(tiny_model_dir)))
+    return tmp_path / "m.gguf"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 100 KiB tmpfs: the tiny model's weights (about 150 KB) do not fit. Root only."""
+    import os
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_while_converting_is_one_line_and_leaves_nothing(gguf_of_the_tiny_model, small_disk, run_cli,
+                                                                     tmp_path, monkeypatch):
+    out = small_disk / "model"
+    code, _, err = run_cli("model", "import", gguf_of_the_tiny_model, "--out", out)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and "Traceback" not in err, err
+    assert errors == [f"error: cannot write the converted model to {out}: no space left on the device; free some "
+                      "space or choose another --out (nothing was left there)"], err
+    assert list(small_disk.iterdir()) == []
+    monkeypatch.setenv("MEMAGENT_CACHE", str(small_disk))
+    (tmp_path / "doc.txt").write_text("some text")
+    code, _, err = run_cli("ask", "--model", gguf_of_the_tiny_model, "--document", tmp_path / "doc.txt",
+                           "--question", "q?")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and "Traceback" not in err and len(errors) == 1, err
+    assert errors[0].startswith(f"error: cannot write the converted model to {small_disk / 'gguf'}/") and \
+        "no space left on the device; free some space or set MEMAGENT_CACHE to a folder on a disk with room" in err
+    assert [p.name for p in small_disk.rglob("*") if p.is_file()] == []
+
+
+def test_a_damaged_cache_entry_is_converted_again(gguf_of_the_tiny_model, tmp_path, capsys, monkeypatch):
+    """An entry whose weights are cut short, or hold other bytes of the same size, with its import record intact (or
+    an older record that lists no files): said on stderr and converted again; it then loads."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from memagent.backends.gguf import IMPORT_RECORD, resolve_model
+
+    monkeypatch.setenv("MEMAGENT_CACHE", str(tmp_path / "cache"))
+    entry = Path(resolve_model(str(gguf_of_the_tiny_model)))
+    weights = entry / "model.safetensors"
+    whole = weights.read_bytes()
+    record = json.loads((entry / IMPORT_RECORD).read_text())
+    assert record["files"]["model.safetensors"]["bytes"] == len(whole)
+    capsys.readouterr()
+    for damage in ("cut", "flipped", "cut, an older record"):
+        if damage == "flipped":
+            weights.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))  # same size, other bytes
+        else:
+            weights.write_bytes(whole[: len(whole) // 2])
+        if damage == "cut, an older record":
+            (entry / IMPORT_RECORD).write_text(json.dumps({k: v for k, v in record.items() if k != "files"}))
+        assert Path(resolve_model(str(gguf_of_the_tiny_model))) == entry
+        said = capsys.readouterr().err
+        assert f"the cache entry {entry} of m.gguf is damaged (" in said and "converting the file again" in said
+        assert weights.read_bytes() == whole
+    assert AutoModelForCausalLM.from_pretrained(entry) is not None
+
+
+def test_a_model_folder_whose_weights_are_cut_short_is_one_line(tmp_path, tiny_model_dir, run_cli):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[: size // 2])
+    (tmp_path / "doc.txt").write_text("some text")
+    code, _, err = run_cli("ask", "--model", folder, "--document", tmp_path / "doc.txt", "--question", "q?",
+                           "--device", "cpu")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"error: model {folder}: model.safetensors is cut short: its tensors need {size:,} "
+                               f"bytes, the file has {size // 2:,} (a partial copy or download?)"), err

@@ -44,7 +44,7 @@ def load_tokenizer(source: Any, model: str | Path | None = None) -> Any:
     if isinstance(source if source is not None else model, str) and name == TINY and not Path(name).exists():
         return tiny.build_tokenizer()
     tried = "" if source is not None else " (no tokenizer was named, so the model name was tried)"
-    name = str(resolve_model(name))  # a GGUF file: the tokenizer of its converted folder
+    name = str(resolve_model(name, weights=False))  # a GGUF file: the tokenizer of its converted folder
     _check_files(name, tried)
     try:
         from transformers import AutoTokenizer  # lazy: transformers
