@@ -128,7 +128,7 @@ def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
                 raise
             raise plugin_fault(name, target, "as it was built", e) from None
         if is_plugin(target) and not isinstance(wf, Runner):  # a Runner guards its workflow itself
-            wf = GuardedSteps(wf, name, target)
+            wf = GuardedSteps(wf, name, target, backend)  # the checks a generator workflow's calls get
     if isinstance(wf, Runner) or not getattr(wf, "name", None):
         wf.name = name
     return wf
