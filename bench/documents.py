@@ -7,7 +7,16 @@ Two measurements per PDF, each its own process (peak RSS: the process's VmHWM, s
 - `reader`: pypdf's pages alone (`document_segments`), no tokenizer in the process: the smallest base, so the
   reader's own growth shows (MB per 1,000 pages).
 The PDFs are written with fpdf2 (45 lines of 12 words a page, every page different), into bench/results/tmp.
+
+`html_shapes` (issue 48, class 4): seconds per MB of reading hostile HTML pages of 1 to 64 MB (`check_document`,
+then every piece of `document_segments`: what `ask --document` does before the tokenizer), each size in a fresh
+process; linear time is a flat seconds-per-MB column. Shapes: `long_attribute` (one attribute value of the whole
+size on one tag: was quadratic, the parser rescanned the unfinished tag at each 64 KiB block), `unclosed_tags`
+(`<p>word ` repeated: a million and more elements never closed), `unfinished_tag` (`<a b` repeated: one tag that
+never ends), `headings` (`<h2>Heading n</h2><p>text</p>` repeated: a new place per heading).
 Run: .venv/bin/python bench/documents.py   (about a minute on 2 cores, the PDFs written once)
+     .venv/bin/python bench/documents.py --html-only --html-sizes 1,4,16,64   (the HTML rows alone, kept beside
+     the PDF rows of the last full run)
 """
 from __future__ import annotations
 
@@ -19,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, WORK, table, write_result
+from common import RESULTS, ROOT, WORK, machine, table, write_result
 
 LINES, WORDS = 45, 12  # a page of text: about 3,500 characters
 
@@ -42,9 +51,45 @@ def make_pdf(path: Path, pages: int) -> Path:
     return path
 
 
+HTML_SHAPES = {
+    "long_attribute": (b'<html><body><p>before</p><img alt="', b"a", b'"><p>after</p></body></html>'),
+    "unclosed_tags": (b"<html><body>", b"<p>word ", b"</body></html>"),
+    "unfinished_tag": (b"<html><body><p>text</p><a ", b"b c=d ", b""),
+    "headings": (b"<html><body>", b"<h2>Heading n</h2><p>text of it</p>\n", b"</body></html>"),
+}
+
+
+def make_html(path: Path, shape: str, mb: int) -> Path:
+    """A page of `shape` (HTML_SHAPES: head, a unit repeated, tail) of `mb` MiB, written once."""
+    if path.exists() and path.stat().st_size >= mb << 20:
+        return path
+    head, unit, tail = HTML_SHAPES[shape]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.write(unit * (((mb << 20) - len(head) - len(tail)) // len(unit)))
+        f.write(tail)
+    return path
+
+
 def measure(path: Path, mode: str) -> dict:
     """In this (fresh) process: read `path` as `mode` does; seconds, counts and peak RSS."""
     t0 = time.perf_counter()
+    if mode == "html":
+        from memagent.documents import DocumentError, check_document, document_segments
+
+        pieces = chars = 0
+        try:
+            check_document(path)
+            for text, _ in document_segments(path, "html"):
+                pieces, chars = pieces + 1, chars + len(text)
+            refused = None
+        except DocumentError as e:
+            refused = str(e)[:160]
+        mb = path.stat().st_size / (1 << 20)
+        seconds = time.perf_counter() - t0
+        return dict(mb=round(mb, 2), pieces=pieces, chars=chars, refused=refused, seconds=round(seconds, 3),
+                    seconds_per_mb=round(seconds / mb, 4), peak_rss_mb=peak_rss_mb())
     if mode == "reader":
         from memagent.documents import document_segments
 
@@ -83,15 +128,40 @@ def in_subprocess(path: Path, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def html_shapes(sizes: list[int]) -> dict:
+    """Seconds per MB of every HTML shape at every size (each a fresh process), with this machine's state."""
+    t0 = time.perf_counter()
+    rows = {shape: {mb: in_subprocess(make_html(WORK / f"html_{shape}_{mb}mb.html", shape, mb), "html")
+                    for mb in sizes} for shape in HTML_SHAPES}
+    table([[shape, mb, r["seconds"], r["seconds_per_mb"], r["peak_rss_mb"], "refused" if r["refused"] else ""]
+           for shape, rs in rows.items() for mb, r in rs.items()],
+          ["shape", "MiB", "seconds", "s/MB", "peak RSS MB", ""])
+    spread = {shape: round(max(r["seconds_per_mb"] for r in rs.values())
+                           / max(min(r["seconds_per_mb"] for r in rs.values()), 1e-9), 2) for shape, rs in rows.items()}
+    return dict(sizes_mib=sizes, rows=rows, seconds_per_mb_max_over_min=spread, machine=machine(),
+                seconds_total=round(time.perf_counter() - t0, 1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", type=int, default=20)
     ap.add_argument("--large", type=int, default=2000)
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--mode", default="pipeline", choices=["pipeline", "reader"])
+    ap.add_argument("--mode", default="pipeline", choices=["pipeline", "reader", "html"])
+    ap.add_argument("--html-sizes", default="1,4,16,64", help="MiB of each HTML shape (comma-separated)")
+    ap.add_argument("--html-only", action="store_true", help="only the HTML shapes; the PDF rows are kept")
     args = ap.parse_args()
     if args.measure is not None:
         print(json.dumps(measure(args.measure, args.mode)))
+        return
+    sizes = [int(x) for x in args.html_sizes.split(",")]
+    html = html_shapes(sizes)
+    if args.html_only:
+        path = RESULTS / "documents.json"
+        data = json.loads(path.read_text()) if path.exists() else {"benchmark": "documents"}
+        data["html_shapes"] = html
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {path} (html_shapes)")
         return
     t0 = time.perf_counter()
     pdfs = {n: make_pdf(WORK / f"documents_{n}_pages.pdf", n) for n in (args.small, args.large)}
@@ -106,6 +176,7 @@ def main() -> None:
         config=dict(small_pages=args.small, large_pages=args.large, chunk_tokens=512, lines_per_page=LINES,
                     pdf_bytes={n: p.stat().st_size for n, p in pdfs.items()}),
         runs=runs, growth_mb_per_1000_pages=growth, seconds_total=round(time.perf_counter() - t0, 1),
+        html_shapes=html,
         headline=dict(documents_rss_ratio=ratio["pipeline"], documents_reader_rss_ratio=ratio["reader"]),
         targets=dict(documents_rss_ratio="<= 1.10", documents_reader_rss_ratio="<= 1.10"),
     ))

@@ -126,6 +126,31 @@ def test_a_long_attribute_is_read_in_linear_time(tmp_path):
     assert "".join(t for t, _ in document_segments(page, "html")).split() == ["before", "after"]
 
 
+def test_a_tag_of_a_million_attributes_is_refused_in_bounded_time_and_memory(tmp_path, monkeypatch, capsys,
+                                                                          tiny_model_dir):
+    """`<a b c=d b c=d ...` that never ends: the parser's regex kept a frame per attribute (about 250 bytes of RAM
+    per byte of the page, a 64 MB page some 16 GB); refused once its tokens pass 10,000, before the regex runs."""
+    import tracemalloc
+
+    page = tmp_path / "tag.html"
+    page.write_bytes(b"<html><body><p>text</p>\n<a " + b"b c=d " * 700_000)
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(DocumentError, match=r"tag.html: an HTML tag with more than 10,000 attributes \(line 2\)"):
+            check_document(page)
+        seconds, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seconds < 2 and peak < 50 << 20, (seconds, peak)
+    monkeypatch.setattr(memagent.backends, "load_backend", _no_model)
+    code = run(["ask", "--model", str(tiny_model_dir), "--document", str(page), "--question", "q", *SMALL])
+    err = capsys.readouterr().err
+    assert code == 2
+    _one_error_line(err)
+    assert "an HTML tag with more than 10,000 attributes" in err
+
+
 # -- class 5: EPUB chapters decoded by memagent ------------------------------------------------------------------
 CHAPTERS = [("a.xhtml", "One", "<p>first chapter</p>"), ("b.xhtml", "Two", "<p>second chapter</p>")]
 

@@ -50,6 +50,9 @@ BLOCK = frozenset("address article aside blockquote br dd div dl dt figcaption f
 SELF_CLOSING = {"p": {"p"}, "li": {"li"}, "dt": {"dt", "dd"}, "dd": {"dt", "dd"}, "tr": {"tr", "td", "th"},
                 "td": {"td", "th"}, "th": {"td", "th"}, "option": {"option"}}  # a start tag ends an open one of these
 _SPACE = re.compile(r"\s+")
+MAX_TAG_TOKENS = 10_000  # names, values and '=' of one start tag; real tags have a few dozen
+LONG_TAG = 1 << 16  # a start tag with no '>' within this many characters has its tokens counted first
+_TAG_TOKEN = re.compile(r""""[^"]*"|'[^']*'|[^\s"'>]+|>""")
 _CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.I)
 
 
@@ -72,6 +75,24 @@ class _Walker(HTMLParser):
         self.at_line_start = True
 
     # -- the chain of open elements ---------------------------------------------------------------
+    def check_for_whole_start_tag(self, i: int) -> int:
+        """The parser's own check, after a bound: a start tag that runs on with no '>' in sight has its tokens
+        counted first (O(1) memory); past MAX_TAG_TOKENS it is a DocumentError. The parser's regex keeps a frame
+        per attribute, so `<a b c=d b c=d ...` for megabytes took some 250 bytes of RAM per byte of the page."""
+        raw = self.rawdata
+        if len(raw) - i > LONG_TAG and raw.find(">", i, i + LONG_TAG) < 0:
+            n = 0
+            for m in _TAG_TOKEN.finditer(raw, i + 1):
+                if m.group() == ">":
+                    break
+                n += 1
+                if n > MAX_TAG_TOKENS:
+                    line = self.getpos()[0]
+                    raise DocumentError(f"{self.name}: an HTML tag with more than {MAX_TAG_TOKENS:,} attributes "
+                                        f"(line {line}); no page a reader can use has one: save its text as a .txt "
+                                        "file")
+        return super().check_for_whole_start_tag(i)
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in SELF_CLOSING and self.stack and self.stack[-1] in SELF_CLOSING[tag]:
             self._pop_to(len(self.stack) - 1)
