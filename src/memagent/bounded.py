@@ -198,11 +198,35 @@ def _commas(buf: bytes, pos: int, end: int) -> Iterator[int]:
 
 
 # ---------------------------------------------------------------- YAML
+class _DuplicateKey(Exception):
+    """A mapping that gives one key twice (YAML would keep the last one without a word)."""
+
+
 def _yaml_loader() -> type:
     import yaml  # lazy: yaml
 
     class Loader(yaml.SafeLoader):
-        """SafeLoader without timestamp resolution: `2024-01-01` stays the string it looks like."""
+        """SafeLoader without timestamp resolution: `2024-01-01` stays the string it looks like; a key given twice
+        in one mapping is refused (`name: lookup` then `name: skim` kept the last silently). Keys merged in with
+        `<<` may be overridden, as YAML means them to be."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise _DuplicateKey(f"line {line}: the key {str(key)[:80]!r} is given twice (first at "
+                                                f"line {seen[key]}); give each key once (YAML would keep the last one "
+                                                "without a word)")
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: the constructor's own error follows
+                        continue
+            return super().construct_mapping(node, deep=deep)
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
@@ -258,4 +282,6 @@ def load_yaml(text: str, where: str, error: type[Exception], max_chars: int = CO
         value = yaml.load(text, Loader=loader)  # noqa: S506  (a SafeLoader subclass; no tags reach it)
     except yaml.YAMLError as exc:
         raise error(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except _DuplicateKey as exc:
+        raise error(f"{where}: {exc}") from None
     return check_tree(value, where, error)

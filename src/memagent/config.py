@@ -209,6 +209,12 @@ def workflow_choice_data(data: Any, where: str) -> Any:
         old.append("workflow_options: OPTIONS")
         choice = dict(choice) if isinstance(choice, dict) else {}
         held = choice.get("options")
+        twice = sorted(set(held) & set(options)) if isinstance(held, dict) and isinstance(options, dict) else []
+        if twice:  # one of the two was dropped without a word
+            raise ConfigError(f"{where}: the workflow option(s) {', '.join(map(str, twice))} are given twice, in "
+                              f"workflow.options ({', '.join(f'{k}: {held[k]!r}' for k in twice)}) and in "
+                              f"workflow_options ({', '.join(f'{k}: {options[k]!r}' for k in twice)}); give each "
+                              "once, under workflow: {name, options}")
         choice["options"] = {**held, **options} if isinstance(held, dict) and isinstance(options, dict) else options
     if old:
         name = choice.get("name", "NAME") if isinstance(choice, dict) else "NAME"

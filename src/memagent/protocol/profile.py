@@ -267,8 +267,9 @@ def check_template_kwargs(kwargs: dict[str, Any]) -> None:
 def profile_from_dict(data: Any, base: Profile | None = None, source: str = "profile") -> Profile:
     """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied; the old
     spellings of the workflow choice read with a deprecation line (memagent.config.workflow_choice_data)."""
+    data = workflow_choice_data(data, source)  # its errors name `source` already
     try:
-        return build(Profile, workflow_choice_data(data, source), base or Profile())
+        return build(Profile, data, base or Profile())
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
 

@@ -6,10 +6,16 @@ counts every model call of the run (`usage.calls` the number of calls). With `st
 is OpenAI's chunk stream; progress goes as SSE comments (`: progress 3/25`), which clients skip. A `workflow`
 field names the reading workflow of this request (default: the server's `--workflow`), as in POST /v1/jobs.
 A client that goes away cancels its job.
+
+OpenAI's sampling fields (`temperature`, `top_p`, `max_tokens`, `max_completion_tokens`, `n`, `seed`) are not
+applied: the server reads with the sampling and budgets of its profile and flags (one run reads a document in many
+calls of set sizes). A value that is not one OpenAI accepts (NaN, an infinity, a string, `max_tokens` past 2**31,
+`n` other than 1) is a 400; a sound one is named in the reply's `memagent.ignored` (issue 48, class 7).
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, AsyncIterator
 
@@ -61,6 +67,29 @@ def split_messages(body: dict[str, Any], server_rule: SplitRule = SplitRule("aut
     return question, "\n\n".join(t for t in before + [head] if t), rule
 
 
+SAMPLING_FIELDS = {  # OpenAI's field -> (lowest, highest, integer only)
+    "temperature": (0.0, 2.0, False), "top_p": (0.0, 1.0, False), "max_tokens": (1, 2**31 - 1, True),
+    "max_completion_tokens": (1, 2**31 - 1, True), "n": (1, 1, True), "seed": (-2**63, 2**63 - 1, True)}
+
+
+def ignored_sampling(body: dict[str, Any]) -> list[str]:
+    """The OpenAI sampling fields `body` sets (not null), each checked as OpenAI checks it: an ApiError 400 for a
+    value that is not a number, not finite, not an integer where one is due, or out of its range."""
+    given = []
+    for name, (low, high, integer) in SAMPLING_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (isinstance(value, float) and not math.isfinite(value)) \
+                or (integer and not isinstance(value, int)) or not low <= value <= high:
+            what = "an integer" if integer else "a number"
+            raise ApiError(400, f"{name} must be {what} in [{low}, {high}], got {json.dumps(value)[:60]}; memagent "
+                                f"does not apply it anyway (the server's profile sets the sampling): leave it out")
+        given.append(name)
+    return given
+
+
 def _rule(value: Any) -> SplitRule:
     try:
         return parse_rule(value)
@@ -72,6 +101,7 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await read_json(request, settings.max_body_bytes)
+        ignored = ignored_sampling(body)
         question, text, rule = split_messages(body, settings.prompt_split)
         try:
             check_questions([question], manager, settings)
@@ -87,7 +117,7 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
         model = body.get("model") if isinstance(body.get("model"), str) else settings.model_name
         head = dict(id=f"chatcmpl-{job_id[4:]}", created=int(time.time()), model=model)
         if body.get("stream"):
-            return StreamingResponse(_stream(manager, job_id, live, head, settings.wait_seconds),
+            return StreamingResponse(_stream(manager, job_id, live, head, settings.wait_seconds, ignored),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         while not live.done.is_set():
             if await request.is_disconnected():
@@ -95,6 +125,7 @@ def chat_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) -> N
                 return JSONResponse({"error": {"message": "client went away", "type": "cancelled"}}, 499)
             await live.wait(len(live.events), settings.wait_seconds)
         answer, extra = _outcome(manager, job_id)
+        extra["ignored"] = ignored
         return dict(head, object="chat.completion",
                     choices=[dict(index=0, message=dict(role="assistant", content=answer), finish_reason="stop")],
                     usage=_usage(manager, job_id), memagent=extra)
@@ -125,7 +156,7 @@ def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = Non
 
 
 async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, Any],
-                  wait: float) -> AsyncIterator[str]:
+                  wait: float, ignored: list[str] | None = None) -> AsyncIterator[str]:
     """OpenAI chunks: the role, progress comments while reading, the answer, the finish with usage, [DONE]."""
     try:
         yield _chunk(head, dict(role="assistant", content=""))
@@ -145,6 +176,7 @@ async def _stream(manager: JobManager, job_id: str, live: Live, head: dict[str, 
             yield f"data: {json.dumps({'error': {'message': e.message, 'type': e.type}})}\n\n"
             return
         yield _chunk(head, dict(content=answer))
+        extra["ignored"] = ignored or []
         yield _chunk(head, {}, "stop", usage=_usage(manager, job_id), memagent=extra)
         yield "data: [DONE]\n\n"
     finally:
