@@ -167,3 +167,26 @@ def test_train_stops_on_a_bad_score_with_one_line_naming_the_reward(key, kind, v
     lines = err.strip().splitlines()
     assert code == 2 and "Traceback" not in err and "diverged" not in err, err
     assert lines[-1].startswith(f"error: reward 'scripted' (a plug-in, {MODULE}) ") and message in lines[-1], err
+
+
+def test_eval_with_a_profiles_broken_reward_is_one_line(run_cli, tiny_model_dir, tmp_path):
+    """An eval profile's `reward:` naming a plug-in whose score is a string: the sample fails, its record naming the
+    plug-in, and the run ends with eval's one line (exit 2)."""
+    register_reward("plug", lambda **o: Scripted("outcome", lambda items: "high"))
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(dict(id="s0", task="qa", question="Where?", answers=["x"], metric="sub_em",
+                                    context="words " * 20, length=10)) + "\n")
+    profile = tmp_path / "p.yaml"
+    profile.write_text("reward: plug\n")
+    try:
+        code, _, err = run_cli("eval", "--model", tiny_model_dir, "--data", data, "--out", tmp_path / "run",
+                               "--methods", "memagent", "--profile", profile, "--chunk-tokens", 64,
+                               "--memory-tokens", 8, "--answer-tokens", 8, "--device", "cpu", "--no-progress")
+    finally:
+        unregister_reward("plug")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and "Traceback" not in err and errors == [errors[-1]], err
+    assert errors[-1].startswith("error: 1 of 1 samples failed; see the records"), err  # the sample fails alone
+    [record] = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "error" and f"reward 'scripted' (a plug-in, {MODULE}) scored 1 items with str, not " \
+        "a list of numbers" in json.dumps(record), record
