@@ -30,9 +30,15 @@ The layers above:
                   (`protocol.reference`)
     scale/        Ray actors for ask and eval
     demo/         the toy experiment on 2 CPU cores
+    streams/      event streams that grow, standing questions kept current as text arrives (`memagent.Stream`)
     ask/          `memagent ask`: its options, its run and its files
     cli/, serve/, harness/
                   the commands, the HTTP service and the lm-eval / Inspect AI integrations
 """
 
 __version__ = "0.1.0"
+
+
+from memagent.streams import Stream  # noqa: E402  (memagent.Stream: a stream file in Python)
+
+__all__ = ["Stream", "__version__"]
