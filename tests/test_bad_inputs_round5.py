@@ -172,6 +172,23 @@ def test_an_epub_chapter_in_a_wrong_encoding_is_an_error_under_strict(tmp_path, 
     assert "chapter file a.xhtml is not valid UTF-8" in err
 
 
+def test_an_epub_chapter_in_the_encoding_its_xml_declaration_names_is_read(tmp_path):
+    """EPUB 2 allows an XHTML chapter in another encoding named by its XML declaration: read in it, as lxml did."""
+    pytest.importorskip("ebooklib")
+    ok = epub_book(tmp_path / "ok.epub", [("a.xhtml", "One", "<p>caf\u00e9 chapter</p>")])
+    latin = tmp_path / "latin.epub"
+    import zipfile
+
+    with zipfile.ZipFile(ok) as zin, zipfile.ZipFile(latin, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("a.xhtml"):
+                data = data.replace(b"encoding='utf-8'", b"encoding='iso-8859-1'").decode("utf-8").encode("latin-1")
+            zout.writestr(info, data)
+    assert check_document(latin) == "epub"
+    assert "caf\u00e9 chapter" in "".join(t for t, _ in document_segments(latin, "epub"))
+
+
 def test_an_epub_chapter_nested_too_deep_or_with_a_codec_charset_is_named(tmp_path):
     pytest.importorskip("ebooklib")
     ok = epub_book(tmp_path / "ok.epub", CHAPTERS)

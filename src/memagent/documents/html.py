@@ -53,6 +53,7 @@ _SPACE = re.compile(r"\s+")
 MAX_TAG_TOKENS = 10_000  # names, values and '=' of one start tag; real tags have a few dozen
 LONG_TAG = 1 << 16  # a start tag with no '>' within this many characters has its tokens counted first
 _TAG_TOKEN = re.compile(r""""[^"]*"|'[^']*'|[^\s"'>]+|>""")
+_XML_ENCODING = re.compile(rb"""\s*<\?xml[^>]{0,200}?encoding\s*=\s*["']([A-Za-z0-9_.:-]{1,40})["']""")
 _CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.I)
 
 
@@ -285,12 +286,12 @@ def page_encoding(label: str) -> str | None:
 
 
 def html_encoding(head: bytes) -> str:
-    """The encoding of HTML starting with `head`: its byte-order mark's, its `<meta charset>`'s when that names a
-    text encoding (`page_encoding`), else UTF-8."""
+    """The encoding of HTML starting with `head`: its byte-order mark's, its XML declaration's or else its
+    `<meta charset>`'s when that names a text encoding (`page_encoding`), else UTF-8."""
     for bom, enc in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if head.startswith(bom):
             return enc
-    m = _CHARSET.search(head)
+    m = _XML_ENCODING.match(head) or _CHARSET.search(head)  # an XHTML file's <?xml ... encoding?> comes first
     if m:
         return page_encoding(m.group(1).decode("ascii")) or "utf-8"
     return "utf-8"
