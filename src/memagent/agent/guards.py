@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from memagent.agent.protocol import AgentResult, Answer, BudgetError, Call, WorkflowError
+from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentResult, Answer, BudgetError, Call,
+                                     WorkflowError, WorkflowOptions)
 from memagent.errors import MemAgentError
 
 log = logging.getLogger(__name__)
@@ -147,8 +148,6 @@ class GuardedSteps:
 
     def _cap(self, doc: Any) -> tuple[int, str]:
         """(the most calls `doc` may make, the rule) from the machine's run options (WorkflowOptions)."""
-        from memagent.agent.protocol import MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, WorkflowOptions
-
         options = getattr(self._wf, "options", None)
         if not isinstance(options, WorkflowOptions):
             options = WorkflowOptions()

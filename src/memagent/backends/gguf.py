@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from memagent.backends.base import BackendError
+from memagent.io import os_error_message
 
 MAGIC = b"GGUF"
 IMPORT_RECORD = "memagent-import.json"
@@ -233,8 +234,6 @@ def import_gguf(path: str | Path, out: str | Path, *, progress: Callable[[str], 
 def _write_failure(e: BaseException) -> str | None:
     """What went wrong when a write failed (a full disk: safetensors reports it as its own error, "os error 28"),
     or None when `e` is no write failure."""
-    from memagent.io import os_error_message
-
     try:
         from safetensors import SafetensorError  # lazy: safetensors (with transformers)
     except ImportError:  # pragma: no cover
