@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def measure(path: Path, mode: str) -> dict:
         mb = path.stat().st_size / (1 << 20)
         seconds = time.perf_counter() - t0
         return dict(mb=round(mb, 2), pieces=pieces, chars=chars, refused=refused, seconds=round(seconds, 3),
-                    seconds_per_mb=round(seconds / mb, 4), peak_rss_mb=peak_rss_mb())
+                    seconds_per_mb=round(seconds / mb, 4), peak_rss_mb=peak_rss_mb(),
+                    load_avg_1min=round(os.getloadavg()[0], 2))  # the machine is shared: what ran beside it
     if mode == "reader":
         from memagent.documents import document_segments
 
@@ -128,11 +130,18 @@ def in_subprocess(path: Path, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def html_shapes(sizes: list[int]) -> dict:
-    """Seconds per MB of every HTML shape at every size (each a fresh process), with this machine's state."""
+def html_shapes(sizes: list[int], shapes: list[str] | None = None, earlier: dict | None = None) -> dict:
+    """Seconds per MB of every HTML shape (or `shapes`) at every size (each a fresh process), with this machine's
+    state; merged into the rows of an `earlier` result (a shape and size measured again replace their row)."""
     t0 = time.perf_counter()
-    rows = {shape: {mb: in_subprocess(make_html(WORK / f"html_{shape}_{mb}mb.html", shape, mb), "html")
-                    for mb in sizes} for shape in HTML_SHAPES}
+    rows = {shape: {str(mb): in_subprocess(make_html(WORK / f"html_{shape}_{mb}mb.html", shape, mb), "html")
+                    for mb in sizes} for shape in (shapes or HTML_SHAPES)}
+    if earlier:
+        merged = {shape: dict(rs) for shape, rs in earlier.get("rows", {}).items()}
+        for shape, rs in rows.items():
+            merged.setdefault(shape, {}).update(rs)
+        rows = {shape: dict(sorted(rs.items(), key=lambda kv: int(kv[0]))) for shape, rs in merged.items()}
+        sizes = sorted({int(mb) for rs in rows.values() for mb in rs})
     table([[shape, mb, r["seconds"], r["seconds_per_mb"], r["peak_rss_mb"], "refused" if r["refused"] else ""]
            for shape, rs in rows.items() for mb, r in rs.items()],
           ["shape", "MiB", "seconds", "s/MB", "peak RSS MB", ""])
@@ -150,15 +159,18 @@ def main() -> None:
     ap.add_argument("--mode", default="pipeline", choices=["pipeline", "reader", "html"])
     ap.add_argument("--html-sizes", default="1,4,16,64", help="MiB of each HTML shape (comma-separated)")
     ap.add_argument("--html-only", action="store_true", help="only the HTML shapes; the PDF rows are kept")
+    ap.add_argument("--shapes", default=None, help=f"HTML shapes to measure (comma-separated; default all: "
+                                                   f"{','.join(HTML_SHAPES)}); rows measured before are kept")
     args = ap.parse_args()
     if args.measure is not None:
         print(json.dumps(measure(args.measure, args.mode)))
         return
     sizes = [int(x) for x in args.html_sizes.split(",")]
-    html = html_shapes(sizes)
+    shapes = args.shapes.split(",") if args.shapes else None
+    path = RESULTS / "documents.json"
+    data = json.loads(path.read_text()) if path.exists() else {"benchmark": "documents"}
+    html = html_shapes(sizes, shapes, data.get("html_shapes") if shapes else None)
     if args.html_only:
-        path = RESULTS / "documents.json"
-        data = json.loads(path.read_text()) if path.exists() else {"benchmark": "documents"}
         data["html_shapes"] = html
         path.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {path} (html_shapes)")
