@@ -1,7 +1,7 @@
 """The `memagent` command line: each command parses, builds an options object and calls one library function.
 
 Commands live in one module per group (`ask`: ask, serve, report; `evaluate`: eval, flops, profile; `data`;
-`train`: train, demo, tiny-model); this module runs the application and turns errors into one line.
+`train`: train, demo, tiny-model; `stream`: stream create|append|ask|watch|show); this module runs the application and turns errors into one line.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ try:  # the click copy newer typer versions carry (typer >= 0.2x)
 except ImportError:
     vendored_click = None
 
-from memagent.cli import ask, data, evaluate, model, train  # noqa: F401  (each registers its commands on `app`)
+from memagent.cli import ask, data, evaluate, model, stream, train  # noqa: F401  (each registers its commands on `app`)
 from memagent.cli.app import app
 from memagent.backends.redact import redact
 from memagent.config import ConfigDeprecation
