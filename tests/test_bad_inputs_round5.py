@@ -351,6 +351,19 @@ def test_a_damaged_cache_entry_is_converted_again(gguf_of_the_tiny_model, tmp_pa
         assert f"the cache entry {entry} of m.gguf is damaged (" in said and "converting the file again" in said
         assert weights.read_bytes() == whole
     assert AutoModelForCausalLM.from_pretrained(entry) is not None
+    # once its hashes matched, a load hashes the GGUF file alone until an entry's file is written again
+    import memagent.backends.gguf as gguf_module
+
+    assert Path(resolve_model(str(gguf_of_the_tiny_model))) == entry  # hashed, stamped
+    hashed = []
+    real = gguf_module.file_sha256
+    monkeypatch.setattr(gguf_module, "file_sha256", lambda path: hashed.append(Path(path).name) or real(path))
+    assert Path(resolve_model(str(gguf_of_the_tiny_model))) == entry and hashed == ["m.gguf"]
+    weights.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
+    capsys.readouterr()
+    assert Path(resolve_model(str(gguf_of_the_tiny_model))) == entry
+    assert "does not hold the bytes recorded (its sha256 differs)" in capsys.readouterr().err
+    assert weights.read_bytes() == whole
 
 
 def test_a_model_folder_whose_weights_are_cut_short_is_one_line(tmp_path, tiny_model_dir, run_cli):

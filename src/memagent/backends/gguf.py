@@ -252,13 +252,14 @@ def _write_failure(e: BaseException) -> str | None:
 def folder_files(folder: Path) -> dict[str, dict[str, Any]]:
     """{name: {bytes, sha256}} of the files of `folder` (not its import record): what a cache entry must hold."""
     return {f.name: {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
-            for f in sorted(folder.iterdir()) if f.is_file() and f.name != IMPORT_RECORD}
+            for f in sorted(folder.iterdir()) if f.is_file() and f.name not in (IMPORT_RECORD, VERIFIED)}
 
 
 def entry_damage(folder: Path) -> str | None:
     """Why the cache entry `folder` cannot be used (a file missing, of another size or hash than its import record
     says, the record unreadable; an entry from before the record listed its files: no config.json or a damaged
-    safetensors file), or None when it is whole."""
+    safetensors file), or None when it is whole. The hashes are checked again only when a file's size or mtime
+    changed since they last matched (`VERIFIED`), so a load does not re-read the weights each time."""
     try:
         record = json.loads((folder / IMPORT_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -268,17 +269,36 @@ def entry_damage(folder: Path) -> str | None:
         if not (folder / "config.json").is_file():
             return "it has no config.json"
         return safetensors_damage(folder)
+    stamps = {}  # name -> [bytes, mtime_ns] of each file as it was when its hash was last found right
     for name, want in files.items():
         f = folder / name
         want = want if isinstance(want, dict) else {}
         if not f.is_file():
             return f"{name} is missing"
-        size = f.stat().st_size
-        if size != want.get("bytes"):
-            return f"{name} has {size:,} bytes, {want.get('bytes')!r} recorded"
-        if file_sha256(f) != want.get("sha256"):
+        st = f.stat()
+        if st.st_size != want.get("bytes"):
+            return f"{name} has {st.st_size:,} bytes, {want.get('bytes')!r} recorded"
+        stamps[name] = [st.st_size, st.st_mtime_ns]
+    if _read_stamps(folder) == stamps:  # no file written since its hash was checked: not hashed again
+        return None
+    for name, want in files.items():
+        if file_sha256(folder / name) != want.get("sha256"):
             return f"{name} does not hold the bytes recorded (its sha256 differs)"
+    try:
+        (folder / VERIFIED).write_text(json.dumps(stamps), encoding="utf-8")
+    except OSError:  # a read-only cache: hashed again next time
+        pass
     return None
+
+
+VERIFIED = ".memagent-verified.json"  # a cache entry's files as they were when their hashes last matched
+
+
+def _read_stamps(folder: Path) -> Any:
+    try:
+        return json.loads((folder / VERIFIED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors format's own bound on its JSON header
