@@ -80,10 +80,11 @@ def append_cmd(o: AppendOptions) -> None:
                     _append_from(s, fh, name, o.format, defaults, skipped, ids)
         except StreamError as e:
             raise StreamError(f"{e} ({_appended(ids)} before it, and kept)") from None
-        finally:
-            if ids or skipped.blank:
-                blank = f"; {skipped.blank} blank line(s) skipped" if skipped.blank else ""
-                typer.echo(f"{_appended(ids)} to {o.file}{blank}", err=True)
+        except KeyboardInterrupt:  # Ctrl-C ends `tail -f | append`: what was appended is said, then "interrupted"
+            typer.echo(f"{_appended(ids)} to {o.file}", err=True)
+            raise
+        blank = f"; {skipped.blank} blank line(s) skipped" if skipped.blank else ""
+        typer.echo(f"{_appended(ids)} to {o.file}{blank}", err=True)
 
 
 def _append_from(s: Stream, fh: Any, name: str, fmt: str, defaults: dict, skipped: Skipped, ids: list[int]) -> None:
