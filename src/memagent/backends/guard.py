@@ -70,21 +70,31 @@ class GuardedBackend:
         for method in ("generate", "prompt_length"):
             if not callable(self._get(method, None)):
                 raise self._wrong(f"it has no method {method}")
-        tokenizer = self._get("tokenizer")
-        if tokenizer is None or not callable(tokenizer):
-            raise self._wrong(f"its tokenizer is {type(tokenizer).__name__}, not a tokenizer (memagent chunks "
-                              "documents and counts budgets with it)")
-        window = self._get("max_window")
-        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-            raise self._wrong(f"its max_window is {window!r}"[:200] + ", not a positive integer or None")
-        self.tokenizer, self.max_window = tokenizer, window
+        _ = (self.tokenizer, self.max_window)  # checked once now: a bad one stops the command at start
         if callable(self._get("submit", None)):
             self.submit = self._submit
 
-    def __getattr__(self, attr: str) -> Any:  # only for what __init__ did not set
+    def __getattr__(self, attr: str) -> Any:  # only for what is not defined here
         if attr == "inner":
             raise AttributeError(attr)
         return getattr(self.inner, attr)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The plug-in's tokenizer, read each time (it may set it late), never None."""
+        tokenizer = self._get("tokenizer", None)
+        if tokenizer is None or not callable(tokenizer):
+            raise self._wrong(f"its tokenizer is {type(tokenizer).__name__}, not a tokenizer (memagent chunks "
+                              "documents and counts budgets with it)")
+        return tokenizer
+
+    @property
+    def max_window(self) -> int | None:
+        """The plug-in's window, read each time: None or a positive integer (NaN let every budget check pass)."""
+        window = self._get("max_window", None)
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise self._wrong(f"its max_window is {window!r}"[:200] + ", not a positive integer or None")
+        return window
 
     def _get(self, attr: str, *default: Any) -> Any:
         try:
