@@ -218,7 +218,7 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     factory = get_reward_factory(name)
-    plugin = is_plugin(factory)
+    plugin, module = is_plugin(factory), getattr(factory, "__module__", None) or "?"
     try:
         reward = factory(**options)
     except MemAgentError:
@@ -228,7 +228,7 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
     except (Exception, SystemExit) as e:  # noqa: BLE001
         if not plugin:
             raise
-        raise RewardError(f"reward {name!r} (a plug-in, module {factory.__module__}) failed as it was built: "
+        raise RewardError(f"reward {name!r} (a plug-in, module {module}) failed as it was built: "
                           f"{_short(e)}; {_FAULT}") from None
     try:
         sound = isinstance(reward, Reward) and reward.kind in KINDS
@@ -237,7 +237,7 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
     if not sound:
         raise UnknownReward(f"reward {name!r} did not build a Reward (name, kind 'outcome' or 'step', score)")
     if plugin:
-        reward = GuardedReward(reward, getattr(reward, "name", None) or name, factory.__module__)
+        reward = GuardedReward(reward, getattr(reward, "name", None) or name, module)
     if not getattr(reward, "name", None):
         reward.name = name
     if kind is not None and reward.kind != kind:
