@@ -1,5 +1,6 @@
 """The FastAPI app: documents, jobs (listed newest first, each with an SSE event stream and its chunks' text),
-OpenAI-style chat completions, health, models and Prometheus metrics; the page at `/` (files of `static/`).
+OpenAI-style chat completions, streams (memagent.serve.streams), health, models and Prometheus metrics; the page at
+`/` (files of `static/`).
 
 Every error is `{"error": {"message", "type"}}` with a 4xx/5xx status. With an API key, every route
 but `/health` and the page's files needs `Authorization: Bearer KEY`. The key check and the request metrics
@@ -27,6 +28,7 @@ from memagent.serve.http import declared_over, error_response, read_json, upload
 from memagent.serve.jobs import MAX_LIST, JobManager
 from memagent.serve.page import STATIC
 from memagent.serve.requests import ServeSettings, check_questions, document_of, workflow_of
+from memagent.serve.streams import stream_routes
 
 log = logging.getLogger(__name__)
 _OPEN = ("/health",)  # routes that need no key (the page's files are outside /v1 and /metrics too)
@@ -99,6 +101,7 @@ def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
     _job_routes(app, manager, settings)
     _info_routes(app, manager, settings)
     chat_routes(app, manager, settings)
+    stream_routes(app, manager, settings)  # /v1/streams (memagent.serve.streams)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

@@ -72,7 +72,8 @@ def sqlite_message(path: Path, e: sqlite3.Error, doing: str) -> str:
 class StreamFile:
     """The SQLite file of one stream: its tables, checked as it opens; each method one transaction or one read."""
 
-    def __init__(self, path: str | os.PathLike, create: bool = False, max_event_bytes: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, create: bool = False, max_event_bytes: int | None = None,
+                 name: str = "") -> None:
         self.path = Path(path)
         if create:
             if self.path.exists() and (self.path.is_dir() or self.path.stat().st_size > 0):
@@ -96,7 +97,7 @@ class StreamFile:
         try:
             with self.errors("opening it"):
                 if create:
-                    self._create(max_event_bytes)
+                    self._create(max_event_bytes, name)
                 else:
                     self._check()
                 self.db.execute("PRAGMA synchronous=NORMAL")
@@ -127,7 +128,7 @@ class StreamFile:
                     self.db.execute("ROLLBACK")
                 raise
 
-    def _create(self, max_event_bytes: int | None) -> None:
+    def _create(self, max_event_bytes: int | None, name: str) -> None:
         limit = DEFAULT_EVENT_BYTES if max_event_bytes is None else max_event_bytes
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MOST_EVENT_BYTES:
             raise StreamError(f"max_event_bytes must be a whole number in 1..{MOST_EVENT_BYTES}, got {limit!r}")
@@ -140,7 +141,7 @@ class StreamFile:
                     db.execute(statement)
             db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
                            [("format", "memagent-stream"), ("max_event_bytes", str(limit)),
-                            ("created", str(time.time()))])
+                            ("created", str(time.time())), ("name", name)])
 
     def _check(self) -> None:
         app = self.db.execute("PRAGMA application_id").fetchone()[0]
@@ -160,8 +161,10 @@ class StreamFile:
         self.db.close()
 
     # -- reads ------------------------------------------------------------------------------------------------
-    def meta(self, key: str) -> str:
+    def meta(self, key: str, default: str | None = None) -> str:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None and default is not None:
+            return default
         if row is None:
             raise StreamError(f"{self.path} is damaged: its meta table lacks {key!r}")
         return row[0]

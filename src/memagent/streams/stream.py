@@ -34,16 +34,16 @@ class Stream:
     """An append-only log of events in a SQLite file, with its standing questions (memagent.streams)."""
 
     def __init__(self, path: str | os.PathLike, create: bool = False, max_event_bytes: int | None = None,
-                 wait: float = 0.0) -> None:
+                 wait: float = 0.0, name: str = "") -> None:
         self.path = Path(path)
-        self.file = StreamFile(self.path, create=create, max_event_bytes=max_event_bytes)
+        self.file = StreamFile(self.path, create=create, max_event_bytes=max_event_bytes, name=name)
         self.wait = wait  # seconds an append waits for another writer's lock (0: refuse at once)
         self._lock: FileLock | None = None
 
     @classmethod
-    def create(cls, path: str | os.PathLike, max_event_bytes: int | None = None) -> "Stream":
-        """A new, empty stream file at `path` (StreamError when something is there)."""
-        return cls(path, create=True, max_event_bytes=max_event_bytes)
+    def create(cls, path: str | os.PathLike, max_event_bytes: int | None = None, name: str = "") -> "Stream":
+        """A new, empty stream file at `path` (StreamError when something is there); `name`: a label for people."""
+        return cls(path, create=True, max_event_bytes=max_event_bytes, name=name)
 
     @classmethod
     def open(cls, path: str | os.PathLike, wait: float = 0.0) -> "Stream":
