@@ -149,6 +149,7 @@ def _train_data(tmp_path):
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, kind, values, message", [
     ("reward", "outcome", lambda items: [float("nan")] * len(items), "gave nan for item 0, not a finite number"),
     ("step_reward", "step", lambda items: [0.5], "values for "),
