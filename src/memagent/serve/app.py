@@ -28,6 +28,7 @@ from memagent.serve.http import declared_over, error_response, read_json, upload
 from memagent.serve.jobs import MAX_LIST, JobManager
 from memagent.serve.page import STATIC
 from memagent.serve.requests import ServeSettings, check_questions, document_of, workflow_of
+from memagent.serve.stream_questions import question_routes
 from memagent.serve.streams import stream_routes
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ def create_app(manager: JobManager, settings: ServeSettings) -> FastAPI:
     _job_routes(app, manager, settings)
     _info_routes(app, manager, settings)
     chat_routes(app, manager, settings)
-    stream_routes(app, manager, settings)  # /v1/streams (memagent.serve.streams)
+    streams = stream_routes(app, manager, settings)  # /v1/streams (memagent.serve.streams)
+    streams.on_append = question_routes(app, manager, settings, streams).poke  # standing questions kept current
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

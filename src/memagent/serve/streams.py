@@ -14,6 +14,8 @@ never interleaved with another's.
     GET    /v1/streams/{id}/events?after=N&limit=K                             -> {data, next_after}
     POST   /v1/streams/{id}/jobs          {questions, workflow?}   -> 201 {id: job id, document_id, events}
 
+Standing questions (kept current by the server, SSE of their memory versions): memagent.serve.stream_questions.
+
 A job over a stream reads the stream's text as it is when the job is made (its events so far, saved as a
 document), with any workflow, and is then an ordinary job (GET /v1/jobs/{id}, its SSE events).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
@@ -46,6 +48,7 @@ class StreamStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.on_append: Callable[[str], None] | None = None  # called with a stream's id after each append
         folder.mkdir(parents=True, exist_ok=True)
 
     def path(self, sid: Any) -> Path:
@@ -192,6 +195,8 @@ def stream_routes(app: FastAPI, manager: JobManager, settings: ServeSettings) ->
         streams.path(sid)  # 400/404 before the body is read
         body = await read_json(request, settings.max_body_bytes)
         ids = await run_in_threadpool(streams.append, sid, body.get("events"))
+        if streams.on_append is not None:
+            streams.on_append(sid)
         return JSONResponse(dict(ids=ids), status_code=201)
 
     @app.get("/v1/streams/{sid}/events")
