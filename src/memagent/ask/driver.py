@@ -157,6 +157,8 @@ def _answer(o: AskOptions, items: list[AgentInput], run: AskRun) -> None:
     if not todo:
         print(f"all {len(items)} questions of {o.input} are already answered in {o.output}", file=sys.stderr)
         return
+    backend = open_backend(o.model, o.backend, profile) if o.ray.address is None else None  # a model that cannot
+    #   start (a vLLM engine that fails, a missing model) leaves nothing written
     if o.output and not is_sink(o.output):  # a sink (/dev/null) gets no side file beside it
         write_profile(profile, profile_path_for(o.output))
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
@@ -166,7 +168,6 @@ def _answer(o: AskOptions, items: list[AgentInput], run: AskRun) -> None:
         if results.failed:
             raise failures_error(results, len(todo))
         return
-    backend = open_backend(o.model, o.backend, profile)
     with _open_trace(o.trace, append=bool(results.done)) as trace:
         agent = build_workflow(o.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
                                trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record",

