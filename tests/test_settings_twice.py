@@ -107,3 +107,25 @@ def test_chat_names_the_sampling_fields_it_does_not_apply(server):
     assert r.json()["memagent"]["ignored"] == ["temperature", "max_tokens"]
     r = httpx.post(server.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.json()["memagent"]["ignored"] == []
+
+
+def test_step_reward_options_without_a_step_reward_are_one_line(tmp_path, run_cli, tiny_model_dir):
+    from memagent.rl.config import load_config
+
+    with pytest.raises(ConfigError, match="step_reward_options .* are given but no step_reward"):
+        load_config(None, ["step_reward_options.loss_weight=0.5"])
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "question": "q?", "context": "some text", "answers": ["x"]}) + "\n")
+    # --dry-run refuses what the run refuses: an option value the step reward itself rejects
+    code, out, err = run_cli("train", Path(__file__).parents[1] / "configs/rl/tiny.yaml", f"model={tiny_model_dir}",
+                             f"data={data}", f"out_dir={tmp_path / 'o'}", "step_reward=evidence-chain",
+                             "step_reward_options.loss_weight=abc", "--dry-run")
+    assert code == 2 and err.startswith("error: ") and "loss_weight" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flags", [["--outcome-only"], ["--step-reward", "none"]])
+def test_a_step_mix_with_no_step_reward_is_one_line(flags, tmp_path, run_cli):
+    code, _, err = run_cli("demo", "--task", "two-hop", *flags, "--step-mix", "0.5", "--out", tmp_path / "d")
+    assert code == 2 and "--step-mix 0.5" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()

@@ -152,6 +152,9 @@ def demo(o: DemoOptions) -> None:
         raise ConfigError("--outcome-only is a flag of --task two-hop (single-hop: --step-reward chooses one)")
     if o.outcome_only and o.step_reward not in (None, "none"):
         raise ConfigError(f"--outcome-only and --step-reward {o.step_reward} contradict each other; give one")
+    if (o.outcome_only or o.step_reward == "none") and o.step_mix != DemoConfig.step_mix:
+        raise ConfigError(f"--step-mix {o.step_mix} mixes a step reward into the advantages, but "
+                          f"{'--outcome-only' if o.outcome_only else '--step-reward none'} trains without one; give one")
     steps = demo_step_reward(o)
     if o.task == "two-hop" and o.seeds is not None:
         raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")

@@ -25,7 +25,7 @@ from memagent.config import AgentConfig, ConfigError, WorkflowChoice, deprecated
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
 from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
-from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, check_reward_name
+from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, build_reward, check_reward_name
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 from memagent.sections import build, check_fields, deep_merge, load_mapping, parse_overrides, rule, spell_out, to_dict
 
@@ -390,10 +390,15 @@ def check_rewards(cfg: "TrainConfig") -> str:
     for name, value in (("reward_options", cfg.reward_options), ("step_reward_options", cfg.step_reward_options)):
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping of option: value, got {value!r}")
+    if cfg.step_reward_options and not cfg.step_reward:
+        raise ConfigError(f"step_reward_options {cfg.step_reward_options} are given but no step_reward: name the step "
+                          "reward they are for (step_reward=evidence), or leave them out")
     try:
         check_reward_name(reward, "outcome", "reward")
         if cfg.step_reward:
             check_reward_name(cfg.step_reward, "step", "step_reward")
+            if cfg.step_reward_options:  # its options as the run will take them (a value it refuses: one line)
+                build_reward(cfg.step_reward, "step", **cfg.step_reward_options)
     except UnknownReward as e:
         raise ConfigError(str(e)) from None
     return reward
