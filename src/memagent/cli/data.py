@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from memagent.cli.app import app, int_list
+from memagent.cli.data_streams import FORMAT_HELP, StreamsOptions, import_benchmark, write_look_alikes
 from memagent.cli.params import options_command
 from memagent.errors import InputError
 from memagent.config import rule
@@ -18,6 +19,7 @@ from memagent.tasks.ruler import write_ruler
 from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
 from memagent.tasks.schema import import_released, write_samples
 from memagent.tasks.toy import ToySpec, iter_samples
+from memagent.streams.formats import FORMATS
 
 data_app = typer.Typer(no_args_is_help=True, help="Synthesize evaluation and training data (JSONL), or import released files.")
 app.add_typer(data_app, name="data")
@@ -115,12 +117,15 @@ class ImportOptions:
     src: Path = field(metadata=flag("A released file: eval_{N}.json, training parquet, RULER or LongBench JSON(L).", argument=True))
     out: str = field(metadata=flag("JSONL file to write (- for stdout)."))
     source: Optional[str] = field(default=None, metadata=flag("The HotpotQA dev JSON that index contexts point into (eval_{N}.json, N >= 12800)."))
+    format: Optional[str] = field(default=None, metadata={**rule(choices=FORMATS), **flag(FORMAT_HELP)})
 
 
 @data_app.command("import")
 @options_command(ImportOptions)
 def data_import(o: ImportOptions) -> None:
     """Convert a released data file to our sample JSONL (format detected; docs/data.md)."""
+    if o.format is not None:  # a long-term-memory benchmark: streams and samples (memagent.cli.data_streams)
+        return import_benchmark(o.src, o.format, o.out)
     _check_out(o.out, {"--source": o.source})  # --out = SRC is refused by import_released itself
     n, kind = import_released(o.src, o.out, o.source)
     typer.echo(f"read {o.src} as {kind}; wrote {n} samples to {o.out}", err=True)
@@ -141,6 +146,13 @@ class ToyOptions:
     keys: int = field(default=10, metadata={**rule(min=1), **flag("Number of keys (the demo's task has 10).")})
     values: int = field(default=50, metadata={**rule(min=1), **flag("Number of values: chance is 1/values.")})
     two_hop: bool = field(default=False, metadata=flag("Two-hop questions: a pointer fact 'fact A B' and a value fact 'fact B V' in two random chunks; each sample records its order."))
+
+
+@data_app.command("streams")
+@options_command(StreamsOptions)
+def data_streams(o: StreamsOptions) -> None:
+    """Long-term-memory look-alikes offline: chats whose facts change over time, as streams and typed questions."""
+    write_look_alikes(o)
 
 
 @data_app.command("toy")
