@@ -98,23 +98,23 @@ def _appended(ids: list[int]) -> str:
     return f"appended {len(ids)} event(s) (ids {ids[0]}-{ids[-1]})" if len(ids) > 1 else f"appended event {ids[0]}"
 
 
-@dataclass
-class ModelOptions:
-    """The model and the reading settings of a question (as `memagent ask` takes them)."""
-
-    model: str = field(metadata=flag(MODEL_HELP))
-    backend: BackendOptions = field(default_factory=BackendOptions)
-    profile: Optional[Path] = field(default=None, metadata=flag(
-        "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it."))
-    budgets: BudgetOptions = field(default_factory=BudgetOptions)
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+MODEL_FIELDS = dict(  # the model and the reading settings of a question, as `memagent ask` takes them
+    backend=lambda: field(default_factory=BackendOptions),
+    profile=lambda: field(default=None, metadata=flag(
+        "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it.")),
+    budgets=lambda: field(default_factory=BudgetOptions),
+    sampling=lambda: field(default_factory=SamplingOptions))
 
 
 @dataclass
 class AskOptions:
     file: Path = field(metadata=flag(FILE_HELP, argument=True))
     question: str = field(metadata=flag("The question to answer."))
-    run: ModelOptions
+    model: str = field(metadata=flag(MODEL_HELP))
+    backend: BackendOptions = MODEL_FIELDS["backend"]()
+    profile: Optional[Path] = MODEL_FIELDS["profile"]()
+    budgets: BudgetOptions = MODEL_FIELDS["budgets"]()
+    sampling: SamplingOptions = MODEL_FIELDS["sampling"]()
     standing: bool = field(default=False, metadata=flag(
         "Register it as a standing question (kept current as events arrive) and answer from its memory; a question "
         "already standing with this model and settings is answered so without it."))
@@ -123,7 +123,7 @@ class AskOptions:
     workflow_option: list[str] = field(default_factory=list, metadata=flag(WORKFLOW_OPTION_HELP, "--workflow-option"))
 
 
-def _model(o: ModelOptions) -> tuple[Any, Any, str]:
+def _model(o: Any) -> tuple[Any, Any, str]:
     """(backend, config, the model's name as the stream records it: a local path made absolute)."""
     profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
     config = profile.agent_config()
@@ -139,10 +139,9 @@ def ask_cmd(o: AskOptions) -> None:
     if not o.question.strip():
         raise StreamError("give the question: --question TEXT")
     with Stream.open(o.file) as s:  # a missing or bad stream file: refused before the model loads
-        m = o.run
-        options = workflow_options_for(model_profile(m.model, m.profile, m.budgets, m.sampling), o.workflow,
+        options = workflow_options_for(model_profile(o.model, o.profile, o.budgets, o.sampling), o.workflow,
                                        o.workflow_option) if o.workflow_option else {}
-        backend, config, name = _model(m)
+        backend, config, name = _model(o)
         standing = True if o.standing else None
         a = s.ask(o.question, backend, config, name, workflow=o.workflow, standing=standing, **options)
     how = f"standing question {a.question_id}" if a.question_id is not None else f"ad hoc, workflow {o.workflow}"
@@ -154,7 +153,11 @@ def ask_cmd(o: AskOptions) -> None:
 class WatchOptions:
     file: Path = field(metadata=flag(FILE_HELP, argument=True))
     question: str = field(metadata=flag("The standing question to keep current."))
-    run: ModelOptions
+    model: str = field(metadata=flag(MODEL_HELP))
+    backend: BackendOptions = MODEL_FIELDS["backend"]()
+    profile: Optional[Path] = MODEL_FIELDS["profile"]()
+    budgets: BudgetOptions = MODEL_FIELDS["budgets"]()
+    sampling: SamplingOptions = MODEL_FIELDS["sampling"]()
     follow: bool = field(default=False, metadata=flag("Keep waiting for new events (Ctrl-C stops)."))
     poll: float = field(default=1.0, metadata={**rule(above=0), **flag("With --follow: seconds between looks.")})
 
@@ -166,7 +169,7 @@ def watch_cmd(o: WatchOptions) -> None:
     if not o.question.strip():
         raise StreamError("give the question: --question TEXT")
     with Stream.open(o.file) as s:
-        backend, config, name = _model(o.run)
+        backend, config, name = _model(o)
         for v in s.watch(o.question, backend, config, name, follow=o.follow, poll=o.poll):
             print(json.dumps(dict(question_id=v.question_id, chunk=v.chunk, events_read=v.events_read,
                                   memory=v.memory), ensure_ascii=False), flush=True)
