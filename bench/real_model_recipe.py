@@ -40,6 +40,7 @@ SIZES = dict(chunk_tokens=512, memory_tokens=128, answer_tokens=48, query_tokens
 ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "zero-shot": ("base", "memagent", (2048, 32768)),
     "warmup": ("warmup-merged", "memagent", LENGTHS),
+    "warmup2": ("warmup2-merged", "memagent", LENGTHS),
     "rl": ("rl-merged", "memagent", LENGTHS),
     "baselines": ("final", "full-context,rag-bm25", LENGTHS),
 }
@@ -67,6 +68,7 @@ def beside() -> str:
 
 
 def record(data: dict, stage: str, seconds: float, **info) -> None:
+    data.update(load())  # stages and cells may be written by other runs of this script meanwhile (side by side)
     prev = data["stages"].get(stage, {})
     data["stages"][stage] = {**prev, **info, "seconds": round(prev.get("seconds", 0) + seconds, 1),
                              "beside": beside(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -114,20 +116,53 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
     merge(latest(run), work / "warmup-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record(data, "warmup", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
+           train_seconds=round(sum(m["step_s"] for m in metrics), 1),  # the steps' own time, over every resume
            loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
            step_s_median=sorted(m["step_s"] for m in metrics)[len(metrics) // 2],
            command="memagent warmup configs/rl/smollm2-warmup.yaml model=<smollm2> data=demos.jsonl")
+
+
+def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """A second warm-up round continuing the first's adapter (lora.init) on fresh samples (seed 3, every idle update
+    kept: more chunks that hold nothing to copy), at half the learning rate."""
+    model, t0 = real_model(), time.perf_counter()
+    parts = []
+    for task in TASKS:
+        out = work / f"train2-{task}-{TRAIN_LENGTH}.jsonl"
+        if not out.is_file():
+            essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
+            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", TRAIN_LENGTH, "--samples",
+                args.train_samples, "--seed", 3, "--tokenizer", model, *essays, "--out", out],
+               work / f"data-train2-{task}.log")
+        parts.append(out.read_text())
+    (work / "train2.jsonl").write_text("".join(parts))
+    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / "train2.jsonl", "--tokenizer", model,
+        "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", "1.0",
+        "--out", work / "demos2.jsonl"], work / "data-warmup2.log")
+    run = work / "warmup2"
+    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+    sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
+        f"data={work / 'demos2.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup')}", "optim.lr=5e-4",
+        "progress=false", *resume], work / "warmup2.log")
+    merge(latest(run), work / "warmup2-merged")
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    record(data, "warmup2", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
+           train_seconds=round(sum(m["step_s"] for m in metrics), 1),
+           demonstrations=(work / "data-warmup2.log").read_text().strip().splitlines()[-1],
+           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
+           command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> optim.lr=5e-4")
 
 
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
     run, t0 = work / "rl", time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     sh([PY, "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
-        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup')}",
+        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / args.rl_from)}",
         f"total_steps={args.rl_steps}", "progress=false", *resume], work / "rl.log")
     merge(latest(run), work / "rl-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record(data, "rl", time.perf_counter() - t0, steps=len(metrics),
+           train_seconds=round(sum(m["step_s"] for m in metrics), 1),
            reward_per_step=[round(m.get("reward_mean", m.get("reward", 0.0)), 3) for m in metrics],
            step_s=[round(m["step_s"], 1) for m in metrics],
            command=f"memagent train configs/rl/smollm2-rl.yaml lora.init=<warm-up> total_steps={args.rl_steps}")
@@ -156,6 +191,7 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     "--batch-docs", args.batch_docs, *(["--limit", args.limit] if args.limit else []),
                     "--out", out, "--no-progress"], work / f"eval-{row}-{task}-{length}.log")
                 records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+                data.update(load())  # other runs of this script may have added cells meanwhile (side by side)
                 for method in methods.split(","):
                     rs = [r for r in records if r["method"] == method]
                     name = row if row != "baselines" else method
@@ -200,7 +236,7 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     print(f"shipped {source} to {SHIP} ({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
 
 
-STAGES = {"data": stage_data, "warmup": stage_warmup, "rl": stage_rl, "table": stage_table, "ship": stage_ship}
+STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table, "ship": stage_ship}
 
 
 def main() -> None:
@@ -210,6 +246,7 @@ def main() -> None:
     p.add_argument("--train-samples", type=int, default=24, help="training samples per task")
     p.add_argument("--keep-idle", default="0.5")
     p.add_argument("--rl-steps", type=int, default=8)
+    p.add_argument("--rl-from", default="warmup", help="the warm-up run RL continues (warmup or warmup2)")
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
