@@ -73,3 +73,12 @@ def test_standing_question_over_serve(tiny_backend, tmp_path):
         view = _wait_chunks(f"{srv.url}/v1/streams/{sid}/questions/{q.json()['id']}", full)
         assert view["memories"][:len(kept)] == kept and len(view["memories"]) == full > len(kept)
         assert view["answers"][0]["answer"] == a["answer"]
+
+
+def test_the_keeper_stops_with_the_server(tiny_backend, tmp_path):
+    import threading
+
+    with ThreadServer(tiny_backend, tmp_path / "state"):
+        assert any(t.name == "memagent-streams" and t.is_alive() for t in threading.enumerate())
+    time.sleep(1.0)  # it looks at its stop flag every 0.5 s
+    assert not any(t.name == "memagent-streams" and t.is_alive() for t in threading.enumerate())

@@ -304,6 +304,11 @@ class JobManager:
         job = self.store.job(job_id)
         return events, job is not None and job["state"] in TERMINAL
 
+    @property
+    def stopping(self) -> bool:
+        """Whether `shutdown` was called (the workers beside the jobs, e.g. the streams' keeper, stop too)."""
+        return self._stopping
+
     def shutdown(self) -> None:
         """Stop the running jobs before their next call; they stay unfinished and resume on restart."""
         self._stopping = True

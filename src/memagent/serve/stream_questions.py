@@ -42,6 +42,7 @@ class Keeper:
     def __init__(self, streams: StreamStore, manager: JobManager, model: str) -> None:
         self.streams, self.manager, self.model = streams, manager, model
         self.todo: "queue.Queue[str]" = queue.Queue()
+        self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True, name="memagent-streams")
         self.thread.start()
         for info in streams.list():
@@ -51,9 +52,16 @@ class Keeper:
     def poke(self, sid: str) -> None:
         self.todo.put(sid)
 
+    def stop(self) -> None:
+        """End the worker after the stream it is advancing (an advance cut short loses only its model call)."""
+        self.stopped.set()
+
     def _loop(self) -> None:
-        while True:
-            sid = self.todo.get()
+        while not (self.stopped.is_set() or self.manager.stopping):  # the server's shutdown ends it too
+            try:
+                sid = self.todo.get(timeout=0.5)
+            except queue.Empty:
+                continue
             try:
                 self.advance(sid)
             except ApiError as e:  # the stream was deleted, or is damaged
