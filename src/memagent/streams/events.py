@@ -16,7 +16,7 @@ starts with `[`: byte-level BPE pre-tokenisers (GPT-2, Llama 3, Qwen, SmolLM2) a
 a following `[`, and a single trailing newline is the same pre-token at the end of the text as before a `[`
 (two newlines would not be: GPT-2's `\\s+(?!\\S)` takes "\\n\\n" whole at the end and splits it before `[`). So
 the text's trailing whitespace is removed and an event of only whitespace is refused. Each boundary is also
-checked against the model's own tokenizer as it is read (`memagent.streams.standing.check_boundary`).
+checked against the model's own tokenizer as it is read (`memagent.streams.standing.event_ids`).
 
 Bounds: the text at most `max_event_bytes` UTF-8 bytes (the stream's, default 1 MiB, set at create), the role
 1-32 characters of [A-Za-z0-9_.-], the source at most 200 characters of one line. Times are ISO 8601

@@ -2,7 +2,7 @@
 FULL chunk of the stream's text as events arrive; the partial tail is read only when an answer is asked.
 
 The stream's text is its events rendered in order (memagent.streams.events). Its token ids are the concatenation
-of each event's ids, tokenised on its own (each boundary checked: `check_boundary`), and they are read in chunks of
+of each event's ids, tokenised on its own (each boundary checked: `event_ids`), and they are read in chunks of
 C tokens exactly as `iter_chunks` cuts the whole text: chunk k is tokens [k*C, (k+1)*C). A full chunk never changes
 once its last token has arrived, so its memory update is made once and kept (`memories`, one row per version).
 The tokens after the last full chunk (fewer than C: the tail) wait in the question's row. An answer reads the tail
@@ -36,6 +36,7 @@ from memagent.streams.events import StreamError
 from memagent.streams.store import StreamFile
 
 BOUNDARY_CHARS = 256  # how much of the previous event the boundary check tokenises with the next one
+TOKEN_CACHE = 4096  # events whose ids an open stream file keeps for its other questions
 PROBE = "[2026-01-01T00:00:00Z] user (probe):\nThe quick brown fox, 1234 - jumps over Ünïcödé.\n"
 _IGNORED = ("max_batch_docs",)  # config fields that do not change a question's reading
 
@@ -55,15 +56,31 @@ def token_ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def check_boundary(tokenizer: Any, before: str, text: str, ids: list[int]) -> None:
-    """StreamError when the tokenizer joins a token across the boundary between the previous event (its last
-    characters, `before`) and `text` (whose own ids are `ids`): the stream's chunks would then differ from those
-    of its whole text."""
-    if before and token_ids(tokenizer, before + text) != token_ids(tokenizer, before) + ids:
-        raise StreamError("this model's tokenizer joins tokens across the boundary between two events, so a "
-                          "standing question cannot read the stream chunk by chunk as `memagent ask` reads its "
-                          "text; ask ad hoc instead (memagent stream ask without --standing), or use a byte-level "
-                          "BPE tokenizer (GPT-2, Llama 3, Qwen, SmolLM2 kinds)")
+_JOINS = ("this model's tokenizer joins tokens across the boundary between two events, so a standing question "
+          "cannot read the stream chunk by chunk as `memagent ask` reads its text; ask ad hoc instead (memagent "
+          "stream ask without --standing), or use a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen, SmolLM2 kinds)")
+
+
+def event_ids(file: StreamFile, tokenizer: Any, probe: str, event: Any, before: str) -> list[int]:
+    """The token ids of `event` rendered, its boundary with the previous event (`before`: that one's last characters)
+    checked; one batched tokenizer call, cached on the open file by (tokenizer, event), so the questions of one
+    stream tokenise each event once."""
+    key = (probe, event.id)
+    cached = file.token_cache.get(key)
+    if cached is not None:
+        return cached
+    text = event.render()
+    if before:
+        ids, alone, joint = (list(x) for x in tokenizer([text, before, before + text],
+                                                        add_special_tokens=False)["input_ids"])
+        if joint != alone + ids:
+            raise StreamError(_JOINS)
+    else:
+        ids = token_ids(tokenizer, text)
+    file.token_cache[key] = ids
+    while len(file.token_cache) > TOKEN_CACHE:
+        file.token_cache.popitem(last=False)
+    return ids
 
 
 @workflow(resumable=True)
@@ -133,7 +150,8 @@ class StandingQuestion:
         if config.document_tokens is not None:
             raise StreamError("a standing question reads every chunk of the stream; it cannot cut the text in the "
                               "middle (document_tokens): leave it unset")
-        if row["probe"] != probe_of(backend.tokenizer):
+        self.probe = row["probe"]
+        if self.probe != probe_of(backend.tokenizer):
             raise StreamError(f"standing question {qid} was registered with another tokenizer (model "
                               f"{row['model']!r}); give that model, or register the question again with this one")
 
@@ -159,10 +177,8 @@ class StandingQuestion:
         memory = row["memory"]
         saved_read = events_read
         for event in self.file.iter_events(after=events_read):
-            text = event.render()
-            ids = token_ids(tok, text)
-            check_boundary(tok, last, text, ids)
-            tail, events_read, last = tail + ids, event.id, text[-BOUNDARY_CHARS:]
+            ids = event_ids(self.file, tok, self.probe, event, last)
+            tail, events_read, last = tail + ids, event.id, event.render()[-BOUNDARY_CHARS:]
             while len(tail) >= c:
                 piece = tail[:c]  # (C,) token ids of chunk number `chunks`
                 chunk = Chunk(chunks, tok.decode(piece), piece, chunks * c)

@@ -20,6 +20,7 @@ import json
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -75,6 +76,7 @@ class StreamFile:
     def __init__(self, path: str | os.PathLike, create: bool = False, max_event_bytes: int | None = None,
                  name: str = "") -> None:
         self.path = Path(path)
+        self.token_cache: OrderedDict[tuple[str, int], list[int]] = OrderedDict()  # memagent.streams.standing
         if create:
             if self.path.exists() and (self.path.is_dir() or self.path.stat().st_size > 0):
                 raise StreamError(f"{self.path} already exists; give a new file to create a stream "
