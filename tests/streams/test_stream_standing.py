@@ -136,3 +136,13 @@ def test_a_tokenizer_that_joins_across_events_is_refused(tmp_path):
         s.append("two")
         with pytest.raises(StreamError, match="joins tokens across the boundary"):
             s.standing(QUESTION, backend, AgentConfig(chunk_tokens=500, memory_tokens=4), "j").advance()
+
+
+def test_a_question_over_its_budget_is_not_registered(tmp_path, tiny_tokenizer):
+    from memagent.agent.protocol import BudgetError
+
+    backend = scripted_backend(tiny_tokenizer)
+    with Stream.create(tmp_path / "s.db") as s:
+        with pytest.raises(BudgetError, match="over its budget of 4"):
+            s.standing("a question of many more than four tokens?", backend, AgentConfig(query_tokens=4), "m")
+        assert s.questions() == []

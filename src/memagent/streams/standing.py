@@ -232,15 +232,17 @@ def probe_of(tokenizer: Any) -> str:
     return json.dumps(token_ids(tokenizer, PROBE))
 
 
-def register(file: StreamFile, question: str, model: str, config: AgentConfig, tokenizer: Any) -> int:
-    """The id of the standing question (question, model, config) of `file`, registered now if it is new."""
+def register(file: StreamFile, question: str, model: str, config: AgentConfig, backend: Any) -> int:
+    """The id of the standing question (question, model, config) of `file`, registered now if it is new (after the
+    checks a run makes before any call: the question's budget, the model's window)."""
     key = question_key(question, model, config)
     row = file.question_row("key", key)
     if row is not None:
         return row["id"]
     if not isinstance(question, str) or not question.strip():
         raise StreamError("a standing question is empty; give its text")
-    return file.add_question(question, model, config_data(config), key, probe_of(tokenizer))
+    _Offset(_answer, backend, config, 0).check_budget([AgentInput(question, [], "new")])
+    return file.add_question(question, model, config_data(config), key, probe_of(backend.tokenizer))
 
 
 def config_from(data: dict[str, Any]) -> AgentConfig:

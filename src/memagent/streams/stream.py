@@ -112,7 +112,7 @@ class Stream:
                  on_step: Callable[[dict[str, Any]], None] | None = None) -> StandingQuestion:
         """The standing question (question, model, config) of this stream, registered now if it is new."""
         config = config or AgentConfig()
-        qid = register(self.file, question, model, config, backend.tokenizer)
+        qid = register(self.file, question, model, config, backend)
         return StandingQuestion(self.file, qid, backend, config, on_step)
 
     def find(self, question: str, model: str, config: AgentConfig | None = None) -> int | None:
