@@ -82,3 +82,8 @@ def test_standing_answer_equals_ask_over_show_text(tmp_path, run_cli, monkeypatc
     code, out, _ = run_cli("stream", "show", s, "--trace", "1")
     lines = [json.loads(line) for line in out.splitlines()]
     assert [r["memory"] for r in lines[:-1]] == [v["memory"] for v in versions] and lines[-1]["kind"] == "final"
+    code, out, _ = run_cli("stream", "show", s, "--memories", "1")
+    assert [(m["chunk"], m["memory"]) for m in map(json.loads, out.splitlines())] == [
+        (v["chunk"], v["memory"]) for v in versions]
+    code, _, err = run_cli("stream", "show", s, "--memories", "7")
+    assert code == 2 and err.startswith("error: ") and "no standing question 7" in err

@@ -204,7 +204,7 @@ def show_cmd(o: ShowOptions) -> None:
         elif o.memories is not None:
             _question(s, o.memories)
             for m in s.memories(o.memories):
-                print(json.dumps(dict(m, record=None) | dict(record=m["record"]), ensure_ascii=False))
+                print(json.dumps(m, ensure_ascii=False))
         elif o.trace is not None:
             for line in trace_lines(s, o.trace):
                 print(json.dumps(line, ensure_ascii=False))

@@ -104,7 +104,7 @@ def question_routes(app: FastAPI, manager: JobManager, settings: ServeSettings, 
             q = _question(s, qid)
             return dict(id=q["id"], question=q["question"], model=q["model"], chunks=q["chunks"],
                         events_read=q["events_read"], events=len(s),
-                        memories=[dict(m, record=None) | {"record": m["record"]} for m in s.memories(q["id"])],
+                        memories=s.memories(q["id"]),
                         answers=s.answers(q["id"]))
 
     def answer(sid: str, qid: str) -> dict[str, Any]:
