@@ -146,3 +146,33 @@ def test_a_question_over_its_budget_is_not_registered(tmp_path, tiny_tokenizer):
         with pytest.raises(BudgetError, match="over its budget of 4"):
             s.standing("a question of many more than four tokens?", backend, AgentConfig(query_tokens=4), "m")
         assert s.questions() == []
+
+
+def test_watch_follows_events_appended_by_another_writer(tmp_path, tiny_tokenizer):
+    import threading
+    import time
+
+    backend, config = scripted_backend(tiny_tokenizer), AgentConfig(chunk_tokens=8, memory_tokens=12)
+    with Stream.create(tmp_path / "s.db") as w:
+        w.append("the first event of the stream")
+
+    def later():
+        time.sleep(0.3)
+        with Stream.open(tmp_path / "s.db") as w:
+            for e in random_events(random.Random(9), 6):
+                w.append(**e)
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    got = []
+    with Stream.open(tmp_path / "s.db") as s:
+        for v in s.watch(QUESTION, backend, config, "m", follow=True, poll=0.05,
+                         stop=lambda: len(got) >= 20 or not writer.is_alive()):
+            got.append(v)
+        writer.join()
+        first = len(token_ids(tiny_tokenizer, s.events(limit=1)[0].render())) // 8
+        followed = len(got)
+        total = len(token_ids(tiny_tokenizer, s.text())) // 8
+        got += s.standing(QUESTION, backend, config, "m").advance()  # what arrived after its last look
+    assert followed > first + 2  # versions of events appended while it waited
+    assert [v.chunk for v in got] == list(range(total)) and total > 20
