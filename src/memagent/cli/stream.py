@@ -19,7 +19,6 @@ from memagent.protocol.profile import open_backend
 from memagent.protocol.resolve import model_profile, workflow_options_for
 from memagent.streams import Stream, StreamError
 from memagent.streams.inputs import FORMATS, Skipped, iter_input_events
-from memagent.streams.store import StreamFile
 
 stream_app = typer.Typer(no_args_is_help=True, help="Streams of events that grow, and standing questions kept "
                          "current as text arrives (docs/streams.md).")
@@ -98,12 +97,7 @@ def _appended(ids: list[int]) -> str:
     return f"appended {len(ids)} event(s) (ids {ids[0]}-{ids[-1]})" if len(ids) > 1 else f"appended event {ids[0]}"
 
 
-MODEL_FIELDS = dict(  # the model and the reading settings of a question, as `memagent ask` takes them
-    backend=lambda: field(default_factory=BackendOptions),
-    profile=lambda: field(default=None, metadata=flag(
-        "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it.")),
-    budgets=lambda: field(default_factory=BudgetOptions),
-    sampling=lambda: field(default_factory=SamplingOptions))
+PROFILE_HELP = "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); flags override it."
 
 
 @dataclass
@@ -111,10 +105,10 @@ class AskOptions:
     file: Path = field(metadata=flag(FILE_HELP, argument=True))
     question: str = field(metadata=flag("The question to answer."))
     model: str = field(metadata=flag(MODEL_HELP))
-    backend: BackendOptions = MODEL_FIELDS["backend"]()
-    profile: Optional[Path] = MODEL_FIELDS["profile"]()
-    budgets: BudgetOptions = MODEL_FIELDS["budgets"]()
-    sampling: SamplingOptions = MODEL_FIELDS["sampling"]()
+    backend: BackendOptions = field(default_factory=BackendOptions)  # the model and its reading settings, as ask's
+    profile: Optional[Path] = field(default=None, metadata=flag(PROFILE_HELP))
+    budgets: BudgetOptions = field(default_factory=BudgetOptions)
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
     standing: bool = field(default=False, metadata=flag(
         "Register it as a standing question (kept current as events arrive) and answer from its memory; a question "
         "already standing with this model and settings is answered so without it."))
@@ -123,12 +117,13 @@ class AskOptions:
     workflow_option: list[str] = field(default_factory=list, metadata=flag(WORKFLOW_OPTION_HELP, "--workflow-option"))
 
 
-def _model(o: Any) -> tuple[Any, Any, str]:
-    """(backend, config, the model's name as the stream records it: a local path made absolute)."""
+def _model(o: Any, workflow: str = DEFAULT_WORKFLOW, pairs: list[str] = ()) -> tuple[Any, Any, str, dict]:
+    """(backend, config, the model's name as the stream records it: a local path made absolute, the workflow's
+    options), the settings resolved as `memagent ask` resolves them."""
     profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
-    config = profile.agent_config()
+    options = workflow_options_for(profile, workflow, list(pairs)) if pairs else {}  # checked before the model loads
     name = str(Path(o.model).resolve()) if Path(o.model).exists() else o.model
-    return open_backend(o.model, o.backend, profile), config, name
+    return open_backend(o.model, o.backend, profile), profile.agent_config(), name, options
 
 
 @stream_app.command("ask")
@@ -139,9 +134,7 @@ def ask_cmd(o: AskOptions) -> None:
     if not o.question.strip():
         raise StreamError("give the question: --question TEXT")
     with Stream.open(o.file) as s:  # a missing or bad stream file: refused before the model loads
-        options = workflow_options_for(model_profile(o.model, o.profile, o.budgets, o.sampling), o.workflow,
-                                       o.workflow_option) if o.workflow_option else {}
-        backend, config, name = _model(o)
+        backend, config, name, options = _model(o, o.workflow, o.workflow_option)
         standing = True if o.standing else None
         a = s.ask(o.question, backend, config, name, workflow=o.workflow, standing=standing, **options)
     how = f"standing question {a.question_id}" if a.question_id is not None else f"ad hoc, workflow {o.workflow}"
@@ -154,10 +147,10 @@ class WatchOptions:
     file: Path = field(metadata=flag(FILE_HELP, argument=True))
     question: str = field(metadata=flag("The standing question to keep current."))
     model: str = field(metadata=flag(MODEL_HELP))
-    backend: BackendOptions = MODEL_FIELDS["backend"]()
-    profile: Optional[Path] = MODEL_FIELDS["profile"]()
-    budgets: BudgetOptions = MODEL_FIELDS["budgets"]()
-    sampling: SamplingOptions = MODEL_FIELDS["sampling"]()
+    backend: BackendOptions = field(default_factory=BackendOptions)  # the model and its reading settings, as ask's
+    profile: Optional[Path] = field(default=None, metadata=flag(PROFILE_HELP))
+    budgets: BudgetOptions = field(default_factory=BudgetOptions)
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
     follow: bool = field(default=False, metadata=flag("Keep waiting for new events (Ctrl-C stops)."))
     poll: float = field(default=1.0, metadata={**rule(above=0), **flag("With --follow: seconds between looks.")})
 
@@ -169,7 +162,7 @@ def watch_cmd(o: WatchOptions) -> None:
     if not o.question.strip():
         raise StreamError("give the question: --question TEXT")
     with Stream.open(o.file) as s:
-        backend, config, name = _model(o)
+        backend, config, name, _ = _model(o)
         for v in s.watch(o.question, backend, config, name, follow=o.follow, poll=o.poll):
             print(json.dumps(dict(question_id=v.question_id, chunk=v.chunk, events_read=v.events_read,
                                   memory=v.memory), ensure_ascii=False), flush=True)
@@ -245,5 +238,3 @@ def summary(s: Stream) -> str:
                    f"tokenised{said}")
     return "\n".join(out)
 
-
-__all__ = ["StreamFile", "stream_app"]
