@@ -5,6 +5,9 @@ arrives (issue 47; docs/streams.md).
     store.py      the stream file (SQLite): events, standing questions, every memory version, answers
     standing.py   a standing question: one memory update per full chunk as events arrive, the tail when asked
     stream.py     `Stream` (memagent.Stream): open, append, ask, watch
+    inputs.py     events read from files and pipes (lines, jsonl, text): what `memagent stream append` appends
+    formats.py    LongMemEval, LoCoMo and MemoryAgentBench files read as conversations
+    samples.py    conversations written as stream files and sample JSONL; offline look-alikes (`data streams`)
 """
 from __future__ import annotations
 
