@@ -176,3 +176,23 @@ def test_watch_follows_events_appended_by_another_writer(tmp_path, tiny_tokenize
         got += s.standing(QUESTION, backend, config, "m").advance()  # what arrived after its last look
     assert followed > first + 2  # versions of events appended while it waited
     assert [v.chunk for v in got] == list(range(total)) and total > 20
+
+
+def test_trace_shows_each_answer_from_the_versions_it_read(tmp_path, tiny_tokenizer):
+    backend, config = scripted_backend(tiny_tokenizer), AgentConfig(chunk_tokens=10, memory_tokens=12)
+    with Stream.create(tmp_path / "s.db") as s:
+        q = s.standing(QUESTION, backend, config, "m")
+        for e in random_events(random.Random(1), 4):
+            s.append(**e)
+        first = q.answer()
+        for e in random_events(random.Random(2), 4):
+            s.append(**e)
+        second = q.answer()
+        trace = s.trace(q.id)
+    docs = {}
+    for r in trace:
+        docs.setdefault(r["doc_id"], []).append(r)
+    assert list(docs) == [f"q1 after event {first.events}", f"q1 after event {second.events}"]
+    for a, recs in zip((first, second), docs.values()):
+        assert recs[-1]["kind"] == "final" and recs[-1]["answer"] == a.answer
+        assert [r["step"] for r in recs[:-1]] == list(range(a.chunks - (1 if a.calls == 2 else 0)))

@@ -176,7 +176,7 @@ class ShowOptions:
     memories: Optional[int] = field(default=None, metadata=flag(
         "Every memory version of this standing question, one JSON line each."))
     trace: Optional[int] = field(default=None, metadata=flag(
-        "This standing question as a trace (`memagent report` draws its timeline)."))
+        "This standing question as a trace `memagent report` draws: one document per answer given (the last 16)."))
     after: int = field(default=0, metadata={**rule(min=0), **flag("With --events: from the event after this id.")})
     limit: Optional[int] = field(default=None, metadata={**rule(min=1), **flag("With --events: at most this many.")})
 
@@ -199,7 +199,8 @@ def show_cmd(o: ShowOptions) -> None:
             for m in s.memories(o.memories):
                 print(json.dumps(m, ensure_ascii=False))
         elif o.trace is not None:
-            for line in trace_lines(s, o.trace):
+            _question(s, o.trace)
+            for line in s.trace(o.trace):
                 print(json.dumps(line, ensure_ascii=False))
         else:
             print(summary(s))
@@ -210,18 +211,6 @@ def _question(s: Stream, qid: int) -> dict:
     if q is None:
         raise StreamError(f"{s.path} has no standing question {qid} (`memagent stream show {s.path}` lists them)")
     return q
-
-
-def trace_lines(s: Stream, qid: int) -> list[dict]:
-    """The question's memory records, then its last answer as a final record: a trace `memagent report` reads."""
-    _question(s, qid)
-    lines = [m["record"] for m in s.memories(qid)]
-    answers = s.answers(qid)
-    if answers:
-        a = answers[-1]
-        lines.append(dict(doc_id=f"q{qid}", step=a["chunks"], kind="final", answer=a["answer"],
-                          raw_answer=a["raw_answer"]))
-    return lines
 
 
 def summary(s: Stream) -> str:

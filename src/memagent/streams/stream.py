@@ -29,6 +29,8 @@ from memagent.streams.standing import (MemoryVersion, StandingQuestion, StreamAn
                                        register)
 from memagent.streams.store import StreamFile
 
+TRACE_ANSWERS = 16  # the answers `Stream.trace` draws, the newest
+
 
 class Stream:
     """An append-only log of events in a SQLite file, with its standing questions (memagent.streams)."""
@@ -135,6 +137,21 @@ class Stream:
 
     def answers(self, qid: int) -> list[dict[str, Any]]:
         return self.file.answers(qid)
+
+    def trace(self, qid: int, answers: int = TRACE_ANSWERS) -> list[dict[str, Any]]:
+        """Question `qid` as a trace `memagent report` draws, to see how its answer changed over time: one document
+        per answer given (the last `answers`), "q{qid} after event N": the memory versions it was answered from
+        (those whose events were all read by then), then the answer as the final record. No answer yet: the
+        versions alone, as "q{qid}"."""
+        versions, given = self.memories(qid), self.answers(qid)[-answers:] if answers > 0 else []
+        if not given:
+            return [dict(v["record"], doc_id=f"q{qid}") for v in versions]
+        out: list[dict[str, Any]] = []
+        for a in given:
+            doc = f"q{qid} after event {a['events']}"
+            out += [dict(v["record"], doc_id=doc) for v in versions if v["events_read"] <= a["events"]]
+            out.append(dict(doc_id=doc, step=a["chunks"], kind="final", answer=a["answer"], raw_answer=a["raw_answer"]))
+        return out
 
     def watch(self, question: str, backend: Any, config: AgentConfig | None = None, model: str = "",
               follow: bool = False, poll: float = 1.0, stop: Callable[[], bool] | None = None) -> Iterator[MemoryVersion]:
