@@ -30,7 +30,7 @@ from memagent.serve.errors import ApiError
 from memagent.serve.http import read_json
 from memagent.serve.jobs import JobManager
 from memagent.serve.requests import ServeSettings, check_questions
-from memagent.serve.streams import StreamStore, _api
+from memagent.serve.streams import StreamStore, api_error
 from memagent.streams import StreamError
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def question_routes(app: FastAPI, manager: JobManager, settings: ServeSettings, 
             try:
                 q = s.standing(question, manager.backend, manager.config, settings.model_name)
             except StreamError as e:
-                raise _api(e, s.path) from None
+                raise api_error(e, s.path) from None
             keeper.poke(sid)
             return view(sid, str(q.id))
 
@@ -116,7 +116,7 @@ def question_routes(app: FastAPI, manager: JobManager, settings: ServeSettings, 
             try:
                 a = s.standing(q["question"], manager.backend, manager.config, settings.model_name).answer()
             except StreamError as e:
-                raise _api(e, s.path) from None
+                raise api_error(e, s.path) from None
             return dict(answer=a.answer, raw_answer=a.raw_answer, memory=a.memory, events=a.events, chunks=a.chunks,
                         calls=a.calls)
 

@@ -66,7 +66,7 @@ class StreamStore:
         try:
             return Stream.open(path, wait=APPEND_WAIT)
         except StreamError as e:
-            raise _api(e, path) from None
+            raise api_error(e, path) from None
 
     def create(self, name: Any, max_event_bytes: Any) -> dict[str, Any]:
         if name is not None and (not isinstance(name, str) or len(name) > 200 or not name.isprintable()):
@@ -116,7 +116,7 @@ class StreamStore:
             try:
                 return s.append_many(events)
             except StreamError as e:
-                raise _api(e, s.path) from None
+                raise api_error(e, s.path) from None
 
     def events(self, sid: str, after: int, limit: int) -> dict[str, Any]:
         with self.open(sid) as s:
@@ -146,7 +146,9 @@ def _describe(sid: str, s: Stream) -> dict[str, Any]:
                                 events_read=q["events_read"]) for q in s.questions()])
 
 
-def _api(e: StreamError, path: Path) -> ApiError:
+def api_error(e: StreamError, path: Path) -> ApiError:
+    """The HTTP error of a stream failure: 409 for a writer that holds the stream, 500 for a full disk or a damaged
+    file, 400 for the rest (the file's path left out)."""
     text = str(e).replace(str(path), "the stream")
     if "another process is appending" in text:
         return ApiError(409, "another request is appending to this stream; retry", "conflict_error")
