@@ -124,3 +124,29 @@ def test_full_disk_mid_append_keeps_what_was_there(tmp_path, run_cli, monkeypatc
     with Stream.open(s) as st:
         st.append("after the disk was freed")
     assert _texts(s)[-1] == "after the disk was freed"
+
+
+def test_two_append_processes_one_refused_and_nothing_interleaved(tmp_path):
+    import subprocess
+    import time
+
+    s = tmp_path / "s.db"
+    Stream.create(s).close()
+    cmd = [sys.executable, "-m", "memagent.cli", "stream", "append", str(s)]
+    first = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first.stdin.write(b"a1\n")
+        first.stdin.flush()
+        deadline = time.time() + 60
+        while not _texts(s) and time.time() < deadline:  # the first holds the lock once its first line is in
+            time.sleep(0.1)
+        second = subprocess.run(cmd, input=b"b1\nb2\n", capture_output=True, timeout=60)
+        _one_line_error(second.returncode, second.stderr.decode(), "another process is appending")
+        first.stdin.write(b"a2\n")
+        first.stdin.close()
+        assert first.wait(60) == 0
+    finally:
+        first.kill()
+    later = subprocess.run(cmd, input=b"b1\nb2\n", capture_output=True, timeout=60)
+    assert later.returncode == 0
+    assert _texts(s) == ["a1", "a2", "b1", "b2"]
