@@ -4,6 +4,7 @@ the engine's weights equal the policy's (read back from vLLM's worker, in vLLM's
 rollouts equal, token for token, those of the transformers backend over the updated policy."""
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 
@@ -47,7 +48,21 @@ def _hf_view(name, hf):
 
 
 def _engine_weights(worker):
-    return {n: p.detach().to("cpu", torch.float32).clone() for n, p in worker.model_runner.model.named_parameters()}
+    """Every weight of vLLM's model as it computes with it. vLLM's CPU build repacks each linear layer's weight for
+    its kernels (the parameter is left empty), so a linear's weight is read back through its forward: the layer
+    applied to the identity matrix is W^T, exactly (a product with 1 and sums of zeros round nothing)."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    model, out = worker.model_runner.model, {}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, LinearBase):
+                y = module(torch.eye(module.input_size, dtype=torch.float32))
+                out[name + ".weight"] = (y[0] if isinstance(y, tuple) else y).T.contiguous()
+        for name, p in model.named_parameters():
+            if p.numel() and name not in out:
+                out[name] = p.detach().to("cpu", torch.float32).clone()
+    return out
 
 
 def test_one_dapo_step_with_rollouts_from_the_synced_vllm_engine(real_model_dir, tmp_path, monkeypatch):
@@ -83,11 +98,11 @@ def test_one_dapo_step_with_rollouts_from_the_synced_vllm_engine(real_model_dir,
     assert max(float((p - before[n]).abs().max()) for n, p in res.model.named_parameters()) > 0  # the step moved it
 
     got = engine.llm.collective_rpc(_engine_weights)[0]  # after the step's sync
-    assert len(got) == 3 + 5 * res.model.config.num_hidden_layers  # embed, norm, (lm_head tied) + 5 per layer
+    assert len(got) == 2 + 6 * res.model.config.num_hidden_layers  # embed, norm (lm_head tied); 4 linears, 2 norms
     for name, t in got.items():
         assert torch.equal(t, _hf_view(name, policy)), name
 
-    greedy = load_config(None, [f"model={real_model_dir}", *AGENT, "agent.temperature=0"]).agent
+    greedy = dataclasses.replace(cfg.agent, temperature=0.0)
     samples = load_samples(_samples())
     rows = {}
     for key, backend in (("vllm", engine.backend()),

@@ -259,7 +259,9 @@ class VLLMRollout:
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
         to_cpu = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
-        push_in_process(self.llm, trained_weights(self.model), self.cfg.vllm.sync_chunk_mb * MIB, to_cpu=to_cpu)
+        # on CPU one call: the worker reloads layer by layer (worker.py), and in process nothing is copied
+        max_bytes = 1 << 62 if self._backend.device == "cpu" else self.cfg.vllm.sync_chunk_mb * MIB
+        push_in_process(self.llm, trained_weights(self.model), max_bytes, to_cpu=to_cpu)
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False

@@ -37,8 +37,18 @@ class WeightReceiver:
         return "ok"
 
     def memagent_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
-        """Load (name, tensor) pairs (Hugging Face names) into this worker's model; returns their count."""
-        self.model_runner.model.load_weights(weights=[(n, t.to(self.device, non_blocking=True)) for n, t in weights])
+        """Load (name, tensor) pairs (Hugging Face names) into this worker's model; returns their count.
+
+        On the CPU, vLLM repacks each linear layer's weight for its kernels after loading (the parameter is left
+        empty), so a second `load_weights` has nowhere to go: there the model runner's in-place reload
+        (`reload_weights`, layer by layer, each layer processed again) takes them; a layer must come whole in one
+        call (memagent.rl.vllm.engine pushes everything in one call on CPU)."""
+        moved = [(n, t.to(self.device, non_blocking=True)) for n, t in weights]
+        runner = self.model_runner
+        if torch.device(self.device).type == "cpu" and hasattr(runner, "reload_weights"):
+            runner.reload_weights(weights_iterator=iter(moved))
+        else:
+            runner.model.load_weights(weights=moved)
         return len(weights)
 
     def memagent_init_broadcast(self, host: str, port: str, world_size: str) -> str:
