@@ -313,3 +313,27 @@ def test_gpu_check_script_fails_clearly_without_a_gpu():
     root = Path(__file__).resolve().parents[2]
     p = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout.startswith("FAIL gpu: no NVIDIA GPU")
+
+
+def test_on_cpu_the_worker_reloads_in_place_when_vllm_can():
+    """vLLM's CPU build repacks linear weights after loading, so a push goes through the model runner's in-place
+    reload there (layer by layer); without one (an older vLLM, or a GPU) through the model's load_weights."""
+    target = tiny(seed=1)
+    source = list(tiny(seed=0).state_dict().items())
+    worker = FakeWorker(target)
+    reloaded = []
+
+    def reload_weights(weights_iterator):
+        weights = list(weights_iterator)
+        reloaded.append([n for n, _ in weights])
+        worker.model_runner.model.load_weights(weights)
+
+    worker.model_runner.reload_weights = reload_weights
+    assert worker.memagent_load_weights(source) == len(source)
+    assert reloaded == [[n for n, _ in source]] and worker.model_runner.model.loaded == [[n for n, _ in source]]
+    worker.device = torch.device("meta")  # not the CPU: the model's own load_weights, never the reload
+    try:
+        worker.memagent_load_weights(source[:1])
+    except (RuntimeError, NotImplementedError):
+        pass  # a meta tensor cannot be copied into the model; what matters is which path was asked
+    assert len(reloaded) == 1 and worker.model_runner.model.loaded[1] == [source[0][0]]
