@@ -11,13 +11,17 @@ from memagent.cli.app import app, int_list
 from memagent.cli.data_streams import FORMAT_HELP, StreamsOptions, import_benchmark, write_look_alikes
 from memagent.cli.params import options_command
 from memagent.errors import InputError
-from memagent.config import rule
+from memagent.config import AgentConfig, rule
 from memagent.backends.options import check_backend
 from memagent.flags import flag, limited, seed_rule
 from memagent.io import check_output_file
+from memagent.backends.gguf import resolve_model
+from memagent.backends.tokenizer import load_tokenizer
+from memagent.protocol.profile import load_profile
+from memagent.tasks.demonstrations import DemoStats, iter_demonstrations
 from memagent.tasks.ruler import write_ruler
 from memagent.tasks.ruler_hqa import FilterOptions, write_ruler_hqa
-from memagent.tasks.schema import import_released, write_samples
+from memagent.tasks.schema import import_released, read_samples, write_samples
 from memagent.tasks.toy import ToySpec, iter_samples
 from memagent.streams.formats import FORMATS
 
@@ -199,13 +203,6 @@ class WarmupOptions:
 @options_command(WarmupOptions)
 def data_warmup(o: WarmupOptions) -> None:
     """Warm-up demonstrations from gold evidence: each chunk's ideal memory and the boxed answer (docs/real_model.md)."""
-    from memagent.backends.gguf import resolve_model
-    from memagent.backends.tokenizer import load_tokenizer
-    from memagent.config import AgentConfig
-    from memagent.protocol.profile import load_profile
-    from memagent.tasks.demonstrations import DemoStats, iter_demonstrations
-    from memagent.tasks.schema import read_samples
-
     _check_out(o.out, {"--data": o.data, "--profile": o.profile})
     sizes = dict(chunk_tokens=o.chunk_tokens, memory_tokens=o.memory_tokens)
     config = replace(load_profile(o.profile).agent_config(), **sizes) if o.profile else AgentConfig(**sizes)

@@ -22,6 +22,10 @@ from memagent.jsonl import iter_jsonl
 from memagent.lock import run_lock
 from memagent.rl.config import (DTYPES, LoraConfig, ModelOptions, OptimConfig, TrainConfig, check_out_dir,
                                 config_to_dict)
+from memagent.rl.distributed import init_distributed
+from memagent.rl.lora import apply_lora, load_initial_adapters
+from memagent.rl.sft import SFTConfig, encode_conversation, train_sft
+from memagent.rl.trainer import load_policy
 from memagent.sections import build, deep_merge, load_mapping, parse_overrides, rule, spell_out
 
 __all__ = ["WarmupConfig", "load_warmup_config", "read_demonstrations", "run_warmup"]
@@ -72,8 +76,6 @@ def load_warmup_config(path: str | Path | None, overrides: list[str] | None = No
 
 def read_demonstrations(path: str | Path, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids) of every row of a demonstrations file; a bad row is one error naming its line."""
-    from memagent.rl.sft import encode_conversation  # lazy: torch
-
     rows = []
     for n, row in iter_jsonl(Path(path), ConfigError):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not isinstance(row.get("response"), str):
@@ -87,10 +89,6 @@ def read_demonstrations(path: str | Path, tokenizer: Any) -> list[tuple[list[int
 
 def run_warmup(cfg: WarmupConfig) -> str:
     """Train the warm-up; returns the line to print (the last checkpoint)."""
-    from memagent.rl.distributed import init_distributed  # lazy: torch
-    from memagent.rl.lora import apply_lora, load_initial_adapters
-    from memagent.rl.sft import SFTConfig, train_sft
-    from memagent.rl.trainer import load_policy
 
     if not cfg.data or not Path(cfg.data).is_file():
         raise ConfigError(f"data file {cfg.data!r} does not exist; write one with memagent data warmup")
