@@ -679,6 +679,30 @@ def serve_real(get: Get) -> str:
               f"load {d['machine']['load_avg'][0]:.1f}. Rerun: `{d['command']}`.\n")
 
 
+def vllm_cpu(get: Get) -> str:
+    """bench/results/vllm_cpu.json: transformers vs vLLM (CPU build) in process vs served, by documents in flight."""
+    d = get("vllm_cpu")
+    rows = []
+    for name, e in d["engines"].items():
+        if "error" in e:
+            rows.append([name, "-", "-", "-", "-", "-", e["error"][:120]])
+            continue
+        for n, r in e["rows"].items():
+            same = {True: "yes", False: "no", None: "-"}[r.get("answers_equal_transformers")]
+            tokens = f"{r['tokens_per_s']:.1f}" if r["tokens"] else "-"  # not counted
+            rows.append([name, n, f"{r['docs_per_s']:.3f}", tokens, f"{r['peak_rss_gb']:.1f}",
+                         f"{e['start_s']:.0f}", same])
+    kind = "smoke run (a busy machine)" if d["smoke"] else "full run"
+    others = len(d["beside_at_start"]["other_processes"])
+    return (table(["engine", "documents in flight", "documents/s", "generated tokens/s", "peak RSS (GB)", "start-up (s)",
+                   "answers = transformers at 1"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---"])
+            + f"\n{kind}: {d['documents']} real-essay documents of {d['words_per_document']} words, chunks of "
+              f"{d['agent']['chunk_tokens']} tokens, M = {d['agent']['memory_tokens']}, greedy, float32, vLLM eager with a "
+              f"{d['kv_cache_gib']:g} GiB KV cache; {d['machine']['cpu']}, {d['machine']['cores']} cores; beside it: load "
+              f"{d['beside_at_start']['load_avg'][0]:.1f} at the start, {d['beside_at_end']['load_avg'][0]:.1f} at the end, "
+              f"{others} other memagent/torch processes. Rerun: `.venv-vllm/bin/{d['command']}`.\n")
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
     "workflows-two-hop": workflows_two_hop,
@@ -702,6 +726,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "real-model-rl": real_model_rl,
     "real-model-recipe": real_model_recipe,
     "serve-real": serve_real,
+    "vllm-cpu": vllm_cpu,
     "rewards-two-hop": rewards_two_hop,
     "demo-two-hop-rewards": two_hop_side_by_side,
 }
@@ -717,7 +742,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
     "demo-seeds-evidence": "demo_seeds_evidence", "real-model": "real_model", "serve-real": "serve_real",
     "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards", "real-model-recipe": "real_model_recipe",
-    "demo-two-hop-rewards": "demo_two_hop demo_two_hop_evidence",
+    "demo-two-hop-rewards": "demo_two_hop demo_two_hop_evidence", "vllm-cpu": "vllm_cpu",
 }
 
 
