@@ -63,5 +63,5 @@ clean:
 	rm -rf $(VENV) runs
 
 # the real vLLM for CPU (tests/real_vllm) in .venv-vllm; about 4 min of install on a fresh clone, then the tests
-test-vllm: setup vllm-env
+test-vllm: vllm-env
 	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q tests/real_vllm
