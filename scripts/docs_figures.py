@@ -600,8 +600,8 @@ def real_model_rl(get: Get) -> str:
     return "\n".join(out) + "\n"
 
 
-RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm-up only (no RL)"),
-               ("rl", "warm-up + RL"), ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
+RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm-up, round 1 (no RL)"),
+               ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"), ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
@@ -610,7 +610,7 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
         c = table.get(row, {}).get(task, {}).get(n)
         return c["accuracy"] if c else None
 
-    best = "rl" if "rl" in table else "warmup"  # the policy the recipe ends with
+    best = next(r for r in ("rl", "warmup2", "warmup") if r in table)  # the policy the recipe ends with
     first, last = lengths[0], lengths[-1]
     out = []
     ones = [acc(best, t, first) for t in tasks]
@@ -658,10 +658,14 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "rl"):
+    for name in ("data", "warmup", "warmup2", "rl"):
         if name in stages:
             st = stages[name]
-            out.append(f"- {name}: {st['seconds'] / 60:.1f} min; `{st['command']}`; beside: {st['beside']}")
+            steps = (f" ({st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves)"
+                     if "train_seconds" in st else "")
+            steps += f", stopped {st['stopped']}" if st.get("stopped") else ""
+            steps += f"; reward per step {st['reward_per_step']}" if st.get("reward_per_step") else ""
+            out.append(f"- {name}: {st['seconds'] / 60:.1f} min{steps}; `{st['command']}`; beside: {st['beside']}")
     return "\n".join(out) + "\n"
 
 
