@@ -661,11 +661,11 @@ def real_model_recipe(get: Get) -> str:
     for name in ("data", "warmup", "warmup2", "rl"):
         if name in stages:
             st = stages[name]
-            steps = (f" ({st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves)"
-                     if "train_seconds" in st else "")
-            steps += f", stopped {st['stopped']}" if st.get("stopped") else ""
-            steps += f"; reward per step {st['reward_per_step']}" if st.get("reward_per_step") else ""
-            out.append(f"- {name}: {st['seconds'] / 60:.1f} min{steps}; `{st['command']}`; beside: {st['beside']}")
+            took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
+                    "train_seconds" in st else f"{st['seconds'] / 60:.1f} min")
+            took += f", stopped {st['stopped']}" if st.get("stopped") else ""
+            took += f"; reward per step {st['reward_per_step']}" if st.get("reward_per_step") else ""
+            out.append(f"- {name}: {took}; `{st['command']}`; beside: {st['beside']}")
     return "\n".join(out) + "\n"
 
 
