@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tmpfs import mounted_tmpfs
 
 from memagent.cli import run
 
@@ -99,16 +100,7 @@ def test_bad_input(args, message, world, lora, tiny_model_dir, capsys):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 100 KiB tmpfs: the tiny merged model (about 150 KB) does not fit. Root only."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path, "100k")
 
 
 def test_merge_lora_on_a_full_disk_leaves_no_partial_folder(lora, small_disk, capsys):

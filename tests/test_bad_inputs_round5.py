@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tmpfs import mounted_tmpfs
 
 import memagent.backends
 from documents_fixture import epub_book, replaced_in_member
@@ -288,19 +289,7 @@ def gguf_of_the_tiny_model(tmp_path, monkeypatch, tiny_model_dir):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 100 KiB tmpfs: the tiny model's weights (about 150 KB) do not fit. Root only."""
-    import os
-    import subprocess
-
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path, "100k")
 
 
 def test_a_full_disk_while_converting_is_one_line_and_leaves_nothing(gguf_of_the_tiny_model, small_disk, run_cli,

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tmpfs import mounted_tmpfs
 
 from memagent.documents import index as index_mod
 from memagent.agent.chunking import Chunk
@@ -31,16 +32,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB tmpfs (a real full disk once 1 MiB is written), unmounted after the test."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path, "1m")
 
 
 def test_full_disk_while_indexing_is_one_line(run_cli, tiny_model_dir, tmp_path, small_disk, monkeypatch):
