@@ -59,19 +59,25 @@ def check_call(name: str, call: Any, doc_id: str, how: str = "yield") -> None:
                             "integer step")
 
 
+def _field_problems(x: Any) -> str:
+    """What is wrong with an Answer's or AgentResult's fields ("" when nothing): answer text or None, raw_answer and
+    memory text, num_chunks an integer."""
+    bad = [f"answer of type {type(x.answer).__name__}" if not isinstance(x.answer, (str, type(None))) else "",
+           f"raw_answer of type {type(x.raw_answer).__name__}" if not isinstance(x.raw_answer, str) else "",
+           f"memory of type {type(x.memory).__name__}" if not isinstance(x.memory, str) else "",
+           f"num_chunks {x.num_chunks!r}" if not isinstance(x.num_chunks, int) or isinstance(x.num_chunks, bool)
+           else ""]
+    return ", ".join(b for b in bad if b)[:300]
+
+
 def check_answer(name: str, answer: Any, doc_id: str) -> None:
     """WorkflowError for a return that is not a sound Answer: answer text or None, raw_answer and memory text,
     num_chunks an integer."""
     if not isinstance(answer, Answer):
         raise WorkflowError(f"workflow {name} must return an Answer, got {type(answer).__name__} (document {doc_id})")
-    bad = [f"answer of type {type(answer.answer).__name__}" if not isinstance(answer.answer, (str, type(None)))
-           else "",
-           f"raw_answer of type {type(answer.raw_answer).__name__}" if not isinstance(answer.raw_answer, str) else "",
-           f"memory of type {type(answer.memory).__name__}" if not isinstance(answer.memory, str) else "",
-           f"num_chunks {answer.num_chunks!r}" if not isinstance(answer.num_chunks, int)
-           or isinstance(answer.num_chunks, bool) else ""]
-    if any(bad):
-        raise WorkflowError(f"workflow {name} returned an Answer with {', '.join(b for b in bad if b)[:300]} "
+    bad = _field_problems(answer)
+    if bad:
+        raise WorkflowError(f"workflow {name} returned an Answer with {bad} "
                             f"(document {doc_id}); answer must be text or None, raw_answer and memory text")
 
 
@@ -82,14 +88,9 @@ def check_result(name: str, result: Any, doc_id: str) -> None:
     if not isinstance(result, AgentResult):
         raise WorkflowError(f"workflow {name} must return an AgentResult (or None) from take, got "
                             f"{type(result).__name__} (document {doc_id})")
-    bad = [f"answer of type {type(result.answer).__name__}" if not isinstance(result.answer, (str, type(None)))
-           else "",
-           f"raw_answer of type {type(result.raw_answer).__name__}" if not isinstance(result.raw_answer, str) else "",
-           f"memory of type {type(result.memory).__name__}" if not isinstance(result.memory, str) else "",
-           f"num_chunks {result.num_chunks!r}" if not isinstance(result.num_chunks, int)
-           or isinstance(result.num_chunks, bool) else ""]
-    if any(bad):
-        raise WorkflowError(f"workflow {name} returned an AgentResult with {', '.join(b for b in bad if b)[:300]} "
+    bad = _field_problems(result)
+    if bad:
+        raise WorkflowError(f"workflow {name} returned an AgentResult with {bad} "
                             f"(document {doc_id}); answer must be text or None, raw_answer and memory text")
 
 
