@@ -17,6 +17,8 @@ from memagent.demo.numerics import pin_mkl_branch
 from memagent.demo.pipeline import DemoConfig, run_demo
 from memagent.demo.seeds import markdown, run_seeds
 from memagent.demo.two_hop import TwoHopConfig, run_two_hop
+from memagent.demo.updates import UpdatesConfig
+from memagent.demo.updates_eval import run_updates
 from memagent.flags import flag, seed_rule
 from memagent.io import check_output_dir, refuse_files, refuse_occupied
 from memagent.lock import run_lock
@@ -108,7 +110,7 @@ def warmup_cmd(o: WarmupOptions) -> None:
     typer.echo(run_warmup(load_warmup_config(o.config, o.overrides, resume=o.resume, force=o.force)))
 
 
-DEMO_TASKS = ("single-hop", "two-hop")
+DEMO_TASKS = ("single-hop", "two-hop", "updates")
 
 
 def _seed_list(text: Optional[str], flag: str) -> Optional[list[int]]:
@@ -140,7 +142,8 @@ class DemoOptions:
         "With a step reward: a in A = a * A_outcome + (1 - a) * A_step.")})
     task: str = field(default="single-hop", metadata={**rule(choices=DEMO_TASKS), **flag(
         "single-hop: the paper's demo; two-hop: memagent and lookup trained side by side, with skim and "
-        "full-context, split by order (docs/demo.md).")})
+        "full-context, split by order (docs/demo.md); updates: keys reassigned along a stream, the current value "
+        "asked, with rag-bm25 and the standing-question path (docs/streams.md).")})
 
 
 @app.command()
@@ -156,8 +159,8 @@ def demo(o: DemoOptions) -> None:
         raise ConfigError(f"--step-mix {o.step_mix} mixes a step reward into the advantages, but "
                           f"{'--outcome-only' if o.outcome_only else '--step-reward none'} trains without one; give one")
     steps = demo_step_reward(o)
-    if o.task == "two-hop" and o.seeds is not None:
-        raise ConfigError("--seeds runs the single-hop demo only; run --task two-hop once per --seed")
+    if o.task != "single-hop" and o.seeds is not None:
+        raise ConfigError(f"--seeds runs the single-hop demo only; run --task {o.task} once per --seed")
     out = check_demo_out(o.out)
     pin_mkl_branch()  # before any tensor work: the same table on every machine of a kind (demo/numerics.py)
     if o.seeds is not None:
@@ -169,6 +172,10 @@ def demo(o: DemoOptions) -> None:
         if o.task == "two-hop":
             run_two_hop(dataclasses.replace(TwoHopConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo,
                                                                  outcome_only=o.outcome_only), **steps))
+            return
+        if o.task == "updates":
+            run_updates(dataclasses.replace(UpdatesConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo),
+                                            **steps))
             return
         run_demo(dataclasses.replace(DemoConfig.for_run(o.quick, o.seed, str(out), pure_dapo=o.pure_dapo), **steps))
 

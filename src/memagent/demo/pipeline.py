@@ -54,14 +54,16 @@ Demonstration = tuple[str, str, bool]  # (prompt, response, copied)
 
 def demonstrations(cfg: DemoConfig, rng: random.Random, n: int,
                    memory_fact: Callable[[random.Random], str] | None = None,
-                   chunk_facts: Callable[[random.Random, str], list[Fact]] | None = None) -> list[Demonstration]:
+                   chunk_facts: Callable[[random.Random, str], list[Fact]] | None = None,
+                   render_chunk: Callable[[random.Random, list[Fact]], str] | None = None) -> list[Demonstration]:
     """n (prompt, response, copied) demonstrations that teach the format only: keep the memory or copy
     SOME fact of the chunk (chosen without looking at the question), and answer with the value the
     memory holds. `copied` is False where the value does not follow from the key written: an answer from an
     empty memory (its value is drawn at random), or a chunk holding the memory's key with another value.
     memory_fact(rng): a non-empty memory; chunk_facts(rng, question): a chunk's facts. By default the toy
     task's: "key value", and `random_chunk` with the question's own fact in 30% of the chunks (the two-hop demo
-    passes its own, with pointer facts)."""
+    passes its own, with pointer facts). render_chunk(rng, facts): a chunk's text (default `chunk_text`; the
+    updates demo puts an event's header before it)."""
     spec, out = cfg.spec, []
 
     def toy_memory(r: random.Random) -> str:
@@ -71,6 +73,7 @@ def demonstrations(cfg: DemoConfig, rng: random.Random, n: int,
         return random_chunk(r, spec, q, (q, r.choice(spec.values)) if r.random() < 0.3 else None)
 
     memory_fact, chunk_facts = memory_fact or toy_memory, chunk_facts or toy_chunk
+    render_chunk = render_chunk or (lambda r, facts: chunk_text(r, spec, facts))
     for _ in range(n):
         q = rng.choice(spec.keys)
         memory = EMPTY_MEMORY if rng.random() < 0.3 else memory_fact(rng)
@@ -81,7 +84,7 @@ def demonstrations(cfg: DemoConfig, rng: random.Random, n: int,
         facts = chunk_facts(rng, q)
         new = memory if rng.random() < cfg.p_keep else " ".join(rng.choice(facts))
         clash = any(k == memory.split()[0] and v != memory.split()[1] for k, v in facts)  # one key, two values
-        out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=chunk_text(rng, spec, facts)), new,
+        out.append((render(MEMORY_TEMPLATE, question=q, memory=memory, chunk=render_chunk(rng, facts)), new,
                     not clash))
     return out
 
