@@ -156,7 +156,8 @@ def test_a_package_that_exits_as_it_is_imported_is_one_line(run_cli, tmp_path, m
         backends._REGISTRY.refresh()
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
-    assert lines[0].startswith("error: backend 'exits' (backend_exits:Backend) could not be loaded: SystemExit: 3; "
+    assert lines[0].startswith("error: backend 'exits' (entry point memagent.backends, backend_exits:Backend) failed as it "
+                               "was imported: SystemExit: 3; "
                                "this is a fault of the plug-in"), err
 
 

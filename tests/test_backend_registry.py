@@ -17,7 +17,7 @@ ASK = ["--question", "What is fact7?", "--chunk-tokens", 40, "--memory-tokens", 
 
 def test_builtins_come_first_and_unknown_names_list_every_known_one():
     assert backend_names()[:3] == ["transformers", "openai", "vllm"]
-    with pytest.raises(BackendError, match=r"unknown backend 'nope'; choose one of: transformers, openai, vllm"):
+    with pytest.raises(BackendError, match=r"unknown backend 'nope'; valid backends: transformers, openai, vllm"):
         load_backend("nope", "m")
     from memagent.flags import check_options
 
@@ -93,7 +93,8 @@ def test_entry_point_of_an_installed_distribution(tmp_path, monkeypatch):
         b = BackendOptions(name="echo", chat_template_kwargs={"enable_thinking": False}).load("served-model")
         assert type(b.inner).__module__ == "ep_backend"  # behind memagent.backends.guard (a plug-in)
         assert (b.model, b.kwargs) == ("served-model", {"chat_template_kwargs": {"enable_thinking": False}})
-        with pytest.raises(BackendError, match=r"backend 'bad' \(ep_broken:x\) could not be loaded: ImportError: "
+        with pytest.raises(BackendError, match=r"backend 'bad' \(entry point memagent.backends, ep_broken:x\) failed as "
+                                               r"it was imported: ImportError: "
                                                r"a missing dependency"):
             load_backend("bad", "m")
     finally:

@@ -11,9 +11,9 @@ import torch
 from plugin_dist import write_dist_info
 
 from memagent.agent import registry
-from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation, UnknownWorkflow, WorkflowOptions,
-                                     build_workflow, get_workflow, register_workflow, run_workflow, stream_workflow,
-                                     unregister_workflow, workflow_names)
+from memagent.agent.registry import (AgentInput, AgentResult, Call, Conversation, UnknownWorkflow, WorkflowError,
+                                     WorkflowOptions, build_workflow, get_workflow, register_workflow, run_workflow,
+                                     stream_workflow, unregister_workflow, workflow_names)
 from memagent.agent.scheduler import run_lockstep
 from memagent.agent.workflow import MemoryAgent, memagent
 from memagent.backends.base import Generation, SamplingParams
@@ -67,8 +67,8 @@ def test_an_unknown_name_lists_the_valid_ones(run_cli, tiny_model_dir, tmp_path)
 
 def test_a_builtin_whose_module_is_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(registry.BUILTINS, "ghost", "memagent.agent.no_such_module:build")
-    with pytest.raises(UnknownWorkflow, match=r"'ghost' \(built-in, memagent.agent.no_such_module:build\) cannot be "
-                                              "loaded.*install the package"):
+    with pytest.raises(WorkflowError, match=r"'ghost' \(built-in, memagent.agent.no_such_module:build\) failed as "
+                                            "it was imported: ModuleNotFoundError.*; install what it needs"):
         get_workflow("ghost")
     assert "ghost" in workflow_names() and workflow_names()[0] == "memagent"
 

@@ -16,22 +16,15 @@ from typing import Any
 from memagent.agent.protocol import (MAX_CALLS_PER_CHUNK, MAX_CALLS_SLACK, AgentResult, Answer, BudgetError, Call,
                                      WorkflowError, WorkflowOptions)
 from memagent.errors import MemAgentError
+from memagent.plugins import is_plugin, short_error  # is_plugin: memagent.agent.runner imports it from here
 
 log = logging.getLogger(__name__)
 
 
-def is_plugin(workflow: Any) -> bool:
-    """Whether `workflow` is a third party's (defined outside the memagent package): what it raises is its fault,
-    reported as such (WorkflowError) and failing the document only, and its calls are checked against the window."""
-    module = getattr(workflow, "__module__", None) or ""
-    return module != "memagent" and not module.startswith("memagent.")
-
-
 def plugin_fault(name: str, workflow: Any, what: str, exc: BaseException) -> WorkflowError:
     """The WorkflowError of a plug-in that raised `exc` while doing `what`: names it and its module."""
-    message = str(exc).replace("\n", " ")[:300]
     return WorkflowError(f"workflow {name} (a plug-in, module {getattr(workflow, '__module__', '?')}) failed {what}: "
-                         f"{type(exc).__name__}{': ' + message if message else ''}; this is a fault of the "
+                         f"{short_error(exc)}; this is a fault of the "
                          "plug-in, not of memagent: report it to its authors or choose another --workflow")
 
 

@@ -28,7 +28,7 @@ from memagent.agent.runner import Runner, own_options, run_workflow, stream_work
 from memagent.agent.scheduler import RunStats
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
-from memagent.plugins import Registry, import_target
+from memagent.plugins import Registry
 
 __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
            "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
@@ -50,9 +50,6 @@ BUILTINS: dict[str, str] = {
 
 class UnknownWorkflow(MemAgentError, ValueError):
     """A workflow name that is neither built in, registered, nor an installed entry point."""
-
-
-_REGISTRY = Registry(ENTRY_POINT_GROUP, "workflow")
 
 
 def register_workflow(name: str, factory: WorkflowFactory) -> None:
@@ -77,34 +74,13 @@ def workflow_names() -> list[str]:
     return sorted(names, key=lambda n: (n != DEFAULT_WORKFLOW, n))
 
 
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "workflow", BUILTINS, workflow_names, UnknownWorkflow, WorkflowError)
+
+
 def get_workflow(name: str) -> WorkflowFactory:
-    """The factory of workflow `name`; UnknownWorkflow (listing the valid names) when there is none."""
-    if name in _REGISTRY.factories:
-        return _REGISTRY.factories[name]
-    if name in BUILTINS:
-        return _load(name, BUILTINS[name], "built-in")
-    ep = _REGISTRY.installed().get(name)
-    if ep is not None:
-        return _load(name, ep.value, f"entry point {ep.group}")
-    raise UnknownWorkflow(f"unknown workflow {name!r}; valid workflows: {', '.join(workflow_names())}")
-
-
-def _load(name: str, target: str, where: str) -> WorkflowFactory:
-    """Import "module:attribute"; a module that is not installed, or lacks it, is an UnknownWorkflow."""
-    try:
-        obj = import_target(target)
-    except (ImportError, AttributeError) as exc:
-        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package "
-                              f"that provides it or choose one of: {', '.join(workflow_names())}") from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in that breaks (or exits) as it is imported
-        detail = str(exc).replace("\n", " ")[:300]
-        raise WorkflowError(f"workflow {name!r} ({where}, {target}) failed as it was imported: "
-                            f"{type(exc).__name__}{': ' + detail if detail else ''}; this is a fault of the plug-in, "
-                            "not of memagent: fix or uninstall it, or choose another workflow") from None
-    if not callable(obj):
-        raise UnknownWorkflow(f"workflow {name!r} ({where}, {target}) is not callable; it must be a workflow "
-                              "(a generator function of document, question, options)")
-    return obj
+    """The factory of workflow `name`; UnknownWorkflow (listing the valid names) when there is none, WorkflowError
+    naming it when it fails as it is imported (memagent.plugins)."""
+    return _REGISTRY.get(name)
 
 
 def is_generator_workflow(obj: Any) -> bool:
@@ -152,14 +128,3 @@ def check_workflow_options(name: str, options: Any) -> None:
     if is_generator_workflow(target):
         own_options(target, name, options)
 
-
-def parse_workflows(text: str) -> list[str]:
-    """"memagent,lookup" -> ["memagent", "lookup"], each name checked (UnknownWorkflow lists the valid ones)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UnknownWorkflow(f"no workflow named in {text!r}; valid workflows: {', '.join(workflow_names())}")
-    for n in names:
-        get_workflow(n)
-    if len(set(names)) != len(names):
-        raise UnknownWorkflow(f"workflow named twice in {text!r}; name each once")
-    return names

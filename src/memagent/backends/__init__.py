@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from memagent.backends.base import Backend, BackendError, Generation, SamplingParams
-from memagent.backends.guard import build_guarded, is_plugin
-from memagent.plugins import Registry, import_target
+from memagent.backends.guard import build_guarded
+from memagent.plugins import Registry, is_plugin
 
 BackendFactory = Callable[..., Backend]  # factory(model, **kwargs) -> Backend
 ENTRY_POINT_GROUP = "memagent.backends"
@@ -26,8 +26,6 @@ BUILTINS: dict[str, str] = {
     "vllm": "memagent.backends.vllm:VLLMBackend",  # the engine itself is imported when one is built
 }
 BACKENDS = tuple(BUILTINS)
-
-_REGISTRY = Registry(ENTRY_POINT_GROUP, "backend")
 
 
 def register_backend(name: str, factory: BackendFactory) -> None:
@@ -47,25 +45,12 @@ def backend_names() -> list[str]:
     return [*BUILTINS, *sorted(more)]
 
 
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "backend", BUILTINS, backend_names, BackendError, BackendError)
+
+
 def get_backend(name: str) -> BackendFactory:
-    """The factory of backend `name`; BackendError naming the known ones when there is none."""
-    if name in _REGISTRY.factories:
-        return _REGISTRY.factories[name]
-    if name in BUILTINS:
-        return import_target(BUILTINS[name])
-    ep = _REGISTRY.installed().get(name)
-    if ep is None:
-        raise BackendError(f"unknown backend {name!r}; choose one of: {', '.join(backend_names())}")
-    try:
-        factory = ep.load()
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plug-in package (sys.exit(3) at import too)
-        detail = str(exc).replace("\n", " ")[:300]
-        raise BackendError(f"backend {name!r} ({ep.value}) could not be loaded: {type(exc).__name__}"
-                           f"{': ' + detail if detail else ''}; this is a fault of the plug-in, not of memagent: fix "
-                           "or uninstall it, or choose another --backend") from None
-    if not callable(factory):
-        raise BackendError(f"backend {name!r} ({ep.value}) is not callable")
-    return factory
+    """The factory of backend `name`; BackendError naming the known ones when there is none (memagent.plugins)."""
+    return _REGISTRY.get(name)
 
 
 def load_backend(name: str, model: str, **kwargs: Any) -> Backend:

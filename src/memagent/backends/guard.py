@@ -25,24 +25,14 @@ from typing import Any, Sequence
 
 from memagent.backends.base import BackendError, Generation, SamplingParams
 from memagent.errors import MemAgentError
+from memagent.plugins import short_error
 
 MAX_CHARS_PER_TOKEN = 256  # the longest tokens of common vocabularies are runs of a few dozen spaces or '='
 
 
-def is_plugin(factory: Any) -> bool:
-    """Whether `factory` is a third party's (defined outside the memagent package)."""
-    module = getattr(factory, "__module__", None) or ""
-    return module != "memagent" and not module.startswith("memagent.")
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).replace("\n", " ")[:300]
-    return f"{type(exc).__name__}{': ' + text if text else ''}"
-
-
 def plugin_fault(name: str, module: str, what: str, exc: BaseException) -> BackendError:
     """The BackendError of backend plug-in `name` (from `module`) that raised (or exited with) `exc` doing `what`."""
-    return BackendError(f"backend {name!r} (a plug-in, module {module}) failed {what}: {_short(exc)}; this is a "
+    return BackendError(f"backend {name!r} (a plug-in, module {module}) failed {what}: {short_error(exc)}; this is a "
                         "fault of the plug-in, not of memagent: report it to its authors or choose another --backend")
 
 

@@ -26,7 +26,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from memagent.errors import MemAgentError
-from memagent.plugins import Registry, import_target
+from memagent.plugins import Registry, is_plugin, short_error
 from memagent.rewards.protocol import KINDS, Answered, Reward
 from memagent.tasks.metrics import METRICS, RewardFn
 
@@ -57,17 +57,6 @@ class UnknownReward(MemAgentError, ValueError):
 
 class RewardError(MemAgentError, ValueError):
     """A reward plug-in that failed (at import, as it was built, scoring) or gave values that are not scores."""
-
-
-def is_plugin(obj: Any) -> bool:
-    """Whether `obj` is a third party's (defined outside the memagent package)."""
-    module = getattr(obj, "__module__", None) or ""
-    return module != "memagent" and not module.startswith("memagent.")
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).replace("\n", " ")[:300]
-    return f"{type(exc).__name__}{': ' + text if text else ''}"
 
 
 _FAULT = "this is a fault of the plug-in, not of memagent: report it to its authors or choose another reward"
@@ -136,7 +125,7 @@ class GuardedReward:
                 raise e
             if isinstance(e, KeyboardInterrupt):
                 raise e
-            raise RewardError(f"{self._where()} failed scoring {len(items)} items: {_short(e)}; {_FAULT}") from None
+            raise RewardError(f"{self._where()} failed scoring {len(items)} items: {short_error(e)}; {_FAULT}") from None
         return done.get("values")
 
 
@@ -161,9 +150,6 @@ def _metric_factory(name: str) -> RewardFactory:
     return build
 
 
-_REGISTRY = Registry(ENTRY_POINT_GROUP, "reward")
-
-
 def register_reward(name: str, factory: RewardFactory) -> None:
     """Make `factory` the reward called `name` in this process (it replaces a built-in or entry point)."""
     _REGISTRY.register(name, factory)
@@ -183,34 +169,14 @@ def reward_names() -> list[str]:
     return sorted(set(METRICS) | set(BUILTINS) | set(_REGISTRY.factories) | set(_REGISTRY.installed()))
 
 
+_REGISTRY = Registry(ENTRY_POINT_GROUP, "reward", {**{m: _metric_factory(m) for m in METRICS}, **BUILTINS},
+                     reward_names, UnknownReward, RewardError)
+
+
 def get_reward_factory(name: str) -> RewardFactory:
-    """The factory of reward `name`; UnknownReward (listing the valid names) when there is none."""
-    if name in _REGISTRY.factories:
-        return _REGISTRY.factories[name]
-    if name in BUILTINS:
-        return _load(name, BUILTINS[name], "built-in")
-    if name in METRICS:
-        return _metric_factory(name)
-    ep = _REGISTRY.installed().get(name)
-    if ep is not None:
-        return _load(name, ep.value, f"entry point {ep.group}")
-    raise UnknownReward(f"unknown reward {name!r}; valid rewards: {', '.join(reward_names())}")
-
-
-def _load(name: str, target: str, where: str) -> RewardFactory:
-    try:
-        obj = import_target(target)
-    except (ImportError, AttributeError) as exc:
-        raise UnknownReward(f"reward {name!r} ({where}, {target}) cannot be loaded: {exc}; install the package that "
-                            f"provides it or choose one of: {', '.join(reward_names())}") from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plug-in that breaks (or exits) as it is imported
-        raise RewardError(f"reward {name!r} ({where}, {target}) failed as it was imported: {_short(exc)}; this is a "
-                          "fault of the plug-in, not of memagent: fix or uninstall it, or choose another reward") \
-            from None
-    if not callable(obj):
-        raise UnknownReward(f"reward {name!r} ({where}, {target}) is not callable; it must be a factory "
-                            "(**options) -> Reward")
-    return obj
+    """The factory of reward `name`; UnknownReward (listing the valid names) when there is none, RewardError naming
+    it when it fails as it is imported (memagent.plugins)."""
+    return _REGISTRY.get(name)
 
 
 def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
@@ -229,7 +195,7 @@ def build_reward(name: str, kind: str | None = None, **options: Any) -> Reward:
         if not plugin:
             raise
         raise RewardError(f"reward {name!r} (a plug-in, module {module}) failed as it was built: "
-                          f"{_short(e)}; {_FAULT}") from None
+                          f"{short_error(e)}; {_FAULT}") from None
     try:
         sound = isinstance(reward, Reward) and reward.kind in KINDS
     except Exception:  # noqa: BLE001 - a kind that cannot be compared
