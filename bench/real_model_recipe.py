@@ -45,6 +45,13 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "baselines": ("final", "full-context,rag-bm25", LENGTHS),
 }
 RESULT = RESULTS / "real_model_recipe.json"
+# the table's engine: greedy vLLM (CPU build, `make vllm-env`) gave the transformers backend's predictions on every
+# held-out document compared (16 of 16 at 2K); it reads several times faster on 2 cores
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+RL_PY = {"policy": PY, "vllm": VLLM_PY}  # RL's rollouts: the policy itself, or vLLM's CPU build (weights synced)
+ENGINES = {"transformers": [PY, "-m", "memagent.cli", "eval"],
+           "vllm": [str(VLLM_PY), "-m", "memagent.cli", "eval", "--backend", "vllm",
+                    "--kv-cache-gib", "2", "--enforce-eager"]}
 SHIP = ROOT / "models" / "smollm2-memagent"
 
 
@@ -156,16 +163,20 @@ def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
     run, t0 = work / "rl", time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
-    sh([PY, "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
+    engine = ["rollout.engine=vllm"] if args.rl_engine == "vllm" else []
+    sh([RL_PY[args.rl_engine], "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
         f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / args.rl_from)}",
-        f"total_steps={args.rl_steps}", "progress=false", *resume], work / "rl.log")
+        f"total_steps={args.rl_steps}", "progress=false", *engine, *resume], work / "rl.log")
     merge(latest(run), work / "rl-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    record(data, "rl", time.perf_counter() - t0, steps=len(metrics),
+    record(data, "rl", time.perf_counter() - t0, steps=len(metrics), from_=args.rl_from, engine=args.rl_engine,
            train_seconds=round(sum(m["step_s"] for m in metrics), 1),
            reward_per_step=[round(m.get("reward_mean", m.get("reward", 0.0)), 3) for m in metrics],
-           step_s=[round(m["step_s"], 1) for m in metrics],
-           command=f"memagent train configs/rl/smollm2-rl.yaml lora.init=<warm-up> total_steps={args.rl_steps}")
+           kept_groups=[m.get("kept_groups") for m in metrics], skipped_rows=[m.get("skipped_rows") for m in metrics],
+           step_s=[round(m["step_s"], 1) for m in metrics], rollout_s=[round(m["rollout_s"], 1) for m in metrics],
+           update_s=[round(m["update_s"], 1) for m in metrics],
+           command=f"python bench/real_model_recipe.py rl --rl-from {args.rl_from} --rl-engine {args.rl_engine} "
+                   f"--rl-steps {args.rl_steps}")
 
 
 def merge(checkpoint: Path, out: Path) -> None:
@@ -178,13 +189,13 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
     for row in args.rows.split(","):
         folder, methods, lengths = ROWS[row]
         if folder == "final":
-            folder = "rl-merged" if (work / "rl-merged").is_dir() else "warmup-merged"
+            folder = next(f for f in ("rl-merged", "warmup2-merged", "warmup-merged") if (work / f).is_dir())
         model = real_model() if folder == "base" else work / folder
         for task in args.tasks.split(","):
             for length in [x for x in lengths if str(x) in args.lengths.split(",")]:
                 t0 = time.perf_counter()
                 out = work / "table" / row / f"{task}-{length}"
-                sh([PY, "-m", "memagent.cli", "eval", "--model", model, "--data", work / f"heldout-{task}-{length}.jsonl",
+                sh([*ENGINES[args.engine], "--model", model, "--data", work / f"heldout-{task}-{length}.jsonl",
                     "--methods", methods, "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens",
                     SIZES["memory_tokens"], "--answer-tokens", SIZES["answer_tokens"], "--query-tokens",
                     SIZES["query_tokens"], "--window", SIZES["window"], "--device", "cpu", "--dtype", "float32",
@@ -195,9 +206,9 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                 for method in methods.split(","):
                     rs = [r for r in records if r["method"] == method]
                     name = row if row != "baselines" else method
-                    entry = {**cell(rs), "model": folder, "beside": beside(),
+                    entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
-                                        f"--lengths {length}"}
+                                        f"--lengths {length} --engine {args.engine}"}
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
                     entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
@@ -249,7 +260,8 @@ def main() -> None:
     p.add_argument("--train-samples", type=int, default=24, help="training samples per task")
     p.add_argument("--keep-idle", default="0.5")
     p.add_argument("--rl-steps", type=int, default=8)
-    p.add_argument("--rl-from", default="warmup", help="the warm-up run RL continues (warmup or warmup2)")
+    p.add_argument("--rl-from", default="warmup2", help="the warm-up run RL continues (warmup or warmup2)")
+    p.add_argument("--rl-engine", choices=sorted(RL_PY), default="vllm", help="RL's rollout engine")
     p.add_argument("--ship-from", default="", help="the run whose adapter ships (default: rl, else warmup2, else warmup)")
     p.add_argument("--ship-step", default="", help="its checkpoint (e.g. step_000030; default: the last)")
     p.add_argument("--rows", default=",".join(ROWS))
@@ -257,6 +269,8 @@ def main() -> None:
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
     p.add_argument("--limit", default="", help="at most N samples a cell (a partial table; a rerun extends it)")
     p.add_argument("--batch-docs", default="8")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="transformers",
+                   help="the table's engine (vllm: the CPU build in .venv-vllm, make vllm-env)")
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
