@@ -9,9 +9,10 @@ vLLM's n-gram speculation (`speculative_config`) in process, or what the CPU bui
 One engine at a time, each in a process of its own run by .venv-vllm's python (`make vllm-env`); a server is
 bound to 127.0.0.1 and stopped with its process group.
 
-    .venv-vllm/bin/python bench/vllm_cpu.py            # full: 16 documents of ~380 tokens
-    .venv-vllm/bin/python bench/vllm_cpu.py --smoke    # 8 documents of ~230 tokens (a busy machine)
+    .venv-vllm/bin/python bench/vllm_cpu.py --speculate   # full: 16 documents of ~380 tokens (about 30 min, quiet)
+    .venv-vllm/bin/python bench/vllm_cpu.py --smoke       # 8 documents of ~230 tokens (a busy machine)
     .venv-vllm/bin/python bench/vllm_cpu.py --smoke --engines served --merge   # rerun one engine, keep the rest
+    .venv-vllm/bin/python bench/vllm_cpu.py --documents 2 --words 120 --engines served --out /tmp/v.json  # a try
 
 Results: bench/results/vllm_cpu.json (with what ran beside: the load average and the other memagent/torch
 processes at the start and the end); the table in docs/backends.md (make docs, region vllm-cpu).
@@ -169,6 +170,8 @@ def beside() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="8 documents of ~230 tokens (a busy machine)")
+    ap.add_argument("--documents", type=int, help="how many documents (default 16, --smoke 8)")
+    ap.add_argument("--words", type=int, help="words of essay text a document (default 300, --smoke 180)")
     ap.add_argument("--speculate", action="store_true", help="also vLLM in process with n-gram speculation")
     ap.add_argument("--engines", default="transformers,vllm,served")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -176,7 +179,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vllm_cpu.json")
     ap.add_argument("--merge", action="store_true", help="keep the other engines' rows of an existing --out")
     args = ap.parse_args()
-    n_docs, words = (8, 180) if args.smoke else (16, 300)
+    preset = (8, 180) if args.smoke else (16, 300)
+    n_docs, words = args.documents or preset[0], args.words or preset[1]
+    if n_docs < 1 or words < 1:
+        ap.error("--documents and --words must be at least 1")
+    sizes = ["--documents", str(n_docs), "--words", str(words)]
     rows = documents(n_docs, words)
     if args.worker:
         json.dump(worker(args.worker, args.model, rows, list(FLIGHT), args.speculate), sys.stdout)
@@ -186,16 +193,17 @@ def main() -> None:
     model = args.model or str(real_model())
     from common import machine
 
-    result: dict[str, Any] = {"benchmark": "vllm_cpu", "machine": machine(), "smoke": args.smoke,
+    smoke = args.smoke or n_docs < 16 or words < 300  # less than the full run
+    result: dict[str, Any] = {"benchmark": "vllm_cpu", "machine": machine(), "smoke": smoke,
                               "documents": n_docs, "words_per_document": words, "agent": AGENT, "kv_cache_gib": KV_GIB,
                               "flight": list(FLIGHT), "beside_at_start": beside(), "engines": {},
                               "command": "python bench/vllm_cpu.py" + (" --smoke" if args.smoke else "")
+                                         + ("" if (n_docs, words) == preset else " " + " ".join(sizes))
                                          + (" --speculate" if args.speculate else "")}
     runs = [(e, False) for e in args.engines.split(",")] + ([("vllm", True)] if args.speculate else [])
     for engine, spec in runs:
         key = engine + ("-ngram" if spec else "")
-        cmd = [sys.executable, __file__, "--worker", engine, "--model", model] + (["--smoke"] if args.smoke else []) \
-            + (["--speculate"] if spec else [])
+        cmd = [sys.executable, __file__, "--worker", engine, "--model", model, *sizes] + (["--speculate"] if spec else [])
         run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if run.returncode != 0:
             lines = [l for l in run.stderr.splitlines() if l.strip()]

