@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from memagent.cli.app import app, int_list
-from memagent.cli.data_streams import FORMAT_HELP, StreamsOptions, import_benchmark, write_look_alikes
+from memagent.cli.data_streams import (FORMAT_HELP, JudgeOptions, StreamsOptions, import_benchmark, judge_run,
+                                        write_look_alikes)
 from memagent.cli.params import options_command
 from memagent.errors import InputError
 from memagent.config import AgentConfig, rule
@@ -157,6 +158,13 @@ class ToyOptions:
 def data_streams(o: StreamsOptions) -> None:
     """Long-term-memory look-alikes offline: chats whose facts change over time, as streams and typed questions."""
     write_look_alikes(o)
+
+
+@data_app.command("judge")
+@options_command(JudgeOptions)
+def data_judge(o: JudgeOptions) -> None:
+    """LLM-judged scores: an eval run's answers graded by the judge reward, by method and ability (docs/streams.md)."""
+    judge_run(o)
 
 
 @data_app.command("toy")

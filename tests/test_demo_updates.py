@@ -1,0 +1,114 @@
+"""`memagent demo --task updates` (demo/updates.py, demo/updates_eval.py): the task's gold is the latest value
+(hand-checked), the stream of a sample is its document, and a tiny run end to end (seconds) whose standing-question
+answers are memagent-rl's, sample by sample."""
+import json
+import random
+import re
+
+import pytest
+
+from memagent.cli import run
+from memagent.demo.updates import UpdatesConfig, UpdatesSpec, build_updates_tokenizer, make_update_sample
+from memagent.demo.updates_eval import METHODS, run_updates, scores
+
+
+def test_the_gold_is_the_latest_assignment_hand_checked():
+    s = make_update_sample(random.Random(1), UpdatesSpec(), 4, "x")
+    # the four events of this seed, read by hand: k2 = v7, k2 = v1, k9 = v6, k3 = v27; asked: k2
+    facts = re.findall(r"fact (k\d+) (v\d+)", s["context"])
+    assert facts == [("k2", "v7"), ("k2", "v1"), ("k9", "v6"), ("k3", "v27")]
+    assert s["question"] == "k2" and s["answers"] == ["v1"] and s["history"] == ["v7", "v1"] and s["gold_chunk"] == 1
+    assert s["context"].startswith("[2026-01-01T00:00:00Z] user:\nfrom or at fact k2 v7 on and or\n")
+
+
+def test_every_sample_asks_a_key_assigned_twice_and_every_assignment_changes_its_value():
+    spec = UpdatesSpec()
+    rng = random.Random(5)
+    for n in (2, 3, 16, 64):
+        for i in range(20):
+            s = make_update_sample(rng, spec, n, f"s{i}")
+            current, seen = {}, []
+            for k, v in re.findall(r"fact (k\d+) (v\d+)", s["context"]):
+                assert current.get(k) != v  # a reassignment gives another value
+                current[k] = v
+                if k == s["question"]:
+                    seen.append(v)
+            assert len(seen) >= 2 and seen == s["history"] and s["answers"] == [current[s["question"]]]
+    with pytest.raises(ValueError, match="at least two chunks"):
+        make_update_sample(rng, spec, 1, "one")
+
+
+def test_an_event_is_one_chunk_of_the_task_tokenizer():
+    spec = UpdatesSpec()
+    tok = build_updates_tokenizer(spec)
+    s = make_update_sample(random.Random(2), spec, 8, "x")
+    ids = tok(s["context"], add_special_tokens=False)["input_ids"]
+    assert spec.chunk_tokens == 11 and len(ids) == 8 * 11 and tok.unk_token_id not in ids
+    for i in range(8):  # each event: the time as T, the role, then its nine words
+        words = tok.convert_ids_to_tokens(ids[11 * i:11 * (i + 1)])
+        assert words[:2] == ["T", "user:"] and words[2:] == s["events"][i]["text"].split()
+
+
+def test_scores_count_current_and_stale_answers():
+    samples = [{"answers": ["v3"], "history": ["v1", "v2", "v3"]}] * 4
+    # right, stale (v1 and v2 are older values), and a value the key never held
+    assert scores(["v3", "v1", "v2", "v9"], samples) == (0.25, 0.5)
+    with pytest.raises(ValueError):
+        scores([], [])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("updates") / "run"
+    cfg = UpdatesConfig(seed=1234, out=str(out), multiples=(1, 4), eval_docs=8, warmup_rows=2000, rl_steps=3,
+                        rl_batch=4, rl_group=4, rl_mini_batches=1, rl_schedule="constant", fc_rows=500, fc_lr=None,
+                        rl_copy_rows=300, standing_docs=4)
+    return out, run_updates(cfg, log=lambda m: None)
+
+
+@pytest.mark.slow
+def test_tiny_updates_demo_end_to_end(tiny):
+    out, results = tiny
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["task"] == "updates" and on_disk["seed"] == 1234 and on_disk["seed_role"] == "tuning"
+    assert list(on_disk["accuracy"]) == list(METHODS) and on_disk["chance"] == 1 / 50
+    for method in METHODS:  # every share is a count over the 8 documents of that length
+        for mult in ("1", "4"):
+            for share in (on_disk["accuracy"][method][mult], on_disk["stale"][method][mult]):
+                assert 0 <= share <= 1 and share * 8 == round(share * 8)
+    st = on_disk["standing"]
+    # the streams' equivalence: a standing question's answers are memagent-rl's, one by one
+    assert st["docs"] == {"1": 4, "4": 4} and st["same"] == {"1": 4, "4": 4} and st["differ"] == {"1": [], "4": []}
+    assert st["accuracy"] == st["memagent_rl_accuracy"]
+    assert st["calls"] == {"1": 1, "4": 1}  # events fill whole chunks: no tail, the final call alone
+    assert on_disk["targets"]["standing_equals_memagent_rl"] is True
+    assert on_disk["targets"]["memagent_rl_lowest"] == min(on_disk["accuracy"]["memagent-rl"].values())
+    table = (out / "results.md").read_text()
+    assert "| rag-bm25 |" in table and "| standing (first 4) |" in table and "4x (16 chunks)" in table
+    assert "standing answers equal to memagent-rl's: 1x 4/4, 4x 4/4" in table
+    assert (out / "accuracy.png").stat().st_size > 1000 and (out / "model" / "memagent.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_saved_model_answers_its_task_as_a_stream_through_the_cli(tiny, tmp_path, run_cli):
+    """The run's model (with its tokenizer and settings) reads its task's streams: `memagent stream ask` (a standing
+    question) gives what `memagent ask` gives over `stream show --text`, the sample's own document."""
+    out, _ = tiny
+    s = make_update_sample(random.Random(9), UpdatesSpec(), 6, "cli")
+    db, doc, events = tmp_path / "s.db", tmp_path / "s.txt", tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in s["events"]))
+    assert run_cli("stream", "create", db)[0] == 0
+    assert run_cli("stream", "append", db, events, "--format", "jsonl")[0] == 0
+    code, text, _ = run_cli("stream", "show", db, "--text")
+    assert code == 0 and text == s["context"]
+    doc.write_text(text)
+    q = ["--question", s["question"], "--model", out / "model"]
+    code, standing, err = run_cli("stream", "ask", db, *q, "--standing")
+    assert code == 0 and "standing question 1:" in err
+    code, reference, _ = run_cli("ask", "--document", doc, "--no-progress", *q)
+    assert code == 0 and standing == reference
+
+
+def test_seeds_refused_for_updates(capsys):
+    assert run(["demo", "--task", "updates", "--seeds", "200,201", "--out", "x"]) == 2
+    assert "--seeds runs the single-hop demo only; run --task updates once per --seed" in capsys.readouterr().err
