@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--memory-tokens", type=int, default=64)
     ap.add_argument("--output-tokens", type=int, default=16)
     args = ap.parse_args()
-    from memagent.agent.prompts import render
+    from memagent.prompts import render
     from memagent.agent.workflow import AgentInput, MemoryAgent
     from memagent.backends.base import SamplingParams
     from memagent.backends.hf import TransformersBackend

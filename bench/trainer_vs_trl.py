@@ -150,7 +150,7 @@ def run_trl(path: Any, samples: list[dict[str, Any]], args: argparse.Namespace, 
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from memagent.agent.prompts import render
+    from memagent.prompts import render
     from memagent.config import AgentConfig
     from memagent.tasks.metrics import boxed_reward
 
@@ -205,7 +205,7 @@ def run_trl(path: Any, samples: list[dict[str, Any]], args: argparse.Namespace, 
 
 def check_same_prompt(path: Any, sample: dict[str, Any]) -> None:
     """Both sides must feed the model the same prompt ids (same template, same chat rendering)."""
-    from memagent.agent.prompts import render
+    from memagent.prompts import render
     from memagent.backends.hf import TransformersBackend
     from memagent.config import AgentConfig
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from common import write_result
 
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.demo.config import EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, boxed
 from memagent.demo.evaluate import run_memagent
 from memagent.demo.pipeline import encode_rows, warm_up

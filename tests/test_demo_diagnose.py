@@ -68,7 +68,7 @@ def test_memory_updates_equal_the_workflow_memory_step_of_a_real_model():
     """On the demo's model (untrained: arbitrary but deterministic replies), each state's update equals the memory
     a direct greedy call with the workflow's prompt, cut to M tokens, gives; and a chunk over chunk_tokens is
     refused (two updates are not one state's update)."""
-    from memagent.agent.prompts import render
+    from memagent.prompts import render
     from memagent.agent.workflow import cap_tokens
     from memagent.backends.base import SamplingParams
     from memagent.demo.diagnose import memory_updates

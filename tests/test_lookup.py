@@ -8,7 +8,7 @@ import pytest
 
 from memagent.agent.lookup import MAX_HITS, MAX_LOOKUPS, lookup
 from memagent.agent.protocol import template_overhead
-from memagent.agent.prompts import LOOKUP_QUERY_TEMPLATE, render
+from memagent.prompts import LOOKUP_QUERY_TEMPLATE, render
 from memagent.agent.registry import AgentInput, BudgetError, build_workflow, run_workflow
 from memagent.backends.base import BackendError
 from memagent.config import AgentConfig, ConfigError

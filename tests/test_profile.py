@@ -9,7 +9,7 @@ import yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.scoring import ScoreOptions
 from memagent.protocol.profile import (
-    Profile, apply_flags, dump_profile, load_profile, profile_from_dict, resolve_profile, train_config_with_profile,
+    Profile, apply_flags, dump_profile, load_profile, profile_from_dict, resolve_profile, training_profile,
     write_profile,
 )
 
@@ -103,17 +103,18 @@ def test_written_profiles_read_back_equal_templates_with_trailing_spaces_include
 
 
 def test_train_takes_the_profile_prompts_and_budgets_but_keeps_its_sampling():
-    from memagent.rl.config import load_config
+    from memagent.rl.config import build_train_config
 
-    cfg = load_config(None, ["agent.memory_tokens=64", "agent.temperature=0.9"])
+    overrides = ["agent.memory_tokens=64", "agent.temperature=0.9"]  # explicit agent.* overrides win
     prof = profile_from_dict({"budgets": {"memory_tokens": 512, "chunk_tokens": 800},
                               "sampling": {"temperature": 0.0}, "prompts": {"answer_protocol": "phrase"}})
-    new, resolved = train_config_with_profile(cfg, prof, keep={"memory_tokens", "temperature"})
+    new = build_train_config(None, overrides, profile=prof)  # memagent train's own path
+    resolved = training_profile(new, prof)
     assert (new.agent.memory_tokens, new.agent.chunk_tokens, new.agent.answer_protocol) == (64, 800, "phrase")
     assert new.agent.temperature == 0.9  # rollouts sample at the training config's temperature
     assert (resolved.budgets.memory_tokens, resolved.sampling.temperature) == (64, 0.9)
-    same, plain = train_config_with_profile(cfg, None)
-    assert same is cfg and plain.budgets.memory_tokens == 64
+    plain = build_train_config(None, overrides)
+    assert plain.agent.chunk_tokens != 800 and training_profile(plain, None).budgets.memory_tokens == 64
 
 
 def test_the_scoring_and_repeats_flags_map_to_their_sections():

@@ -1,6 +1,6 @@
 import pytest
 
-from memagent.agent.prompts import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE, render
+from memagent.prompts import PAPER_FINAL_TEMPLATE, PAPER_MEMORY_TEMPLATE, render
 from memagent.config import AgentConfig, ConfigError
 
 

@@ -180,11 +180,14 @@ def deprecated(message: str) -> None:
     warnings.warn(message, ConfigDeprecation, stacklevel=3)
 
 
+DEFAULT_WORKFLOW = "memagent"  # the paper's overwrite loop (memagent.agent.workflow)
+
+
 @dataclass(frozen=True)
 class WorkflowChoice:
     """The reading workflow a command, a profile or a training run uses (memagent.agent.registry), and its own
     options; written `workflow: {name: lookup, options: {hits: 3}}` in every file."""
-    name: str = field(default="memagent", metadata=rule(flag_name="workflow"))  # the paper's overwrite loop
+    name: str = field(default=DEFAULT_WORKFLOW, metadata=rule(flag_name="workflow"))
     options: dict[str, Any] = field(default_factory=dict)  # keyword options of its factory (e.g. lookup's)
 
 

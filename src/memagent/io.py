@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -324,6 +325,15 @@ def read_text(path: PathLike, what: str, error: type[MemAgentError]) -> str:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{what} {p} is not valid UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8") from None
+
+
+def file_sha256(path: PathLike) -> str:
+    """SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def existing_files(folder: PathLike | None) -> Iterable[Path]:

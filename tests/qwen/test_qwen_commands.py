@@ -134,18 +134,18 @@ def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_ba
     """`memagent train --profile P` writes P's chat_template_kwargs into out_dir/profile.yaml, so the rollouts
     render with them (Qwen3 with enable_thinking false: the empty think block), as `ask` and `eval` do
     (`TrainConfig.chat_template_kwargs`; a known gap until it was added, then an xfail here)."""
-    from memagent.protocol.profile import Profile, train_config_with_profile
-    from memagent.rl.config import load_config
+    from memagent.protocol.profile import Profile, training_profile
+    from memagent.rl.config import build_train_config
     from memagent.rl.distributed import DistInfo
     from memagent.rl.rollout import PolicyRollout
 
-    cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "progress=false"])
-    cfg, resolved = train_config_with_profile(cfg, Profile(chat_template_kwargs={"enable_thinking": False}))
-    assert resolved.chat_template_kwargs == {"enable_thinking": False}
+    profile = Profile(chat_template_kwargs={"enable_thinking": False})
+    cfg = build_train_config(None, [f"out_dir={tmp_path / 'run'}", "progress=false"], profile=profile)
+    assert training_profile(cfg, profile).chat_template_kwargs == {"enable_thinking": False}
     rollout = PolicyRollout(qwen_backend.model, qwen_tokenizer, cfg, DistInfo())
     assert rollout.backend().render("hi").endswith("<think>\n\n</think>\n\n")
     assert cfg.chat_template_kwargs == {"enable_thinking": False}
-    plain, _ = train_config_with_profile(load_config(None, [f"out_dir={tmp_path / 'run2'}", "progress=false"]), None)
+    plain = build_train_config(None, [f"out_dir={tmp_path / 'run2'}", "progress=false"])
     assert not PolicyRollout(qwen_backend.model, qwen_tokenizer, plain, DistInfo()).backend().render("hi").endswith(
         "</think>\n\n")
 

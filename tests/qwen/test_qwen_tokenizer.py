@@ -14,7 +14,7 @@ import torch
 from qwen_fixture import ANSWER, REPLY_PLAIN, REPLY_THINKING
 
 from memagent.agent.chunking import iter_chunks
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.agent.workflow import AgentInput, BudgetError, MemoryAgent
 from memagent.backends.base import SamplingParams
 from memagent.config import PAPER_MEMORY_TEMPLATE, PLACEHOLDER, AgentConfig

@@ -26,7 +26,7 @@ from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, 
 from memagent.agent.guards import GuardedSteps, is_plugin, plugin_fault
 from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
-from memagent.config import ConfigError
+from memagent.config import DEFAULT_WORKFLOW, ConfigError
 from memagent.errors import MemAgentError
 from memagent.plugins import Registry
 
@@ -38,7 +38,6 @@ __all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conver
 
 WorkflowFactory = Callable[..., Any]  # a workflow generator function, or factory(backend, config, **options)
 ENTRY_POINT_GROUP = "memagent.workflows"
-DEFAULT_WORKFLOW = "memagent"
 
 # name -> "module:attribute", imported on first use (kept as strings: the registry imports no workflow module)
 BUILTINS: dict[str, str] = {

@@ -20,7 +20,6 @@ the slow part.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from memagent.backends.base import BackendError
-from memagent.io import os_error_message
+from memagent.io import file_sha256, os_error_message
 
 MAGIC = b"GGUF"
 IMPORT_RECORD = "memagent-import.json"
@@ -190,14 +189,6 @@ def check_gguf(path: str | Path) -> dict[str, Any]:
         raise GGUFError(f"{p} holds a model of architecture {arch!r}, which transformers cannot load from GGUF; "
                         f"supported: {', '.join(supported)}")
     return header
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def import_gguf(path: str | Path, out: str | Path, *, progress: Callable[[str], None] | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from memagent.agent.answer import extract_boxed
-from memagent.agent.registry import AgentInput, build_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
 from memagent.backends.base import SamplingParams
 from memagent.demo.config import EMPTY_MEMORY, METHODS, DemoConfig, agent_config, full_prompt
 from memagent.demo.diagnose import update_errors
@@ -22,7 +22,7 @@ def toy_backend(model: Any, tokenizer: Any, max_batch_size: int) -> Any:
 
 
 def run_memagent(model: Any, tokenizer: Any, samples: list[dict[str, Any]], spec: ToySpec,
-                 keep_conversations: bool = False, workflow: str = "memagent",
+                 keep_conversations: bool = False, workflow: str = DEFAULT_WORKFLOW,
                  workflow_options: dict[str, Any] | None = None) -> list[Any]:
     """The greedy workflow (by name, memagent.agent.registry; the paper's by default) over toy samples: one
     AgentResult each, in order (with every model call kept when `keep_conversations`, for demo/failures.py)."""

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from memagent.demo.config import (  # noqa: F401  (DemoConfig and agent_config: imported from here by the CLI)
     EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, METHODS, DemoConfig, agent_config, boxed, full_prompt,
 )
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.demo.evaluate import evaluate
 from memagent.demo.numerics import numerics
 from memagent.demo.report import markdown_table, plot_accuracy, print_table

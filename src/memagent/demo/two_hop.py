@@ -39,7 +39,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from memagent.agent.answer import extract_boxed
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.backends.base import SamplingParams
 from memagent.config import WorkflowChoice
 from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt

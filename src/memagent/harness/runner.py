@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.agent.registry import build_workflow, get_workflow
 from memagent.split_prompt import SplitRule, parse_rule, split_prompt
 from memagent.agent.workflow import AgentInput, AgentResult

@@ -317,20 +317,6 @@ def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Ba
                                speculate=options.speculate or profile.speculate).load(model)
 
 
-def train_config_with_profile(cfg: Any, profile: Profile | None, keep: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Profile]:
-    """(training config with the profile's prompts and budgets in `cfg.agent`, the profile it runs with).
-
-    cfg: a `memagent.rl.config.TrainConfig`; keep: AgentConfig fields set by explicit `agent.*=...`
-    overrides, which win over the profile (`memagent.rl.config.build_train_config` does this for the CLI).
-    """
-    if profile is not None:
-        cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, keep))
-        if profile.chat_template_kwargs and not cfg.chat_template_kwargs:  # the config's own, if set, win
-            cfg = dataclasses.replace(cfg, chat_template_kwargs=dict(profile.chat_template_kwargs))
-        cfg = dataclasses.replace(cfg, **profile.training_rewards(cfg.reward, cfg.step_reward))
-    return cfg, training_profile(cfg, profile)
-
-
 def training_profile(cfg: Any, profile: Profile | None) -> Profile:
     """The profile a training run uses (written to its out_dir/profile.yaml): `profile` (default: the built-in)
     with the rollouts' prompts, budgets, sampling and chat template arguments of `cfg` (a TrainConfig)."""

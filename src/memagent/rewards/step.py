@@ -31,7 +31,7 @@ import unicodedata
 from collections import Counter
 from typing import Any, Sequence
 
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.rewards.protocol import Update
 from memagent.tasks.metrics import normalize_answer
 

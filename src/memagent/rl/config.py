@@ -13,7 +13,6 @@ flags and a protocol profile; `run_train` is what `memagent train` calls.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from memagent.backends.speculate import SPECULATE
 from memagent.config import AgentConfig, ConfigError, WorkflowChoice, deprecated, workflow_choice_data
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
-from memagent.io import atomic_write_text, check_not_input, check_output_dir, folder_holds, read_text
+from memagent.io import check_not_input, check_output_dir, folder_holds, read_text
 from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, build_reward, check_reward_name
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 from memagent.sections import build, check_fields, deep_merge, load_mapping, parse_overrides, rule, spell_out, to_dict
@@ -458,10 +457,6 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
                if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
     return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,
                                **rewards)
-
-
-def save_config(cfg: TrainConfig, path: str | Path) -> None:
-    atomic_write_text(path, json.dumps(config_to_dict(cfg), indent=2) + "\n")
 
 
 def check_out_dir(cfg: TrainConfig) -> None:

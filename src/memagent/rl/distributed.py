@@ -85,14 +85,6 @@ def all_gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     return out
 
 
-def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
-    if not info.enabled:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=src)
-    return box[0]
-
-
 def wrap_model(model: nn.Module, strategy: str, info: DistInfo, offload: Any = None) -> nn.Module:
     """DDP or FSDP2 around `model` (already on info.device); the model itself when not distributed.
     offload: an FSDP2 OffloadPolicy for every shard (memagent.rl.model_options.offload_policy) or None."""
@@ -151,12 +143,6 @@ def full_state_dict(model: nn.Module, all_ranks: bool = False) -> dict[str, torc
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # lazy: torch
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks))
-
-
-def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict  # lazy: torch
-
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from memagent.config import ConfigDeprecation, workflow_choice_data
-from memagent.rl.checkpoint import CheckpointError, latest_checkpoint
+from memagent.rl.checkpoint import CheckpointError
 
 RESUMABLE = ("total_steps", "save_every", "keep_last", "resume", "force", "out_dir", "device", "strategy", "data.path",
              "progress", "tensorboard", "log.", "val.", "vllm.", "model_options.", "checkpoint.async_save",
@@ -67,15 +67,6 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def samples_digest(samples: Iterable[Any]) -> str:
     """SHA-256 of samples given in memory (their reprs, in order)."""
     h = hashlib.sha256()
@@ -99,14 +90,6 @@ def check_resume(ckpt: Path, config: dict[str, Any], data_sha256: str | None) ->
             f"resume: {ckpt.parent.parent} was trained with other settings than these: {'; '.join(problems)}; "
             "resume with the run's own settings (its config.json) or start a new run in another out_dir "
             "(on resume only total_steps, save_every, keep_last, logging and placement may change: docs/training.md)")
-
-
-def check_resume_dir(out_dir: str | Path, config: dict[str, Any], data_sha256: str | None) -> None:
-    """`check_resume` against the newest checkpoint under out_dir/checkpoints, when there is one (before the
-    command writes anything into out_dir)."""
-    latest = latest_checkpoint(Path(out_dir) / "checkpoints")
-    if latest is not None:
-        check_resume(latest, config, data_sha256)
 
 
 def _json(path: Path) -> Any:

@@ -42,7 +42,7 @@ from memagent.backends.hf import config_vocab_size, pick_dtype, vocab_limit
 from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
-from memagent.io import atomic_write_text
+from memagent.io import atomic_write_text, file_sha256
 from memagent.lock import run_lock
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
@@ -52,7 +52,7 @@ from memagent.rl.model_options import load_kwargs, offload_policy, prepare_model
 from memagent.rl.objectives import DAPO, SFT, MiniBatch, Objective, Term, accumulate_gradients, check_rows
 from memagent.rl.packing import rows_logprobs
 from memagent.rl.recipe import Callback, Recipe, RunSpec, TrainResult, step_seed
-from memagent.rl.resume_guard import file_digest, samples_digest
+from memagent.rl.resume_guard import samples_digest
 from memagent.rl.rollout import RewardFn, RolloutBatch, collect_rollouts, make_engine, warn_rank_seeded_resume
 from memagent.rl.samples import QASample, cap_chunks, load_samples, read_training_samples
 from memagent.rl.validation import make_validator
@@ -307,7 +307,7 @@ def train(
         if not config.data:
             raise ConfigError("no training data: set `data` (a JSONL file) in the config or pass dataset=")
         samples = read_training_samples(config.data.path)
-        digest = file_digest(config.data.path)  # the file's bytes: the CLI checks them before writing anything
+        digest = file_sha256(config.data.path)  # the file's bytes: the CLI checks them before writing anything
     else:
         samples = load_samples(dataset)
         digest = None  # Trainer digests the samples

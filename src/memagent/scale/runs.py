@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import IO, Any, Callable, Iterator, Optional, Sequence
 
+from memagent.config import DEFAULT_WORKFLOW
 from memagent.scale.options import RayOptions, plan_workers
 from memagent.scale.pool import ShardPool, cluster_gpus, connect
 from memagent.scale.worker import ShardWorker
@@ -39,7 +40,7 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
 def ray_ask(model: str, backend: Any, profile: Any, config: Any, items: Sequence[Any],
             on_result: Callable[[Any], None], trace: Optional[IO[str]], ray_opts: RayOptions, *,
             errors: str = "strict", trace_chunks: bool = False, progress: bool = False,
-            hook: PoolHook | None = None, workflow: str = "memagent",
+            hook: PoolHook | None = None, workflow: str = DEFAULT_WORKFLOW,
             workflow_options: dict[str, Any] | None = None) -> int:
     """Answer `items` (AgentInput) on Ray actors, `config.max_batch_docs` questions a unit, read by `workflow` with
     its own `workflow_options`; each result goes to `on_result` and its trace records to `trace` as its unit

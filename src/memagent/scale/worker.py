@@ -10,7 +10,7 @@ import os
 import socket
 from typing import Any, Callable, Sequence
 
-from memagent.agent.registry import build_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.errors import MemAgentError
 from memagent.eval.sweep_config import SweepConfig
 from memagent.eval.unit_run import check_settings, run_unit
@@ -71,7 +71,7 @@ class ShardWorker:
 
     @_returns_errors
     def ask(self, items: Sequence[Any], config: Any, errors: str, trace: bool, trace_chunks: bool,
-            workflow: str = "memagent", workflow_options: dict | None = None) -> tuple[list[Any], str]:
+            workflow: str = DEFAULT_WORKFLOW, workflow_options: dict | None = None) -> tuple[list[Any], str]:
         """(results of `items` (AgentInput) in input order, their trace as JSONL text, '' without one); read by
         the workflow named `workflow` (memagent.agent.registry) with its own options."""
         buf = io.StringIO() if trace else None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from memagent.agent.prompts import render
+from memagent.prompts import render
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow
 from memagent.split_prompt import parse_rule
 from memagent.backends.base import Backend

@@ -3,14 +3,13 @@ and writing sample files. Imports nothing from `memagent.tasks`, so every task m
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from memagent.errors import MemAgentError
-from memagent.io import atomic_write
+from memagent.io import atomic_write, file_sha256
 
 __all__ = ["DataError", "LAZY_DOC_THRESHOLD", "count_tokens", "file_sha256", "write_samples"]
 
@@ -31,14 +30,6 @@ def count_tokens(tokenizer: Any, text: str) -> int:
     if backend is not None:
         return len(backend.encode(text, add_special_tokens=False).ids)
     return len(tokenizer.encode(text, add_special_tokens=False))
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_samples(samples: Iterable[dict], path: str | Path) -> int:
