@@ -717,6 +717,58 @@ def vllm_cpu(get: Get) -> str:
               f"{others} other memagent/torch processes. {summary}Rerun: `.venv-vllm/bin/{d['command']}`.\n")
 
 
+def demo_updates(get: Get) -> str:
+    """`memagent demo --task updates` (bench/results/demo_updates.json: each run's results.json under its seed):
+    accuracy (%) with the stale share (an older value of the key) in brackets, the standing path's row and its
+    agreement with memagent-rl, the target's verdict, then the time and what ran beside."""
+    d = get("demo_updates")
+    out = []
+    for seed, r in d["runs"].items():
+        mults = list(r["accuracy"]["memagent-rl"])
+        chunks, st = r["config"]["train_chunks"], r["standing"]
+        out.append(f"seed {seed} ({r['seed_role']} seed), {r['config']['eval_docs']} streams a length, accuracy (%) "
+                   f"and [stale: an older value of the key] (%), chance {100 * r['chance']:.0f}%:\n\n")
+        rows = [[m, *[f"{100 * acc[k]:.1f} [{100 * r['stale'][m][k]:.1f}]" for k in mults]]
+                for m, acc in r["accuracy"].items()]
+        rows.append([f"standing question (first {st['docs'][mults[0]]})",
+                     *[f"{100 * st['accuracy'][k]:.1f}" for k in mults]])
+        out.append(numeric_table(["method", *[f"{k}x ({int(k) * chunks} events)" for k in mults]], rows))
+        t = r["targets"]
+        out.append("\nstanding answers equal to memagent-rl's: " + ", ".join(
+            f"{k}x {st['same'][k]}/{st['docs'][k]}" for k in mults) + f" (at most {max(st['calls'].values())} "
+            f"call(s) an answer). memagent-rl at least 90% at every length: "
+            f"{'met' if t['memagent_rl_at_least_90_every_length'] else 'MISSED'} (lowest "
+            f"{100 * t['memagent_rl_lowest']:.1f}%).\n")
+        sec = r["seconds"]
+        run = d.get("timing", {}).get(seed)
+        out.append("\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in sec.items())
+                   + f"; peak RSS {r['peak_rss_mb']} MB; {r['numerics']['threads']} thread(s)")
+        if run:
+            out.append(f"; wall {run['wall_s'] / 60:.1f} min, niced, on the shared 2-core machine at load "
+                       f"{run['load_start']:.1f} (start) / {run['load_end']:.1f} (end): slower than on a quiet one")
+        out.append(".\n\n")
+    return "".join(out)
+
+
+def streams_cost(get: Get) -> str:
+    """bench/streams.py (bench/results/streams.json): per history length, the seconds of one answer and the tokens
+    a model reads for it, for a current standing question, an ad-hoc memagent read and full-context."""
+    d = get("streams")
+    rows = [[f"{r['tokens']:,}", f"{r['events']:,}", f"{r['chunks']:,}", f"{1000 * r['answer_s']:.2f} ms",
+             f"{r['adhoc_s']:.3f} s", f"{r['full_context_s']:.3f} s", f"{r['standing_tokens_read']:,}",
+             f"{r['adhoc_tokens_read']:,}", f"{r['full_context_tokens_read']:,}"] for r in d["latency"]]
+    thr = ", ".join(f"{t['events_per_s']:g} events/s with {t['questions']}" for t in d["throughput"])
+    rss = ", ".join(f"{v} MB at {int(k):,}" for k, v in d["peak_rss_mb"].items())
+    c, m = d["machine"], d["checks"]
+    return (numeric_table(["stream built (tokens)", "events", "chunks", "standing answer", "ad-hoc memagent",
+                           "full-context", "tokens read: standing", "ad-hoc", "full-context"], rows)
+            + f"\nStanding answer, largest / smallest: {m['answer_flat_ratio']:.2f} (target <= "
+              f"{m['answer_flat_target']}: {'met' if m['answer_flat_met'] else 'missed'}). Full-context's window: "
+              f"{d['settings']['window']:,} tokens. Appending, every standing question advanced after each event: "
+              f"{thr} question(s). Peak RSS advancing a new question over the whole history: {rss} tokens. "
+              f"Measured {c['date']} on {c['cores']} cores ({c['cpu']}), load {c['load_avg'][0]:.1f} beside it.\n")
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
     "workflows-two-hop": workflows_two_hop,
@@ -743,6 +795,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "vllm-cpu": vllm_cpu,
     "rewards-two-hop": rewards_two_hop,
     "demo-two-hop-rewards": two_hop_side_by_side,
+    "streams-cost": streams_cost,
 }
 SOURCES = {  # what each region reads, for the report and the docs
     "demo-two-hop": "demo_two_hop", "workflows-two-hop": "demo_two_hop",
@@ -757,6 +810,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "demo-seeds-evidence": "demo_seeds_evidence", "real-model": "real_model", "serve-real": "serve_real",
     "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards", "real-model-recipe": "real_model_recipe",
     "demo-two-hop-rewards": "demo_two_hop demo_two_hop_evidence", "vllm-cpu": "vllm_cpu",
+    "streams-cost": "streams",
 }
 
 
@@ -869,6 +923,33 @@ def import_seeds(path: Path, results: Path, name: str) -> Path:
     return out
 
 
+LOAD = re.compile(r"load average: ([0-9.]+)")
+WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)")
+
+
+def import_updates(path: Path, log: Path | None, results: Path) -> Path:
+    """Add a `memagent demo --task updates` run's results.json to bench/results/demo_updates.json (under its seed);
+    `log`: the run's log with `/usr/bin/time -v` and `uptime` lines around it (its wall time, the load at its start
+    and end)."""
+    r = json.loads(path.read_text(encoding="utf-8"))
+    out = results / "demo_updates.json"
+    data = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {
+        "benchmark": "demo_updates", "command": "memagent demo --task updates --seed S --out OUT", "runs": {},
+        "timing": {}}
+    seed = str(r["seed"])
+    data["runs"][seed] = {k: v for k, v in r.items() if k != "update_errors"}
+    if log is not None:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        loads, wall = [float(x) for x in LOAD.findall(text)], WALL.search(text)
+        if wall is None or len(loads) < 2:
+            raise SystemExit(f"{log}: no `/usr/bin/time -v` wall time or no two `uptime` lines")
+        parts = [float(x) for x in wall.group(1).split(":")]
+        data["timing"][seed] = {"wall_s": round(sum(v * 60 ** i for i, v in enumerate(reversed(parts))), 1),
+                                "load_start": loads[0], "load_end": loads[-1], "source": str(log)}
+    out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 naming page:line where they differ")
@@ -879,7 +960,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--import-seeds-pure", type=Path, metavar="SEEDS_JSON", help="the --pure-dapo seeds.json first")
     ap.add_argument("--import-seeds-evidence", type=Path, metavar="SEEDS_JSON",
                     help="the --step-reward evidence seeds.json first")
+    ap.add_argument("--import-updates", type=Path, metavar="RESULTS_JSON",
+                    help="a `demo --task updates` run's results.json first (into demo_updates.json)")
+    ap.add_argument("--updates-log", type=Path, metavar="LOG", help="with --import-updates: its time -v and uptime log")
     args = ap.parse_args(argv)
+    if args.import_updates:
+        print(f"wrote {import_updates(args.import_updates, args.updates_log, args.results)}")
     if args.import_demo:
         print(f"wrote {import_demo(args.import_demo, args.results)}")
     for src, name in ((args.import_seeds, "demo_seeds"), (args.import_seeds_pure, "demo_seeds_pure"),

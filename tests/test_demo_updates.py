@@ -109,6 +109,33 @@ def test_the_saved_model_answers_its_task_as_a_stream_through_the_cli(tiny, tmp_
     assert code == 0 and standing == reference
 
 
+@pytest.mark.slow
+def test_the_docs_region_is_rendered_from_the_imported_run(tiny, tmp_path):
+    """scripts/docs_figures.py --import-updates: the run's results.json under its seed, its wall time and the load
+    from a `/usr/bin/time -v` + `uptime` log; the region's table and verdict from them."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("docs_figures", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "docs_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    out, results = tiny
+    log = tmp_path / "run.log"
+    log.write_text(" 16:00:01 up 3:20,  0 user,  load average: 5.25, 4.00, 3.00\n...\n"
+                   "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n"
+                   " 17:02:05 up 4:22,  0 user,  load average: 7.50, 6.00, 5.00\n")
+    figures.import_updates(out / "results.json", log, tmp_path)
+    data = json.loads((tmp_path / "demo_updates.json").read_text())
+    assert data["timing"]["1234"] == {"wall_s": 3723.5, "load_start": 5.25, "load_end": 7.5, "source": str(log)}
+    text = figures.demo_updates(figures.loader(tmp_path))
+    rl = results["accuracy"]["memagent-rl"]
+    assert f"| memagent-rl | {100 * rl['1']:.1f} [" in text and "| standing question (first 4) |" in text
+    assert "standing answers equal to memagent-rl's: 1x 4/4, 4x 4/4" in text
+    assert "at every length: MISSED" in text or min(rl.values()) >= 0.9
+    assert "wall 62.1 min, niced, on the shared 2-core machine at load 5.2 (start) / 7.5 (end)" in text
+
+
 def test_seeds_refused_for_updates(capsys):
     assert run(["demo", "--task", "updates", "--seeds", "200,201", "--out", "x"]) == 2
     assert "--seeds runs the single-hop demo only; run --task updates once per --seed" in capsys.readouterr().err
