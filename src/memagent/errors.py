@@ -13,6 +13,3 @@ class MemAgentError(Exception):
 
 class InputError(MemAgentError, ValueError):
     """A malformed input file or argument (JSONL line, missing field, ...)."""
-
-
-USER_ERRORS: tuple[type[BaseException], ...] = (MemAgentError, FileNotFoundError, FileExistsError)

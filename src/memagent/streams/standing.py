@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
 from memagent.agent.chunking import Chunk
@@ -243,9 +243,3 @@ def register(file: StreamFile, question: str, model: str, config: AgentConfig, b
         raise StreamError("a standing question is empty; give its text")
     _Offset(_answer, backend, config, 0).check_budget([AgentInput(question, [], "new")])
     return file.add_question(question, model, config_data(config), key, probe_of(backend.tokenizer))
-
-
-def config_from(data: dict[str, Any]) -> AgentConfig:
-    """The AgentConfig a question was registered with (its stored fields)."""
-    known = {f.name for f in fields(AgentConfig)}
-    return AgentConfig(**{k: v for k, v in data.items() if k in known})

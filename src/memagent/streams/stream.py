@@ -25,7 +25,7 @@ from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workfl
 from memagent.config import AgentConfig
 from memagent.lock import lock_path_for
 from memagent.streams.events import Event, StreamError, make_event
-from memagent.streams.standing import (MemoryVersion, StandingQuestion, StreamAnswer, config_from, question_key,
+from memagent.streams.standing import (MemoryVersion, StandingQuestion, StreamAnswer, question_key,
                                        register)
 from memagent.streams.store import StreamFile
 
@@ -125,12 +125,6 @@ class Stream:
     def questions(self) -> list[dict[str, Any]]:
         """Each standing question: {id, question, model, config, events_read, chunks, memory, ...}."""
         return self.file.questions()
-
-    def question_config(self, qid: int) -> AgentConfig:
-        row = self.file.question_row("id", qid)
-        if row is None:
-            raise StreamError(f"{self.path} has no standing question {qid}")
-        return config_from(row["config"])
 
     def memories(self, qid: int) -> list[dict[str, Any]]:
         return self.file.memories(qid)
