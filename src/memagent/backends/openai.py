@@ -1,32 +1,17 @@
 """The `openai` backend: any OpenAI-compatible HTTP server (vLLM, SGLang, llama.cpp's server).
 
-One request per prompt (chat completions, or plain completions with `use_chat=False`), at most
-`max_concurrency` in flight, results in input order. `submit(prompt, params)` sends one request
-and returns a `concurrent.futures.Future`; `generate` is built on it. The HTTP is the `openai`
-SDK's AsyncOpenAI on a background event-loop thread (memagent.backends.openai_http): every try of
-a request has a deadline that bounds all of it (connect, send, every byte of the reply), not each
-read; 5xx, 429, timeouts and connection errors are retried up to `max_retries` times with
-exponential back-off and jitter (a 429's Retry-After is honoured); other 4xx fail at once. After the last try the
-error says what happened (status, URL without credentials, number of tries) and what to do.
-`base_url` may name several replicas of one server (`URL1,URL2,...`): each request goes to the
-one with the fewest outstanding requests, and a failing replica is rested while the request goes
-to another (memagent.backends.replicas). The reply is a function of the request, so results do
-not depend on the number of replicas.
-The API key is read from the environment and never printed. Every reply is type-checked
-(memagent.backends.openai_reply): a malformed one is a BackendError naming the field and the server.
+One request per prompt (chat completions, or plain completions with `use_chat=False`), at most `max_concurrency`
+in flight, results in input order; `submit(prompt, params)` returns a Future and `generate` is built on it. The
+transport (memagent.backends.openai_http: a deadline per try, bounded retries with back-off), replicas
+(`URL1,URL2,...`: memagent.backends.replicas) and the checks of every reply (memagent.backends.openai_reply) live
+beside it; what each fault gets: docs/faults.md. The API key is read from the environment and never printed.
 
-Chunking and budgets need the served model's tokenizer, which an HTTP server does not expose:
-it is named separately (a Hugging Face id or a local directory). `prompt_length` renders the
-prompt with that tokenizer's chat template, as the server does.
-
-Token ids and log-probs. The OpenAI API returns text. Exact token ids come back only when the
-server offers them: vLLM >= 0.10.2 with `return_token_ids`, or older vLLM's
-`return_tokens_as_token_ids` (log-prob tokens spelt "token_id:N"); `request_token_ids=True`
-asks for both (other servers may reject the unknown fields). Otherwise the reply text is
-re-tokenised (plus the EOS id when the server stopped), which can differ from the sampled ids;
-then log-probs are kept only when their count matches, and dropped with a warning when not.
-Departure to know about for training: what a server's log-probs mean varies (vLLM by default
-returns those of the raw model, before temperature); the trainer recomputes its own.
+Chunking and budgets need the served model's tokenizer, named separately (an HTTP server does not expose it);
+`prompt_length` renders the prompt with its chat template, as the server does. Exact token ids come back only
+when the server offers them (vLLM's `return_token_ids`, or `return_tokens_as_token_ids`: `request_token_ids=True`
+asks for both); otherwise the reply is re-tokenised (plus the EOS id when the server stopped) and its log-probs
+kept only when their count matches. For training: a server's log-probs may be the raw model's (vLLM's default,
+before temperature); the trainer recomputes its own.
 """
 from __future__ import annotations
 

@@ -1,31 +1,12 @@
 """Speculative decoding by prompt lookup (n-gram drafts taken from the sequence itself), one row at a time.
 
-A memory update largely copies text it has read: the previous memory carried forward, spans of the chunk
-written into it. Prompt lookup drafts the next tokens by finding the latest earlier occurrence of the last
-n generated tokens (n = max_ngram down to 1) in the prompt and the reply so far, and proposing the
-`num_draft` tokens that followed it. The model then reads the last token and the draft in one forward pass
-(one pass over the weights instead of one per token: on a CPU, decoding is bound by reading the weights) and
-keeps the longest prefix of the draft that it would have produced itself, plus its own next token.
-
-Which token "it would have produced" is decided by `pick`, position by position, from the verified logits:
-- greedy (argmax): the output is plain greedy decoding's, token for token (up to the rounding of a forward
-  over several positions vs one; float32 on CPU gives the same tokens on the real model, tests/test_speculate.py);
-- per-row seeded sampling (`row_sampling.sample_rows` at the uniform of each decode position): the same
-  tokens as plain per-row sampling with the same seeds, so the same distribution;
-- sampling from one generator: each position's token is drawn from the model's distribution given the
-  tokens before it and compared with the draft (accept while equal). Every kept token is a draw from the
-  exact conditional, so the distribution is plain sampling's (the rule transformers' assisted generation
-  uses when the draft has no probabilities); only which draws come out of the generator differs.
-Speculative sampling with a draft *model* (Leviathan et al. 2023's min(1, p/q) rule) keeps the distribution
-too; a deterministic n-gram draft is its q = one-hot case, whose acceptance is p(draft) as here.
-
-Rows are decoded one at a time (batch size 1): each row accepts a different number of tokens per step, so a
-batched verification would need per-row cache lengths, which transformers' cache cannot crop; on a CPU a
-batch of rows costs about what the rows cost one after another at these lengths (bench/latency.py measures both).
-
-vLLM has its own n-gram speculation for batches (`speculative_config`, `vllm_speculative_config`).
-This module is plain Python (the CLI's options import it); the decoding loop over a model is
-`memagent.backends.lookup_decode`.
+The `num_draft` tokens that followed the latest earlier occurrence of the last n tokens (n = max_ngram down to 1,
+in the prompt and the reply so far) are drafted; the model reads the last token and the draft in one forward pass
+and keeps the longest prefix it would have produced itself (`pick`: greedy, per-row seeded, or one generator's
+draws) plus its own next token, so greedy replies are plain decoding's token for token and sampled ones keep its
+distribution (an n-gram draft is speculative sampling's one-hot case). Why, why one row at a time, and the
+measurements: docs/throughput.md ("One document's latency"). Plain Python (the CLI's options import it); the loop
+over a model is `memagent.backends.lookup_decode`; vLLM speculates in its engine (`vllm_speculative_config`).
 """
 from __future__ import annotations
 

