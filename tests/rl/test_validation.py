@@ -68,9 +68,9 @@ def test_validator_counts_greedy_and_sampled_answers(tiny_tokenizer):
     backend = ScriptedBackend(tiny_tokenizer, lambda prompt, call: "so \\boxed{7}")
     samples = [QASample(str(i), "which number?", "the number is seven.", (a,)) for i, a in enumerate("778")]
     agent = AgentConfig(chunk_tokens=64, memory_tokens=16, answer_tokens=16, temperature=1.0)
-    from memagent.tasks.metrics import get_reward
+    from memagent.tasks.metrics import boxed_reward
 
-    v = Validator(samples, every=2, agent=agent, reward_fn=get_reward("boxed"), seed=3, info=DistInfo())
+    v = Validator(samples, every=2, agent=agent, reward_fn=boxed_reward, seed=3, info=DistInfo())
     assert v.metrics(1, backend) == {} and backend.params == []
     got = v.metrics(2, backend)
     assert got == {"val/greedy_acc": pytest.approx(2 / 3), "val/sampled_acc": pytest.approx(2 / 3)}
@@ -108,13 +108,13 @@ def test_keyed_validation_samples_a_question_alike_in_any_company(tiny_tokenizer
     from fakes import ScriptedBackend
 
     from memagent.agent.scheduler import keyed_call_seed
-    from memagent.tasks.metrics import get_reward
     from memagent.rl.validation import correct_answers
+    from memagent.tasks.metrics import boxed_reward
 
     backend = ScriptedBackend(tiny_tokenizer, lambda prompt, call: "so \\boxed{7}")
     samples = [QASample(str(i), "which number?", "the number is seven.", ("7",)) for i in range(3)]
     agent = AgentConfig(chunk_tokens=64, memory_tokens=16, answer_tokens=16, temperature=1.0)
-    got = correct_answers(backend, agent, samples, get_reward("boxed"), temperature=1.0, seed=5, keys=[4, 9, 2])
+    got = correct_answers(backend, agent, samples, boxed_reward, temperature=1.0, seed=5, keys=[4, 9, 2])
     assert got == 3
     seeds = [s for p in backend.params for s in (p.seeds or ())]
     assert seeds and set(seeds) <= {keyed_call_seed(5, key, k) for key in (4, 9, 2) for k in (1, 2, 3)}

@@ -31,7 +31,7 @@ over pluggable per-row objectives.
 
 Public entry points, imported lazily (so `import memagent.rl` stays cheap):
     train, TrainResult, TrainConfig, load_config, train_sft, SFTConfig, encode_conversation, boxed_reward,
-    get_reward, get_objective
+    get_objective (rewards by name: memagent.rewards.registry)
 """
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ _EXPORTS = {
     "SFTConfig": "memagent.rl.sft",
     "encode_conversation": "memagent.rl.sft",
     "boxed_reward": "memagent.tasks.metrics",
-    "get_reward": "memagent.tasks.metrics",
     "get_objective": "memagent.rl.objectives",
 }
 

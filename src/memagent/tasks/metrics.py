@@ -280,11 +280,3 @@ def get_metric(name: str) -> Callable[[str | None, Sequence[str]], float]:
 
 # ---------------------------------------------------------------- training rewards
 RewardFn = Callable[[str | None, Sequence[str]], float]  # (final reply text or None, gold answers) -> reward
-REWARDS: dict[str, RewardFn] = METRICS  # every metric can reward training; "boxed" is the paper's verifier
-
-
-def get_reward(name: str) -> RewardFn:
-    """The training reward registered under `name` (`rollout.reward`); an unknown name lists the valid ones."""
-    if name not in REWARDS:
-        raise MetricError(f"unknown reward {name!r}; choose one of: {', '.join(sorted(REWARDS))}")
-    return REWARDS[name]
