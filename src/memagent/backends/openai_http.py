@@ -1,26 +1,14 @@
 """HTTP for the `openai` backend: the `openai` SDK's AsyncOpenAI on a background event-loop thread.
 
-`Transport.call` is a coroutine of that loop: one request (a JSON body in, the decoded JSON reply
-out), sent to one replica of the server at a time, at most `max_concurrency` in flight across all
-calls and replicas. Every try has a deadline that bounds all of it (connect, send, every byte of
-the reply), not each read. Retries are ours (the SDK's own are off, so that the flags keep their
-meaning): 5xx, 429, timeouts and connection errors are retryable, other 4xx fail at once.
-
-With several replicas (memagent.backends.replicas), a retryable failure rests that replica and the
-request goes at once to another one it has not failed on; once it has failed on every replica it
-can reach, that is one round: it waits the back-off (exponential with jitter, at least a 429's
-Retry-After) and tries again. After 1 + max_retries rounds the error says what happened (status,
-URL without credentials, number of tries) and what to do. With one replica a round is one try.
-
-A reply is read within bounds: at most `max_reply_bytes` of body (an endless body is cut there, before it
-fills the memory; a declared Content-Length over it is refused before any byte is read), nested at most
-`memagent.bounded.MAX_DEPTH` levels, its text valid Unicode (a lone surrogate escape is refused). Each is a
-BackendError naming the server, not retried.
-
-The API key goes to the SDK and nowhere else. Server text is redacted as it comes in, before any cut to a
-length limit: `redact` replaces the key wherever it appears (any case, any spacing, or a prefix of it),
-and every `Bearer` token; with a key set every string of every decoded reply is redacted, so no message,
-log, record or answer made from a reply can carry the key.
+`Transport.call` is a coroutine of that loop: one request (a JSON body in, the decoded JSON reply out) to one
+replica at a time, at most `max_concurrency` in flight across calls and replicas. Each try has one deadline over
+all of it (connect, send, every byte of the reply). Retries are ours (the SDK's are off): 5xx, 429, timeouts and
+connection errors are retried; with several replicas (memagent.backends.replicas) a failure rests that replica
+and the request goes to another, and once it has failed on every one it can reach it waits the back-off
+(exponential with jitter, at least a 429's Retry-After) for the next round, 1 + max_retries rounds in all.
+A reply is read within bounds (`max_reply_bytes`, `memagent.bounded.MAX_DEPTH`, valid Unicode), and server text
+is redacted as it comes in (`redact`: the key in any case or spacing, or a prefix of it, and every `Bearer`
+token). Each fault and the error line it gets: docs/faults.md ("An OpenAI-compatible server", "A hostile server").
 """
 from __future__ import annotations
 
