@@ -174,7 +174,7 @@ def breakdown(r: dict, flops: float) -> dict:
     return {"step_s": round(step, 1), "rollout_s": round(m["rollout_s"], 1), "update_s": round(update, 1),
             "reward": m.get("reward"), "loss": m.get("loss"), "grad_norm": m.get("grad_norm"),
             "skipped_rows": m.get("skipped_rows"), "rows": tok["rows"], "generated_tokens": m.get("generated_tokens"),
-            "phases": rows, "process_s": round(r["process_s"], 1)}
+            "phases": rows, "params": p, "process_s": round(r["process_s"], 1)}
 
 
 def beside() -> list[str]:

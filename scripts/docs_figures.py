@@ -769,6 +769,38 @@ def streams_cost(get: Get) -> str:
               f"Measured {c['date']} on {c['cores']} cores ({c['cpu']}), load {c['load_avg'][0]:.1f} beside it.\n")
 
 
+def rl_step_cost(get: Get) -> str:
+    """bench/results/rl_step_cost.json: one real-model Multi-Conv DAPO step, old vs the exact savings vs vLLM
+    rollouts: seconds per phase beside each phase's compute limit, and the ratios."""
+    d = get("rl_step_cost")
+    runs = {k: v for k, v in d["runs"].items() if isinstance(v, dict) and "phases" in v}
+    names = list(runs)
+    phases = list(next(iter(runs.values()))["phases"])
+    rows = []
+    for ph in phases:
+        cells = []
+        for n in names:
+            x = runs[n]["phases"][ph]
+            cells.append(f"{x['s']:.1f}" + (f" ({x['limit_s']:.1f})" if "limit_s" in x else ""))
+        rows.append([ph.replace("_", " "), *cells])
+    rows.append(["step", *[f"{runs[n]['step_s']:.1f}" for n in names]])
+    rows.append(["rows skipped / rows", *[f"{runs[n]['skipped_rows'] or 0:g} / {runs[n]['rows']}" for n in names]])
+    rows.append(["reward", *[f"{runs[n]['reward']:.3f}" for n in names]])
+    out = [numeric_table(["phase: seconds (compute limit)", *names], rows, text_columns=1)]
+    ratios = ", ".join(f"old / {n} {d['runs'][f'ratio_old_over_{n}']:.2f}x" for n in names
+                       if f"ratio_old_over_{n}" in d["runs"])
+    z, b = d["sizes"], d["beside"]
+    out.append(f"\nStep seconds, {ratios}. Compute limit: tokens x 2 x {runs[names[0]]['params'] / 1e6:.1f} M "
+               f"parameters (x 2 more for the backward) over {d['matmul_gflops']:.0f} GFLOP/s, the fp32 matmul "
+               f"measured in the same run ({z['threads']} threads). {z['batch_size']} questions x group "
+               f"{z['group_size']}, documents of {z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, "
+               f"M = {z['memory_tokens']}, answer {z['answer_tokens']}, LoRA r {z['lora_r']}, reward {z['reward']}. "
+               f"Beside it: load {b['load_avg_start'][0]:.1f} at the start, {b['load_avg_end'][0]:.1f} at the end; "
+               f"{len(b['processes_start'])} other busy processes at the start. Rerun: "
+               f"`.venv-vllm/bin/{d['command']}`.")
+    return "\n".join(out) + "\n"
+
+
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
     "workflows-two-hop": workflows_two_hop,
@@ -791,6 +823,7 @@ REGIONS: dict[str, Callable[[Get], str]] = {
     "real-model": real_model,
     "real-model-rl": real_model_rl,
     "real-model-recipe": real_model_recipe,
+    "rl-step-cost": rl_step_cost,
     "serve-real": serve_real,
     "vllm-cpu": vllm_cpu,
     "rewards-two-hop": rewards_two_hop,
@@ -809,6 +842,7 @@ SOURCES = {  # what each region reads, for the report and the docs
     "demo-seeds": "demo_seeds", "demo-seeds-pure": "demo_seeds_pure",
     "demo-seeds-evidence": "demo_seeds_evidence", "real-model": "real_model", "serve-real": "serve_real",
     "real-model-rl": "real_model_rl", "rewards-two-hop": "two_hop_rewards", "real-model-recipe": "real_model_recipe",
+    "rl-step-cost": "rl_step_cost",
     "demo-two-hop-rewards": "demo_two_hop demo_two_hop_evidence", "vllm-cpu": "vllm_cpu",
     "streams-cost": "streams",
 }
