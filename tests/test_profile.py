@@ -112,9 +112,9 @@ def test_train_takes_the_profile_prompts_and_budgets_but_keeps_its_sampling():
     resolved = training_profile(new, prof)
     assert (new.agent.memory_tokens, new.agent.chunk_tokens, new.agent.answer_protocol) == (64, 800, "phrase")
     assert new.agent.temperature == 0.9  # rollouts sample at the training config's temperature
-    assert (resolved.budgets.memory_tokens, resolved.sampling.temperature) == (64, 0.9)
+    assert (resolved["budgets"].memory_tokens, resolved["sampling"].temperature) == (64, 0.9)
     plain = build_train_config(None, overrides)
-    assert plain.agent.chunk_tokens != 800 and training_profile(plain, None).budgets.memory_tokens == 64
+    assert plain.agent.chunk_tokens != 800 and training_profile(plain, None)["budgets"].memory_tokens == 64
 
 
 def test_the_scoring_and_repeats_flags_map_to_their_sections():

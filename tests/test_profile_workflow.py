@@ -34,8 +34,14 @@ def test_file_sets_workflow_and_flag_overrides_name(tmp_path):
 
 
 def test_unknown_workflow_names_the_valid_ones():
-    with pytest.raises(ConfigError) as e:
-        profile_from_dict({"workflow": {"name": "nope"}})
+    """The profile is a file format: the name is looked up by the command that runs it, once."""
+    from memagent.agent.registry import UnknownWorkflow
+    from memagent.config import WorkflowChoice
+    from memagent.protocol.resolve import resolve_workflow
+
+    assert profile_from_dict({"workflow": {"name": "nope"}}).workflow.name == "nope"
+    with pytest.raises(UnknownWorkflow) as e:
+        resolve_workflow(WorkflowChoice("nope"), "nope", [])
     msg = str(e.value)
     assert "'nope'" in msg and "memagent" in msg and "lookup" in msg and "skim" in msg
 

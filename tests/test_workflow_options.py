@@ -55,7 +55,7 @@ def test_a_bad_option_is_one_error_line_before_the_model_loads(run_cli, tmp_path
 
 
 def test_eval_gives_each_workflow_its_own_options(tmp_path):
-    from memagent.cli.eval_command import EvalOptions, eval_workflow_options
+    from memagent.cli.eval_command import EvalOptions, eval_workflow_options, sweep_config
     from memagent.protocol.profile import Profile, WorkflowChoice
 
     def options(*pairs, workflows=("memagent", "lookup"), profile=Profile()):
@@ -70,8 +70,11 @@ def test_eval_gives_each_workflow_its_own_options(tmp_path):
         options("hits=3")
     with pytest.raises(InputError, match="skim is not one of the workflows evaluated"):
         options("skim.k=2")
+    assert options("memagent.hits=2") == {"memagent": {"hits": 2}}  # parsed; checked once, as the run is resolved:
+    o = EvalOptions(model="m", data=[], out=tmp_path, workflows=["memagent", "lookup"],
+                    workflow_option=["memagent.hits=2"])
     with pytest.raises(ConfigError, match="workflow memagent has no option hits; its options are none"):
-        options("memagent.hits=2")
+        sweep_config(o, Profile()).bound
 
 
 def test_serve_checks_and_runs_its_workflow_with_the_flag_options(tiny_tokenizer):

@@ -74,18 +74,24 @@ def test_a_builtin_whose_module_is_missing_is_a_clear_error(monkeypatch):
 
 
 def test_register_build_and_forget(tiny_backend):
-    made = []
+    from memagent.agent.workflow import memagent
 
-    def factory(backend, config, **options):
-        made.append(options)
+    def mine(doc, question, options):
+        return (yield from memagent(doc, question, options))
+
+    def factory(backend, config, **options):  # the earlier state-machine protocol: gone (version 0.x)
         return MemoryAgent(backend, config, **options)
 
-    register_workflow("mine", factory)
+    register_workflow("mine", mine)
+    register_workflow("factory", factory)
     try:
         wf = build_workflow("mine", tiny_backend, CFG, failures="record")
-        assert made == [{"failures": "record"}] and wf.options.failures == "record" and "mine" in workflow_names()
+        assert wf.name == "mine" and wf.options.failures == "record" and "mine" in workflow_names()
+        with pytest.raises(WorkflowError, match="workflow 'factory' .* is not a generator function"):
+            build_workflow("factory", tiny_backend, CFG)
     finally:
         unregister_workflow("mine")
+        unregister_workflow("factory")
     assert "mine" not in workflow_names()
     with pytest.raises(ValueError, match="a word"):
         register_workflow("has space", factory)
@@ -160,19 +166,15 @@ def test_every_conversation_of_any_kind_is_a_row_with_the_samples_advantage(monk
     def conv(kind, ids):
         return Conversation(kind, 0, "p", [7], ids, None, "t")
 
-    class Scripted:
-        def __init__(self, backend, config, **options):
-            self.options, self.stats = WorkflowOptions(**options), None
-
-        def check_budget(self, items):
-            pass
+    def scripted(doc, question, options):  # its results are fake_run's
+        yield Call("final", "f", 4)
 
     def fake_run(wf, items):
         raws = ["\\boxed{a}", "\\boxed{b}", "\\boxed{a}", "\\boxed{a}"]
         return [AgentResult(it.doc_id, it.question, None, raw, "", 1, [conv("query", [s]), conv("final", [9, s])])
                 for s, (it, raw) in enumerate(zip(items, raws))]
 
-    register_workflow("scripted", Scripted)
+    register_workflow("scripted", scripted)
     monkeypatch.setattr("memagent.rl.rollout.run_workflow", fake_run)
     try:
         qs = [QASample("1", "q", "c", ["a"]), QASample("2", "q", "c", ["a"])]
@@ -186,17 +188,22 @@ def test_every_conversation_of_any_kind_is_a_row_with_the_samples_advantage(monk
     assert torch.equal(batch.advantages, torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0]))
 
 
-def test_validation_reads_with_the_training_workflow(tiny_backend):
+def test_validation_reads_with_the_training_workflow(tiny_backend, monkeypatch):
+    from memagent.rl import validation
     from memagent.rl.distributed import DistInfo
     from memagent.rl.samples import QASample
     from memagent.rl.validation import Validator
 
     built = []
 
-    def counted(backend, config, **options):
-        built.append((config.temperature, options))
-        return MemoryAgent(backend, config, **options)
+    def counted(doc, question, options):
+        return (yield from memagent(doc, question, options))
 
+    def build(name, backend, config, **options):
+        built.append((name, config.temperature, options))
+        return build_workflow(name, backend, config, **options)
+
+    monkeypatch.setattr(validation, "build_workflow", build)
     register_workflow("counted", counted)
     try:
         v = Validator([QASample("1", "Which river?", "the river Nile " * 8, ("Nile",))], every=1,
@@ -207,7 +214,8 @@ def test_validation_reads_with_the_training_workflow(tiny_backend):
     finally:
         unregister_workflow("counted")
     assert got == {"val/greedy_acc": 0.0, "val/sampled_acc": 0.0}
-    assert built == [(0.0, {"trace_chunks": True}), (0.7, {"trace_chunks": True})]  # greedy, then sampled
+    # greedy, then sampled
+    assert built == [("counted", 0.0, {"trace_chunks": True}), ("counted", 0.7, {"trace_chunks": True})]
 
 
 def test_serve_checks_the_window_of_the_workflow_it_runs(tiny_tokenizer):

@@ -64,27 +64,29 @@ def check_fields(obj: Any, where: str = "") -> None:
             check_value(key_of(where, f.name), value, limits, optional_inner(hints[f.name]) is int)
 
 
-def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool) -> None:
-    """ConfigError unless `value` (named `key`: a field or a flag) keeps `limits` (see `rule`)."""
+def check_value(key: str, value: Any, limits: dict[str, Any], integer: bool,
+                error: type[Exception] = ConfigError) -> None:
+    """`error` (a file's setting: ConfigError; a flag: InputError) unless `value` (named `key`: a field or a flag)
+    keeps `limits` (see `rule`)."""
     if "choices" in limits:
         if value not in limits["choices"]:
-            raise ConfigError(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
+            raise error(f"{key} must be one of {', '.join(limits['choices'])}; got {value!r}")
         return
     low = ("min", limits["min"]) if "min" in limits else ("above", limits["above"]) if "above" in limits else None
     high = ("max", limits["max"]) if "max" in limits else ("below", limits["below"]) if "below" in limits else None
     if integer:
         kind = "a positive integer" if low == ("min", 1) and not high else "an integer"
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+            raise error(f"{key} must be {kind}, got {value!r}")
         if kind == "a positive integer" and value < 1:
-            raise ConfigError(f"{key} must be {kind}, got {value!r}")
+            raise error(f"{key} must be {kind}, got {value!r}")
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key} must be a number, got {value!r}")
+        raise error(f"{key} must be a number, got {value!r}")
     broken = not math.isfinite(value) or (low and (value < low[1] or (low[0] == "above" and value == low[1]))) \
         or (high and (value > high[1] or (high[0] == "below" and value == high[1])))
     if broken:
         finite = "" if integer or (low and high) else "a finite number "  # an interval is finite already
-        raise ConfigError(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
+        raise error(f"{key} must be {finite}{_range(low, high)}, got {value!r}")
 
 
 def _range(low: tuple[str, float] | None, high: tuple[str, float] | None) -> str:

@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from memagent.config import SEED_RULE, AgentConfig, ConfigError, check_value, hints_of, optional_inner, rule
+from memagent.config import SEED_RULE, AgentConfig, check_value, hints_of, optional_inner, rule
 from memagent.errors import InputError
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
@@ -58,10 +58,7 @@ def check_flag(name: str, value: Any, meta: Any, integer: bool) -> None:
     if meta.get("over"):  # the upper limit is checked above, with its reason
         limits = {k: v for k, v in limits.items() if k != "max"}
     if limits:
-        try:
-            check_value(name, value, limits, integer)
-        except ConfigError as e:
-            raise InputError(str(e)) from None
+        check_value(name, value, limits, integer, InputError)
     if meta.get("check"):
         meta["check"](value, name)
 

@@ -4,16 +4,18 @@ Each line is read by the bounded JSON reader (`memagent.bounded.loads_json`: dep
 that is valid UTF-8); a byte order mark before the first line is accepted and stripped."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from memagent.bounded import loads_json
 
 
-def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, Any]]:
-    """(line number, record) for each non-blank line of `path`; a line that is not JSON raises
-    `error` with "PATH:LINE: not valid JSON (...)". The caller checks that the file exists."""
-    with open(path, "rb") as fh:
+def iter_jsonl(path: Path, error: type[Exception], fh: BinaryIO | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, record) for each non-blank line of `path` (`fh`: the file opened already, at its start);
+    a line that is not JSON raises `error` with "PATH:LINE: not valid JSON (...)". The caller checks that the
+    file exists."""
+    with open(path, "rb") if fh is None else nullcontext(fh) as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
                 line = raw.decode("utf-8")

@@ -141,7 +141,7 @@ def test_training_rollouts_render_with_the_profiles_chat_template_kwargs(qwen_ba
 
     profile = Profile(chat_template_kwargs={"enable_thinking": False})
     cfg = build_train_config(None, [f"out_dir={tmp_path / 'run'}", "progress=false"], profile=profile)
-    assert training_profile(cfg, profile).chat_template_kwargs == {"enable_thinking": False}
+    assert training_profile(cfg, profile)["chat_template_kwargs"] == {"enable_thinking": False}
     rollout = PolicyRollout(qwen_backend.model, qwen_tokenizer, cfg, DistInfo())
     assert rollout.backend().render("hi").endswith("<think>\n\n</think>\n\n")
     assert cfg.chat_template_kwargs == {"enable_thinking": False}

@@ -92,10 +92,10 @@ def test_profile_keys_and_their_precedence(tmp_path):
     cfg = build_train_config(None, ["reward=em", "step_reward=evidence"], profile=prof)  # the config's own win
     assert (cfg.reward, cfg.step_reward) == ("em", "evidence")
     written = training_profile(cfg, prof)
-    assert (written.reward, written.step_reward) == ("em", "evidence")
-    path.write_text("step_reward: boxed\n")
+    assert (written["reward"], written["step_reward"]) == ("em", "evidence")
+    path.write_text("step_reward: boxed\n")  # the profile is a file format: the command that trains looks it up
     with pytest.raises(ConfigError, match="step_reward: 'boxed' is an outcome reward; valid step rewards"):
-        load_profile(path)
+        build_train_config(None, [], profile=load_profile(path))
     assert (Profile().reward, Profile().step_reward) == ("boxed", "")
 
 

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from memagent.agent.chunking import Chunk, DocumentSource, iter_chunks, middle_truncate
-from memagent.agent.trace import TraceWriter
 from memagent.backends.base import Generation
 from memagent.config import PLACEHOLDER, AgentConfig, ConfigError
 from memagent.errors import MemAgentError
@@ -314,7 +313,6 @@ class WorkflowOptions:
     schedule: str = "auto"
     failures: str = "raise"
     max_calls: int | None = None
-    _trace: TraceWriter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.failures not in FAILURES:
@@ -329,21 +327,8 @@ class WorkflowOptions:
         """The most calls a document that has been handed `chunks` chunks may make."""
         return self.max_calls if self.max_calls is not None else MAX_CALLS_PER_CHUNK * chunks + MAX_CALLS_SLACK
 
-    @property
-    def observed(self) -> bool:
-        """Whether records are wanted (a trace file is open or on_step is set): build them only then."""
-        return self._trace is not None or self.on_step is not None
 
-    def emit(self, record: dict[str, Any], chunk_text: str | None = None) -> None:
-        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
-        full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
-        if self._trace:
-            self._trace.write(full if self.trace_chunks else record)
-        if self.on_step is not None:
-            self.on_step(full)
-
-
-WORKFLOW_OPTIONS = tuple(f for f in WorkflowOptions.__dataclass_fields__ if not f.startswith("_"))
+WORKFLOW_OPTIONS = tuple(WorkflowOptions.__dataclass_fields__)
 
 
 def split_options(options: dict[str, Any]) -> tuple[WorkflowOptions, dict[str, Any]]:

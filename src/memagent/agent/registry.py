@@ -6,8 +6,8 @@ returns an `Answer`); `build_workflow(name, backend, config, **options)` makes i
 (memagent.agent.scheduler) under the shared run options (WorkflowOptions: trace_path, progress, errors,
 keep_conversations, on_step, trace_chunks, schedule, failures) plus the workflow's own. Every caller (rollouts,
 validation, eval, ask, serve, the Ray worker, the demo) builds its workflow here by name, so a package that
-registers one can be trained and evaluated without a fork. A registered name may also be a factory
-`factory(backend, config, **options)` returning a state machine of the earlier protocol (one release).
+registers one can be trained and evaluated without a fork. `bind_workflow(name, options)` finds it and builds
+its own options once; a command passes what it returns down.
 
 Built-ins are named by "module:attribute" and imported only when asked for (a missing module is a clear
 error). Entry points are read once, on the first lookup of a name that is not built in or registered; an entry
@@ -23,20 +23,19 @@ from typing import Any, Callable
 from memagent.agent.protocol import (WORKFLOW_OPTIONS, AgentInput, AgentResult, Answer, BudgetError, Call,
                                      Conversation, Document, Prompt, Reply, WorkflowError, WorkflowOptions,
                                      check_questions, split_options, workflow)
-from memagent.agent.guards import GuardedSteps, is_plugin, plugin_fault
-from memagent.agent.runner import Runner, own_options, run_workflow, stream_workflow
+from memagent.agent.runner import BoundWorkflow, Runner, own_options, run_workflow, stream_workflow
 from memagent.agent.scheduler import RunStats
 from memagent.config import DEFAULT_WORKFLOW, ConfigError
 from memagent.errors import MemAgentError
 from memagent.plugins import Registry
 
-__all__ = ["AgentInput", "AgentResult", "Answer", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
+__all__ = ["AgentInput", "AgentResult", "Answer", "BoundWorkflow", "BudgetError", "Call", "Conversation", "DEFAULT_WORKFLOW",
            "Document", "Prompt", "Reply", "RunStats", "Runner", "UnknownWorkflow", "WORKFLOW_OPTIONS",
            "WorkflowError",
-           "WorkflowOptions", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
+           "WorkflowOptions", "bind_workflow", "build_workflow", "check_questions", "check_workflow_options", "get_workflow", "refresh_entry_points",
            "register_workflow", "run_workflow", "split_options", "stream_workflow", "workflow", "workflow_names"]
 
-WorkflowFactory = Callable[..., Any]  # a workflow generator function, or factory(backend, config, **options)
+WorkflowFactory = Callable[..., Any]  # a workflow generator function
 ENTRY_POINT_GROUP = "memagent.workflows"
 
 # name -> "module:attribute", imported on first use (kept as strings: the registry imports no workflow module)
@@ -82,40 +81,14 @@ def get_workflow(name: str) -> WorkflowFactory:
     return _REGISTRY.get(name)
 
 
-def is_generator_workflow(obj: Any) -> bool:
-    """Whether `obj` is a workflow generator function (else a factory of the earlier state-machine protocol)."""
-    return inspect.isgeneratorfunction(obj) or inspect.isgeneratorfunction(getattr(obj, "__call__", None))
-
-
-def build_workflow(name: str, backend: Any, config: Any, **options: Any) -> Any:
-    """Workflow `name` ready to run: a `Runner` of its generator function (a factory of the earlier protocol:
-    `factory(backend, config, **options)`); its `name` is `name`."""
-    target = get_workflow(name)
-    if is_generator_workflow(target):
-        wf = Runner(target, backend, config, **options)
-    else:
-        try:
-            wf = target(backend, config, **options)
-        except MemAgentError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a factory of the earlier protocol
-            if not is_plugin(target):
-                raise
-            raise plugin_fault(name, target, "as it was built", e) from None
-        if is_plugin(target) and not isinstance(wf, Runner):  # a Runner guards its workflow itself
-            wf = GuardedSteps(wf, name, target, backend)  # the checks a generator workflow's calls get
-    if isinstance(wf, Runner) or not getattr(wf, "name", None):
-        wf.name = name
-    return wf
-
-
-def check_workflow_options(name: str, options: Any) -> None:
-    """ConfigError for options of workflow `name` that a file or a flag may not set: not a mapping, a run-time
-    setting of the command (WORKFLOW_OPTIONS: trace_path, on_step, errors, failures, schedule, progress, ...),
-    a name the workflow does not have, or a value its options class refuses (its type or range). The one check
-    of every entry (--workflow-option, a profile's `workflow.options`, a training config's `workflow.options`,
-    serve, eval sweeps), made before any model is loaded or file written; a factory of the earlier protocol
-    checks its own when it is built."""
+def bind_workflow(name: str, options: Any = None) -> BoundWorkflow:
+    """Workflow `name` bound to its own `options` (None: none), looked up and checked once: ConfigError for
+    options a file or a flag may not set (not a mapping, a run-time setting of the command: WORKFLOW_OPTIONS,
+    trace_path, on_step, errors, failures, schedule, progress, ...; a name the workflow does not have, or a value
+    its options class refuses), WorkflowError for a workflow that is not a generator function. The one check of
+    every entry (--workflow-option, a profile's `workflow.options`, a training config's, serve, eval sweeps),
+    made before any model is loaded or file written; what it returns is passed down, never checked again."""
+    options = {} if options is None else options
     if not isinstance(options, dict):
         raise ConfigError(f"workflow {name}: options must be a mapping of option: value, got "
                           f"{type(options).__name__}")
@@ -124,6 +97,25 @@ def check_workflow_options(name: str, options: Any) -> None:
         raise ConfigError(f"workflow {name}: {', '.join(run_time)} is a run-time setting of the command, not an "
                           "option a profile, a config or --workflow-option can set (use the command's own flags)")
     target = get_workflow(name)
-    if is_generator_workflow(target):
-        own_options(target, name, options)
+    if not (inspect.isgeneratorfunction(target) or inspect.isgeneratorfunction(getattr(target, "__call__", None))):
+        raise WorkflowError(f"workflow {name!r} ({getattr(target, '__module__', '?')}."
+                            f"{getattr(target, '__qualname__', type(target).__name__)}) is not a generator function; "
+                            "a workflow yields its model calls (docs/workflows.md; the earlier state-machine "
+                            "protocol is gone)")
+    return BoundWorkflow(name, target, dict(options), own_options(target, name, options))
+
+
+def build_workflow(workflow: str | BoundWorkflow, backend: Any, config: Any, **options: Any) -> Runner:
+    """A workflow ready to run: a `Runner` of `workflow` (a name: bound here to the own options among `options`;
+    a BoundWorkflow: as bound, `options` the run options alone), its `name` the registered one."""
+    if isinstance(workflow, str):
+        own = {k: v for k, v in options.items() if k not in WORKFLOW_OPTIONS}
+        workflow = bind_workflow(workflow, own)
+        options = {k: v for k, v in options.items() if k in WORKFLOW_OPTIONS}
+    return Runner(workflow, backend, config, **options)
+
+
+def check_workflow_options(name: str, options: Any) -> None:
+    """`bind_workflow(name, options)` for a caller that only checks them."""
+    bind_workflow(name, options)
 

@@ -5,12 +5,15 @@ ready to run on a backend under a config, its own options and the shared run opt
 The runner does everything besides the reading itself: each document's generator becomes the per-document state
 machine the scheduler drives (which batches and seeds the calls); it keeps the conversations for training, writes
 the trace records (with the chunks' offsets: the evidence), makes a failed document's result (and closes its
-generator, so its `finally` blocks run), and shows progress. A state-machine workflow of the earlier protocol (an
-object with `check_budget`, `start`, `next_call`, `take`, `fail`, `params`, `options`; docs/workflows.md) still
-runs through `run_workflow` unchanged, for one release.
+generator, so its `finally` blocks run), and shows progress.
+
+A command binds its workflow once (`BoundWorkflow`: the generator function found by name, its own options built
+and checked) and builds one `Runner`; a run with other run options, another backend or config (a repeat's seed,
+a serve job's backend) is `Runner.bind(...)`, which checks nothing again.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -50,6 +53,18 @@ class _Doc:
     doc: Document | None = None  # what the workflow reads (its chunks handed out so far bound its calls)
 
 
+@dataclass(frozen=True)
+class BoundWorkflow:
+    """A workflow found by name and bound to its own options, built and checked once
+    (memagent.agent.registry.bind_workflow): `options` as given (profile.yaml and the records' fingerprints hold
+    them), `own` the built options object (None: the workflow declares none)."""
+
+    name: str
+    function: Workflow
+    options: dict[str, Any]
+    own: Any
+
+
 def own_options(workflow: Workflow, name: str, own: dict[str, Any]) -> Any:
     """The workflow's own options object (its declared `options` class, which checks them; None: it has none);
     ConfigError for a name it does not have (listing those it has), a value of the wrong type for its field
@@ -80,15 +95,38 @@ class Runner:
     `options` are the shared run options (WorkflowOptions) and the workflow's own (its `options` class).
     It is the per-document `Steps` the schedules drive; `run` and `stream` run it over many documents."""
 
-    def __init__(self, workflow: Workflow, backend: Any, config: AgentConfig | None = None, **options: Any) -> None:
-        self.workflow, self.name = workflow, getattr(workflow, "__name__", "")
-        self.backend, self.config = backend, config or AgentConfig()
+    def __init__(self, workflow: Workflow | BoundWorkflow, backend: Any, config: AgentConfig | None = None,
+                 **options: Any) -> None:
         self.options, own = split_options(options)
-        self.own = own_options(workflow, self.name, own)
-        self.plugin = is_plugin(workflow)  # a third party's: its faults are named as its own, its calls checked
+        if isinstance(workflow, BoundWorkflow):  # its own options built and checked already
+            if own:
+                raise ConfigError(f"workflow {workflow.name} is bound to its options already; got {sorted(own)} "
+                                  "again (give them to bind_workflow)")
+            self.workflow, self.name, self.own = workflow.function, workflow.name, workflow.own
+        else:
+            self.workflow, self.name = workflow, getattr(workflow, "__name__", "")
+            self.own = own_options(workflow, self.name, own)
+        self.backend, self.config = backend, config or AgentConfig()
+        self.plugin = is_plugin(self.workflow)  # a third party's: its faults are named as its own, its calls checked
         self.stats = RunStats()  # of the last run
+        self.trace: TraceWriter | None = None  # the trace file of the run under way
         self._window_checked: AgentConfig | None = None  # the config whose window check passed
         resolve_schedule(self.options.schedule, backend)
+
+    def bind(self, backend: Any = None, config: AgentConfig | None = None, **run_options: Any) -> "Runner":
+        """This runner on another `backend` or `config` (None: its own), with other shared run options
+        (WorkflowOptions: trace_path, on_step, failures, ...; the rest kept); the workflow and its own options
+        as they were built (nothing checked again), the window check kept for the same config."""
+        out = copy.copy(self)
+        if backend is not None:
+            resolve_schedule(self.options.schedule if "schedule" not in run_options else run_options["schedule"],
+                             backend)
+            out.backend, out._window_checked = backend, None
+        if config is not None and config is not self.config:
+            out.config, out._window_checked = config, None
+        out.options = replace(self.options, **run_options)
+        out.stats, out.trace = RunStats(), None
+        return out
 
     @property
     def schedule(self) -> str:
@@ -220,7 +258,7 @@ class Runner:
         if o.keep_conversations:
             d.conversations.append(Conversation(call.kind, call.step, call.prompt, gen.prompt_token_ids, gen.token_ids,
                                                 gen.logprobs, text, reply.truncated))
-        if not o.observed:
+        if self.trace is None and o.on_step is None:  # nobody reads the records: none is made
             return
         n_prompt = len(gen.prompt_token_ids) if gen.prompt_token_ids is not None else \
             self.backend.prompt_length(call.prompt)
@@ -248,7 +286,15 @@ class Runner:
         record.update(draft_fields(gen))  # a speculatively decoded call: draft tokens proposed and accepted
         if call.chunk is not None and call.chunk.source is not None:  # a PDF, HTML or EPUB: the page, heading, chapter
             record["source"] = call.chunk.source
-        o.emit(record, call.chunk.text if call.chunk is not None else None)
+        self._emit(record, call.chunk.text if call.chunk is not None else None)
+
+    def _emit(self, record: dict[str, Any], chunk_text: str | None) -> None:
+        """Write `record` to the trace (with the chunk's text under trace_chunks) and pass it to on_step."""
+        full = record if chunk_text is None else dict(record, chunk_text=chunk_text)
+        if self.trace is not None:
+            self.trace.write(full if self.options.trace_chunks else record)
+        if self.options.on_step is not None:
+            self.options.on_step(full)
 
 
 def _error(exc: BaseException, attempts: int) -> dict[str, Any]:
@@ -298,7 +344,7 @@ class _CheckEach:
 def _drive(steps: Any, wf: Any, items: Iterable[AgentInput], on_result: Callable[[AgentResult], None] | None,
            total: int | None, collect: bool) -> tuple[list[AgentResult], RunStats]:
     o = wf.options
-    o._trace = TraceWriter(o.trace_path) if o.trace_path else None
+    wf.trace = TraceWriter(o.trace_path) if o.trace_path else None
     schedule = resolve_schedule(o.schedule, wf.backend)
     bar = _Progress(total) if o.progress and total is not None else None
     go = run_pipelined if schedule == "pipelined" else run_lockstep
@@ -306,9 +352,9 @@ def _drive(steps: Any, wf: Any, items: Iterable[AgentInput], on_result: Callable
         return go(steps, wf.backend, items, wf.config.max_batch_docs, wf.config.seed, o.failures,
                   on_result, bar.update if bar else None, collect)
     finally:
-        if o._trace:
-            o._trace.close()
-        o._trace = None
+        if wf.trace is not None:
+            wf.trace.close()
+        wf.trace = None
         if bar:
             bar.close()
 

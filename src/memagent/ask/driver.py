@@ -8,11 +8,11 @@ from __future__ import annotations
 import errno
 import sys
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
-from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, BoundWorkflow, build_workflow, run_workflow
 from memagent.ask.io import ResultLog, check_ask_outputs, document_inputs, failures_error, profile_path_for, read_inputs
 from memagent.backends.options import BackendOptions
 from memagent.errors import InputError
@@ -22,8 +22,8 @@ from memagent.documents.reading import open_document
 from memagent.flags import ERRORS, MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag
 from memagent.io import is_sink, read_text
 from memagent.lock import file_lock
-from memagent.protocol.profile import Profile, WorkflowChoice, open_backend, write_profile
-from memagent.protocol.resolve import model_profile, workflow_options_for
+from memagent.protocol.profile import Profile, open_backend, write_profile
+from memagent.protocol.resolve import workflow_profile
 from memagent.scale.options import RayOptions
 from memagent.scale.runs import ray_ask
 from memagent.split_prompt import parse_rule, split_prompt
@@ -74,11 +74,11 @@ class AskOptions:
 @dataclass(frozen=True)
 class AskRun:
     """What `ask` runs with, resolved once from its options: the profile, the one agent config built from it,
-    and the workflow's options (the profile's, then --workflow-option's: parsed and checked once)."""
+    and the workflow bound to its options (the profile's, then --workflow-option's: parsed and checked once)."""
 
     profile: Profile
     config: AgentConfig
-    options: dict[str, Any]
+    workflow: BoundWorkflow
 
 
 def run_ask(o: AskOptions) -> None:
@@ -124,11 +124,8 @@ def run_ask(o: AskOptions) -> None:
 
 def _resolve(o: AskOptions) -> AskRun:
     """The profile (memagent.protocol.resolve.model_profile), its agent config and the workflow's options."""
-    profile = model_profile(o.model, o.profile, o.budgets, o.sampling)
-    options = workflow_options_for(profile, o.workflow, o.workflow_option)  # before any model is loaded
-    if o.workflow_option:  # recorded in the profile written beside the results
-        profile = replace(profile, workflow=WorkflowChoice(o.workflow, options))
-    return AskRun(profile, profile.agent_config(max_batch_docs=o.batch_docs), options)
+    profile, workflow = workflow_profile(o.model, o.profile, o.budgets, o.sampling, o.workflow, o.workflow_option)
+    return AskRun(profile, profile.agent_config(max_batch_docs=o.batch_docs), workflow)
 
 
 def _ask_prompt(o: AskOptions, run: AskRun) -> None:
@@ -151,7 +148,7 @@ def _ask_prompt(o: AskOptions, run: AskRun) -> None:
 
 def _answer(o: AskOptions, items: list[AgentInput], run: AskRun) -> None:
     """Run the questions not yet answered in --output (all of them without it); print or write the results."""
-    profile, config, options = run.profile, run.config, run.options
+    profile, config = run.profile, run.config
     results = ResultLog(o.output if o.input is not None else None)
     todo = [it for it in items if it.doc_id not in results.done]
     if not todo:
@@ -164,14 +161,14 @@ def _answer(o: AskOptions, items: list[AgentInput], run: AskRun) -> None:
     if o.ray.address is not None:  # the same batches on Ray actors (memagent[ray]); results written here
         with _open_trace(o.trace, append=bool(results.done)) as trace, results:
             ray_ask(o.model, o.backend, profile, config, todo, results.write, trace, o.ray, errors=o.errors,
-                    trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow, workflow_options=options)
+                    trace_chunks=o.trace_chunks, progress=o.progress, workflow=o.workflow,
+                    workflow_options=run.workflow.options)
         if results.failed:
             raise failures_error(results, len(todo))
         return
     with _open_trace(o.trace, append=bool(results.done)) as trace:
-        agent = build_workflow(o.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
-                               trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record",
-                               **options)
+        agent = build_workflow(run.workflow, backend, config, trace_path=trace, progress=o.progress, errors=o.errors,
+                               trace_chunks=o.trace_chunks, failures="raise" if o.input is None else "record")
         if o.input is None:
             r = run_workflow(agent, todo)[0]
             missing = "\\boxed{}" if config.answer_protocol == "boxed" else '"the answer is"'

@@ -81,6 +81,7 @@ class TransformersBackend:
         max_window: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         speculate: str = "none",
+        emit_limit: int | None | str = "auto",  # the ids it may emit (`vocab_limit`); "auto": computed here
     ) -> None:
         self.model = model
         try:
@@ -95,7 +96,7 @@ class TransformersBackend:
         self.max_batch_size = max_batch_size
         self.want_logprobs = want_logprobs
         cfg = getattr(model, "config", None)
-        self.vocab_limit = vocab_limit(model, tokenizer)
+        self.vocab_limit = vocab_limit(model, tokenizer) if emit_limit == "auto" else emit_limit
         self.max_window = max_window or getattr(cfg, "max_position_embeddings", None)
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()

@@ -6,35 +6,29 @@ resolve to, and the run: the sweep (`memagent.eval.sweep.open_sweep`: the folder
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
-from memagent.agent.registry import check_workflow_options
 from memagent.backends.options import BackendOptions
 from memagent.eval.baselines import EvalError
 from memagent.eval.executor import Executor, LocalExecutor
-from memagent.eval.records import DataFile, fingerprint, latest, load_records, rescore_file
-from memagent.eval.report import write_report
-from memagent.eval.summary import write_summary
-from memagent.eval.sweep import BASELINES, METHODS, SweepConfig, open_sweep, sweep
-from memagent.eval.sweep_config import refuse_unknown_methods
-from memagent.eval.workflow_runs import method_fingerprint
+from memagent.eval.driver import EvalRun, Report, check_eval_out, run
+from memagent.eval.sweep import BASELINES, METHODS, SweepConfig
+from memagent.eval.workflow_runs import check_methods
+from memagent.agent.registry import workflow_names
 from memagent.config import WorkflowChoice, rule
 from memagent.errors import InputError
 from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag, flag_values,
                             limited, parse_workflow_options, split_list)
-from memagent.io import OutputError, check_not_input, check_output_dir
-from memagent.lock import LOCK_NAME
-from memagent.protocol.profile import open_backend, write_profile
+from memagent.protocol.profile import dump_profile, open_backend
 from memagent.protocol.resolve import resolve_model_profile
 from memagent.scale.options import RayOptions
 
 if TYPE_CHECKING:
     from memagent.protocol.profile import Profile
 
-__all__ = ["EvalOptions", "eval_profile", "run_eval", "sweep_config"]
+__all__ = ["EvalOptions", "check_eval_out", "eval_profile", "resolve_eval", "run_eval", "sweep_config"]
 
 
 # the sweep's own flags that override the profile (sampling.repeats, scoring.*); None: the profile's value
@@ -155,8 +149,7 @@ def eval_workflow_options(o: EvalOptions, profile: "Profile",
                              f"({', '.join(workflows) or 'none'})")
         given.setdefault(target, []).append(pair[len(name) + 1:] if dot else pair)
     for name, pairs in given.items():
-        out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}
-        check_workflow_options(name, out[name])  # before any model is loaded
+        out[name] = {**out.get(name, {}), **parse_workflow_options(pairs)}  # checked as bound (SweepConfig.bound)
     return out
 
 
@@ -166,108 +159,41 @@ def eval_workflows(o: EvalOptions, profile: "Profile", methods: list[str]) -> tu
 
 
 def eval_methods(o: EvalOptions) -> list[str]:
-    """The sweep's methods: --workflows (when given) then the baselines of --methods, else --methods. Every
-    name of --methods is checked, also those --workflows replaces (`--methods nope` was dropped silently)."""
-    refuse_unknown_methods(o.methods, "--methods")
+    """The sweep's methods: --workflows (when given) then the baselines of --methods, else --methods. The sweep
+    checks its methods (SweepConfig); the names of --methods that --workflows replaces are checked here
+    (`--methods nope` was dropped silently)."""
     if o.workflows is None:
         return list(o.methods)
+    dropped = check_methods([m for m in o.methods if m not in o.workflows])
+    if dropped:
+        raise EvalError(f"--methods: unknown method(s) {dropped}; choose from the baselines {', '.join(BASELINES)} "
+                        f"or the workflows {', '.join(workflow_names())}")
     return list(dict.fromkeys([*o.workflows, *(m for m in o.methods if m in BASELINES)]))
 
 
 ExecutorFactory = Callable[["Profile"], Executor]  # the resolved profile -> where the sweep's units run
 
 
-def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
-    """Build the backend, run the sweep (resuming; with `rescore`, no model at all), write profile.yaml, table.md,
-    plots and summary.json, holding the output folder's lock throughout; returns the table. `executor` builds
-    where the units run from the resolved profile (called only when the sweep runs; `memagent eval --ray` passes
-    `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
-    must be given."""
+def resolve_eval(o: EvalOptions) -> tuple[EvalRun, "Profile"]:
+    """What `eval` runs, resolved and checked once, before any model loads or file is written: the profile
+    (built once), the sweep's settings with each workflow bound to its options, what the report says."""
     profile = eval_profile(o)
     cfg = sweep_config(o, profile)
+    cfg.bound  # each workflow looked up and its options checked, once, here  # noqa: B018
+    report = Report(Path(o.out), o.record(), o.split_by, o.workflows is not None)
+    return EvalRun(Path(o.out), tuple(o.data), cfg, dump_profile(profile), report, o.profile, o.rescore,
+                   o.retry_failed, o.max_failures, o.progress), profile
+
+
+def run_eval(o: EvalOptions, executor: ExecutorFactory | None = None) -> str:
+    """Resolve the run once (`resolve_eval`) and run it (memagent.eval.driver.run): the sweep (resuming; with
+    `rescore`, no model at all), then profile.yaml, table.md, plots and summary.json; returns the table.
+    `executor` builds where the units run from the resolved profile (`memagent eval --ray` passes
+    `memagent.scale.executor.ray_executor(...)`); None: in this process, on `o.backend`. With --ray an executor
+    must be given."""
+    spec, profile = resolve_eval(o)
     if o.ray.address is not None and executor is None:
         raise EvalError("--ray needs the Ray executor: run `memagent eval --ray`, or pass "
                         "executor=memagent.scale.executor.ray_executor(model, backend, ray_options)")
     make = executor if executor is not None else lambda p: LocalExecutor(open_backend(o.model, o.backend, p))
-    out = check_eval_out(Path(o.out), o.data, o.profile)
-    report = Report(out, o.record(), o.split_by, o.workflows is not None)  # what the tables and summary.json say
-    with open_sweep(out, cfg, o.data) as (datas, keys):
-        write_profile(profile, out / "profile.yaml")
-        if o.rescore:
-            return _rescore_run(report, cfg, datas, keys)
-        try:
-            sweep(make(profile), datas, out, cfg, None, o.progress, o.retry_failed, o.max_failures)
-        except EvalError:
-            report.write(cfg, datas, keys)
-            raise
-        text = report.write(cfg, datas, keys)
-        _check_failures(report.results, keys)
-        return text
-
-
-EVAL_FILES = ("results.jsonl", "table.md", "summary.json", "profile.yaml", LOCK_NAME)  # written in --out
-PLOT_NAME = re.compile(r"scores_[A-Za-z0-9_.-]*\.png")  # eval.report.plot_scores' file names
-
-
-def check_eval_out(out: Path, data: list[str], profile: Path | None) -> Path:
-    """Once, before the lock is taken or anything written: every --data file exists, --out is a folder that can
-    be written and none of the inputs, and no input (--data file, --profile) is one of the files eval writes in
-    --out (results.jsonl, table.md, summary.json, profile.yaml, the lock, a scores_*.png)."""
-    for d in data:
-        if not Path(d).is_file():
-            raise InputError(f"--data: {d} {'is a folder' if Path(d).is_dir() else 'does not exist'}; give sample "
-                             "files made by `memagent data ...`")
-    inputs = {f"--data file {d!r}": d for d in data}
-    check_output_dir(out, "--out", inputs)
-    for what, path in {**inputs, "--profile": profile}.items():
-        if path is None:
-            continue
-        for name in EVAL_FILES:
-            check_not_input(out / name, {what: path}, f"--out (its {name})")
-        p = Path(path)
-        if PLOT_NAME.fullmatch(p.name) and p.resolve().parent == out.resolve():
-            raise OutputError(f"--out {out} would get plots named like {what} {path} (scores_TASK.png), "
-                              "destroying the input; move the input out of --out or choose another --out")
-    return out
-
-
-def _check_failures(results: Path, keys: list[str]) -> None:
-    """An EvalError counting the run's failed samples (error records), when there are any."""
-    records = latest(load_records(results))
-    failed = sum(records.get(k, {}).get("status") == "error" for k in keys)
-    if failed:
-        raise EvalError(f"{failed} of {len(keys)} samples failed; see the records with status \"error\" in "
-                        f"{results} (table.md and summary.json are written); fix the cause and rerun with --retry-failed")
-
-
-def _rescore_run(report: "Report", cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-    if not report.results.is_file():
-        raise EvalError(f"nothing to rescore: {report.results} does not exist; run `memagent eval` without --rescore "
-                        "first")
-    rescore_file(report.results, cfg.scoring)
-    return report.write(cfg, datas, keys)
-
-
-@dataclass(frozen=True)
-class Report:
-    """What a run writes beside its records, resolved from the options once: table.md and plots (split by a tag;
-    with the cost columns for --workflows) and summary.json (the options as it records them)."""
-
-    out: Path
-    options: dict[str, Any]  # EvalOptions.record()
-    split_by: Optional[str]
-    cost: bool
-
-    @property
-    def results(self) -> Path:
-        return self.out / "results.jsonl"
-
-    def write(self, cfg: SweepConfig, datas: list[DataFile], keys: list[str]) -> str:
-        """table.md and plots of this run's records, and summary.json; returns the table."""
-        text, _, _ = write_report(self.results, self.out, keys=keys, split_by=self.split_by, cost=self.cost)
-        base = fingerprint(cfg)
-        fps = {m: method_fingerprint(base, m, cfg.options(m)) for m in cfg.methods}
-        write_summary(self.out, options=self.options, cfg=cfg, fingerprint=base, datas=datas, keys=keys,
-                      records=latest(load_records(self.results)),
-                      fingerprints={m: f for m, f in fps.items() if f != base})
-        return text
+    return run(spec, lambda: make(profile))

@@ -44,13 +44,13 @@ class LocalExecutor:
         self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per sweep
 
     def run_units(self, cfg: SweepConfig, units: Iterable[Unit], emit: Emit, progress: bool = False) -> None:
-        check_settings(self.backend, cfg)
+        runners = check_settings(self.backend, cfg)  # each workflow built once; a unit binds its own run
         stream = concurrent(self.backend)
         for (method, _), same in itertools.groupby(units, key=lambda u: (u.method, u.repeat)):
             if stream and is_workflow(method):
                 held = list(same) if progress else same  # the progress line needs the number before the first
                 total = sum(len(u) for u in held) if progress else None
-                run_stream(self.backend, cfg, held, self.docs, emit, total)
+                run_stream(self.backend, cfg, held, self.docs, emit, total, runners[method])
                 continue
             for unit in same:
-                emit(run_unit(self.backend, cfg, unit, self.docs))
+                emit(run_unit(self.backend, cfg, unit, self.docs, runners))

@@ -246,12 +246,11 @@ def _lines(records: Iterable[dict]) -> Iterator[str]:
         yield json.dumps(rec, ensure_ascii=False) + "\n"
 
 
-def rescore_file(path: str | Path, options: ScoreOptions) -> int:
-    """Rescore every record of `path` in place (atomically); returns how many changed."""
-    records = load_records(path)
-    new = [rescore_record(r, options) for r in records]
+def rescore_file(path: str | Path, options: ScoreOptions) -> list[dict]:
+    """Rescore every record of `path` in place (atomically); returns the records as now written."""
+    new = [rescore_record(r, options) for r in load_records(path)]
     atomic_write_lines(path, _lines(new))
-    return sum(a != b for a, b in zip(records, new))
+    return new
 
 
 def record_length(sample: dict) -> tuple[int | None, str]:
@@ -270,8 +269,7 @@ def rescore_stale(results: Path, records: dict[str, dict], scoring: ScoreOptions
     want = dataclasses.asdict(scoring)
     if any(r.get("scoring", want) != want for r in records.values()):
         log.warning("rescoring %s under the current scoring options", results)
-        rescore_file(results, scoring)
-        records.update(latest(load_records(results)))
+        records.update(latest(rescore_file(results, scoring)))
 
 
 def failures_message(failed: list[dict], limit: int, results: Path) -> str:

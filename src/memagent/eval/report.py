@@ -193,12 +193,12 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def write_report(results: str | Path, out_dir: str | Path, keys: Collection[str] | None = None,
+def write_report(results: str | Path | Iterable[dict], out_dir: str | Path, keys: Collection[str] | None = None,
                  split_by: str | None = None, cost: bool = False) -> tuple[str, Path, list[Path]]:
-    """Write table.md (atomically) and the plots from a results file (only `keys`' records when given; rows split
-    by the record tag `split_by` when given; `cost`: calls/doc and s/doc columns); returns (markdown, table path,
-    plots)."""
-    agg = aggregate(load_records(results), keys, split_by)
+    """Write table.md (atomically) and the plots from a results file, or its records read already (only `keys`'
+    records when given; rows split by the record tag `split_by` when given; `cost`: calls/doc and s/doc columns);
+    returns (markdown, table path, plots)."""
+    agg = aggregate(load_records(results) if isinstance(results, (str, Path)) else results, keys, split_by)
     text = markdown_tables(agg, cost)
     table = atomic_write_lines(Path(out_dir) / "table.md", [text])
     return text, table, plot_scores(agg, out_dir)

@@ -71,12 +71,14 @@ def open_sweep(out_dir: str | Path, cfg: SweepConfig,
 
 def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
           on_record: Callable[[dict], None] | None, progress: bool, retry_failed: bool,
-          max_failures: int | None) -> Path:
+          max_failures: int | None, seen: dict[str, dict] | None = None) -> Path:
     """`run_sweep` once the caller holds the folder's lock and has planned `datas`: the pending units of
     `out/results.jsonl` (resume; with `retry_failed` the error records too) run by `backend`, each record
     appended durably as its unit finishes, `on_record` called after each; stops with an EvalError once
     `max_failures` samples failed in this run. `backend` is a model backend (a `LocalExecutor` runs it in this
-    process) or an `Executor` (e.g. `memagent.scale.executor.RayExecutor`). Returns the results path."""
+    process) or an `Executor` (e.g. `memagent.scale.executor.RayExecutor`). Returns the results path; `seen`
+    (when given) gets the latest record of every key, those read and those written, also when the run stops
+    with an error (the file is read once)."""
     executor = backend if isinstance(backend, Executor) else LocalExecutor(backend)
     bar = _bar(progress)
 
@@ -87,8 +89,12 @@ def sweep(backend: Any, datas: Sequence[DataFile], out: Path, cfg: SweepConfig,
             on_record(rec)
 
     with ResultsFile(out / "results.jsonl", cfg.scoring, max_failures, each) as results:
-        executor.run_units(cfg, plan_units(cfg, datas, results.done, retry_failed), results.append_all,
-                           progress=bar is not None)
+        try:
+            executor.run_units(cfg, plan_units(cfg, datas, results.done, retry_failed), results.append_all,
+                               progress=bar is not None)
+        finally:
+            if seen is not None:
+                seen.update(results.done)
     return results.path
 
 

@@ -2,18 +2,22 @@
 window and prompt, how many samples and repeats, the scoring, the workflows' own options.
 
 Every field not listed in `memagent.eval.records.NON_RESULT` is in the records' settings fingerprint, so a
-changed setting computes anew and an unchanged one resumes.
+changed setting computes anew and an unchanged one resumes. A SweepConfig is frozen and checked as it is built;
+what is derived from it (each method's records fingerprint, each workflow bound to its options) is computed once,
+on first use, and passed down with it.
 """
 from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
-from memagent.agent.registry import workflow_names
+from memagent.agent.registry import BoundWorkflow, bind_workflow, workflow_names
 from memagent.config import AgentConfig, WorkflowChoice, deprecated
 from memagent.eval.baselines import BASELINE_TEMPLATE, EvalError
+from memagent.eval.records import fingerprint
 from memagent.eval.scoring import ScoreOptions
-from memagent.eval.workflow_runs import BASELINES, check_methods
+from memagent.eval.workflow_runs import BASELINES, check_methods, is_workflow, method_fingerprint
 
 __all__ = ["BASELINES", "METHODS", "SweepConfig", "refuse_unknown_methods"]
 
@@ -29,7 +33,7 @@ def refuse_unknown_methods(methods: Sequence[str], flag: str = "") -> None:
                         f"{', '.join(BASELINES)} or the workflows {', '.join(workflow_names())}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepConfig:
     model_name: str  # the row label of the table (a model id or path)
     methods: Sequence[str] = METHODS  # baselines and workflows (memagent.agent.registry) by name
@@ -53,8 +57,9 @@ class SweepConfig:
         if workflow_options:
             deprecated("SweepConfig(workflow_options={NAME: OPTIONS}) is the old spelling; give "
                        "workflows=(WorkflowChoice(NAME, OPTIONS), ...)")
-            self.workflows = (*self.workflows, *(WorkflowChoice(n, dict(o)) for n, o in workflow_options.items()))
-        self.workflows = tuple(self.workflows)
+            object.__setattr__(self, "workflows", (*self.workflows, *(WorkflowChoice(n, dict(o))
+                                                                      for n, o in workflow_options.items())))
+        object.__setattr__(self, "workflows", tuple(self.workflows))
         refuse_unknown_methods(self.methods)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise EvalError(f"repeats must be a positive integer, got {self.repeats!r}")
@@ -66,6 +71,19 @@ class SweepConfig:
     def options(self, method: str) -> dict[str, Any]:
         """The own options of workflow `method` ({} for a baseline or a workflow without any)."""
         return next((dict(w.options) for w in self.workflows if w.name == method), {})
+
+    @cached_property
+    def fingerprints(self) -> dict[str, str]:
+        """{method: the settings fingerprint of its records}: the sweep's own (`memagent.eval.records.fingerprint`,
+        computed once) with a workflow's name and options folded in (eval.workflow_runs.method_fingerprint)."""
+        base = fingerprint(self)
+        return {"": base, **{m: method_fingerprint(base, m, self.options(m)) for m in self.methods}}
+
+    @cached_property
+    def bound(self) -> dict[str, BoundWorkflow]:
+        """{workflow method: the workflow bound to its own options} (memagent.agent.registry.bind_workflow: looked
+        up and checked once, before any model is loaded)."""
+        return {m: bind_workflow(m, self.options(m)) for m in self.methods if is_workflow(m)}
 
     def seed(self, repeat: int) -> int:
         """The sampling seed of repeat `repeat`: agent.seed (0 when None) + repeat."""

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from memagent.agent.answer import final_answer
-from memagent.agent.registry import AgentInput, run_workflow, stream_workflow
+from memagent.agent.registry import AgentInput, build_workflow, run_workflow, stream_workflow
 from memagent.backends.base import SamplingParams
 from memagent.errors import MemAgentError
 from memagent.eval.baselines import bm25_context, context_budget, middle_truncate, render_baseline
@@ -25,7 +25,7 @@ from memagent.eval.rewards import keep_memory, record_rewards
 from memagent.eval.scoring import failed_score, score_sample
 from memagent.eval.sweep_config import SweepConfig
 from memagent.eval.units import Unit, Work
-from memagent.eval.workflow_runs import build, check_windows, count_call, is_workflow
+from memagent.eval.workflow_runs import build_runners, count_call, is_workflow
 from memagent.tasks.schema import ParagraphCache, sample_document
 
 __all__ = ["TAG_FIELDS", "check_settings", "error_record", "run_stream", "run_unit"]
@@ -77,14 +77,13 @@ def error_record(cfg: SweepConfig, method: str, w: Work, fp: str, exc: BaseExcep
 
 
 def _workflow_group(backend: Any, cfg: SweepConfig, method: str, group: Sequence[Work], docs: ParagraphCache,
-                    fp: str) -> list[dict]:
+                    fp: str, runner: Any) -> list[dict]:
     """A group of samples read by the workflow `method` in one run (its calls batched across the group)."""
     trace = io.StringIO()
     agent = dataclasses.replace(cfg.agent, seed=cfg.seed(group[0].repeat))
     items = [AgentInput(w.sample["question"], sample_document(w.sample, docs), str(i)) for i, w in enumerate(group)]
     t0 = time.perf_counter()
-    wf = build(method, backend, cfg, agent, trace_path=trace, failures="record")
-    results = run_workflow(wf, items)
+    results = run_workflow(runner.bind(config=agent, trace_path=trace, failures="record"), items)
     seconds = (time.perf_counter() - t0) / len(group)
     usage = {str(i): dict(prompt=0, generated=0, calls=0, document=0) for i in range(len(group))}
     memories: dict[str, list[str]] = {str(i): [] for i in range(len(group))}
@@ -135,30 +134,35 @@ def _baseline_group(backend: Any, cfg: SweepConfig, method: str, group: Sequence
 
 
 def _run_works(backend: Any, cfg: SweepConfig, method: str, works: Sequence[Work], docs: ParagraphCache,
-               fp: str) -> list[dict]:
+               fp: str, runner: Any) -> list[dict]:
     try:
         if is_workflow(method):
-            return _workflow_group(backend, cfg, method, works, docs, fp)
+            return _workflow_group(backend, cfg, method, works, docs, fp, runner)
         return _baseline_group(backend, cfg, method, works, docs, fp)
     except MemAgentError as exc:
         if len(works) > 1:
             log.warning("a group of %d samples failed (%s); running them one by one", len(works), exc)
-            return [rec for w in works for rec in _run_works(backend, cfg, method, [w], docs, fp)]
+            return [rec for w in works for rec in _run_works(backend, cfg, method, [w], docs, fp, runner)]
         w = works[0]
         log.warning("%s %s sample %r repeat %d failed: %s", method, w.data.name, w.sample["id"], w.repeat, exc)
         return [error_record(cfg, method, w, fp, exc)]
 
 
-def run_unit(backend: Any, cfg: SweepConfig, unit: Unit, docs: ParagraphCache | None = None) -> list[dict]:
+def run_unit(backend: Any, cfg: SweepConfig, unit: Unit, docs: ParagraphCache | None = None,
+             runners: dict[str, Any] | None = None) -> list[dict]:
     """The records of `unit` on `backend`, one per work, in the unit's order: its samples in one batch; when
     that fails (a MemAgentError), its samples one by one, and a sample that fails alone an error record.
-    `docs`: the lazy samples' paragraphs, shared across units (a new cache when None)."""
+    `docs`: the lazy samples' paragraphs, shared across units (a new cache when None); `runners`: the workflows
+    built once on `backend` (`check_settings` returns them; None: built here)."""
     docs = docs if docs is not None else ParagraphCache()
-    return _run_works(backend, cfg, unit.method, list(unit.works), docs, unit.fingerprint)
+    runner = None
+    if is_workflow(unit.method):
+        runner = (runners or {}).get(unit.method) or build_workflow(cfg.bound[unit.method], backend, cfg.agent)
+    return _run_works(backend, cfg, unit.method, list(unit.works), docs, unit.fingerprint, runner)
 
 
 def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: ParagraphCache,
-               emit: Callable[[list[dict]], None], total: int | None = None) -> None:
+               emit: Callable[[list[dict]], None], total: int | None = None, runner: Any = None) -> None:
     """The works of `units` (one method and one repeat, on a concurrent backend) as one stream: a sample starts
     as another finishes, and `emit([record])` is called as each sample finishes (it may raise to stop the
     sweep). `total` (the samples to run, with --progress): the agent's progress line (samples done, calls in
@@ -205,15 +209,17 @@ def run_stream(backend: Any, cfg: SweepConfig, units: Iterable[Unit], docs: Para
                           memories.pop(res.doc_id, []))])
 
     agent = dataclasses.replace(cfg.agent, seed=cfg.seed(repeat))
-    wf = build(method, backend, cfg, agent, on_step=on_step, failures="record",
-               progress=total is not None)
+    runner = runner if runner is not None else build_workflow(cfg.bound[method], backend, cfg.agent)
+    wf = runner.bind(config=agent, on_step=on_step, failures="record", progress=total is not None)
     stream_workflow(wf, items(), on_result, total=total)
 
 
-def check_settings(backend: Any, cfg: SweepConfig) -> None:
+def check_settings(backend: Any, cfg: SweepConfig) -> dict[str, Any]:
     """Settings no sample can run under (a window too small for the budgets, a baseline prompt with no room)
-    fail the run at once, before any model call (not sample by sample): an EvalError or a BudgetError."""
-    check_windows(backend, cfg)  # with no questions: the window only
+    fail the run at once, before any model call (not sample by sample): an EvalError or a BudgetError. Returns
+    each workflow's Runner on `backend`, built once (`run_unit` and `run_stream` bind it)."""
+    runners = build_runners(backend, cfg)  # with no questions: the window only
     if any(not is_workflow(m) for m in cfg.methods):
         context_budget(backend, "", cfg.baseline_answer_tokens or cfg.agent.answer_tokens, cfg.window,
                        cfg.baseline_template)
+    return runners

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from memagent.eval.baselines import EvalError
-from memagent.eval.records import DataFile, data_file, fingerprint, record_key, sample_ids
+from memagent.eval.records import DataFile, data_file, record_key, sample_ids
 from memagent.eval.sweep_config import SweepConfig
-from memagent.eval.workflow_runs import method_fingerprint
 from memagent.tasks.schema import read_samples
 
 __all__ = ["Unit", "Work", "group_works", "pending_works", "plan", "plan_units", "records_fingerprint"]
@@ -50,7 +49,7 @@ class Unit:
 def records_fingerprint(cfg: SweepConfig, method: str) -> str:
     """The settings fingerprint (16 hex digits) of `method`'s records: the sweep's own, with a workflow's name
     and options folded in (`memagent.eval.workflow_runs.method_fingerprint`)."""
-    return method_fingerprint(fingerprint(cfg), method, cfg.options(method))
+    return cfg.fingerprints[method]
 
 
 def plan(cfg: SweepConfig, data_files: Sequence[str | Path]) -> tuple[list[DataFile], list[str]]:

@@ -39,17 +39,15 @@ def method_fingerprint(base: str, method: str, options: dict[str, Any] | None) -
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def build(method: str, backend: Any, cfg: Any, agent: Any = None, **run_options: Any) -> Any:
-    """The workflow `method` on `backend` with the agent settings (default: the sweep `cfg`'s), its own options
-    (`cfg.options(method)`) and the run options."""
-    return build_workflow(method, backend, cfg.agent if agent is None else agent, **run_options, **cfg.options(method))
-
-
-def check_windows(backend: Any, cfg: Any) -> None:
-    """Each workflow's window check (`check_budget([])`) before any model call."""
-    for m in cfg.methods:
-        if is_workflow(m):
-            build(m, backend, cfg).check_budget([])
+def build_runners(backend: Any, cfg: Any) -> dict[str, Any]:
+    """{workflow method: its Runner on `backend`} under the sweep's agent settings, each built once from the
+    workflow `cfg.bound` holds (looked up and checked once) and its window checked (`check_budget([])`) before
+    any model call; a unit runs `runner.bind(...)` with its repeat's seed and its own run options."""
+    runners = {}
+    for m, bound in cfg.bound.items():
+        runners[m] = build_workflow(bound, backend, cfg.agent)
+        runners[m].check_budget([])
+    return runners
 
 
 def count_call(u: dict[str, int], call: dict, tokenizer: Any) -> None:

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from memagent.agent.registry import UnknownWorkflow, check_workflow_options, get_workflow
 from memagent.backends.speculate import check_speculate
 from memagent.bounded import load_yaml
-from memagent.config import AgentConfig, ConfigError, WorkflowChoice, workflow_choice_data
+from memagent.config import AgentConfig, ConfigError, WorkflowChoice, hints_of, workflow_choice_data
 from memagent.eval.baselines import BASELINE_TEMPLATE, check_baseline_template
 from memagent.eval.scoring import ScoreOptions
+from memagent.errors import MemAgentError
 from memagent.io import atomic_write_text
-from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, check_reward_name
-from memagent.sections import build, check_fields, copy_field, rule
+from memagent.rewards.registry import DEFAULT_REWARD
+from memagent.sections import check_fields, coerce, copy_field, rule
 
 if TYPE_CHECKING:
     from memagent.backends.base import Backend
@@ -113,6 +113,16 @@ class Budgets:
         check_fields(self, "budgets")
 
 
+def agent_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The AgentConfig fields of a profile's fields (`profile_values`, or a Profile's)."""
+    p, s, b = values["prompts"], values["sampling"], values["budgets"]
+    return dict(
+        chunk_tokens=b.chunk_tokens, memory_tokens=b.memory_tokens, answer_tokens=b.answer_tokens,
+        query_tokens=b.query_tokens, memory_template=p.memory_template, final_template=p.final_template,
+        empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+        answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens)
+
+
 # AgentConfig fields a profile sets for training rollouts: its prompts and budgets (not its sampling)
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig) if f.metadata.get("section") in ("prompts", "budgets"))
 
@@ -132,13 +142,9 @@ class Profile:
     speculate: str = "none"  # none | ngram (memagent.backends.speculate): greedy replies unchanged, only faster
 
     def __post_init__(self) -> None:
+        """The file's own rules; the names it gives (workflow, rewards) are looked up by the command that runs
+        them, once (memagent.agent.registry.bind_workflow, memagent.rewards), not here."""
         AgentConfig(**self._agent_fields())  # templates, budgets, protocol: AgentConfig's own checks
-        try:
-            check_reward_name(self.reward, "outcome", "reward")
-            if self.step_reward:
-                check_reward_name(self.step_reward, "step", "step_reward")
-        except UnknownReward as e:
-            raise ConfigError(str(e)) from None
         try:
             check_speculate(self.speculate)
         except ValueError as e:
@@ -152,7 +158,6 @@ class Profile:
             raise ConfigError(f"sampling.seed must be in [0, 2**32) (NumPy's limit) or null, got "
                               f"{seed if abs(seed) < 10**30 else f'an integer of {seed.bit_length()} bits'}")
         check_template_kwargs(self.chat_template_kwargs)
-        check_workflow(self.workflow)
 
     def agent_config(self, **extra: Any) -> AgentConfig:
         """The read-write loop's settings; `extra` sets AgentConfig fields a profile does not hold. A command
@@ -160,46 +165,18 @@ class Profile:
         return AgentConfig(**self._agent_fields(), **extra)
 
     def _agent_fields(self) -> dict[str, Any]:
-        p, s, b = self.prompts, self.sampling, self.budgets
-        return dict(
-            chunk_tokens=b.chunk_tokens, memory_tokens=b.memory_tokens, answer_tokens=b.answer_tokens,
-            query_tokens=b.query_tokens, memory_template=p.memory_template, final_template=p.final_template,
-            empty_memory=p.empty_memory, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-            answer_protocol=p.answer_protocol, think=p.think, document_tokens=b.document_tokens)
+        return agent_fields(_fields(self))
 
     def training_agent(self, agent: AgentConfig, keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
-        """`agent` (a training config's rollout workflow) with this profile's prompts and budgets, except the
-        fields in `keep` (set by explicit `agent.*=...` overrides). Sampling stays the training config's:
-        rollouts sample at their own temperature (1.0 in the paper)."""
-        wanted = self.agent_config()
-        return dataclasses.replace(agent, **{k: getattr(wanted, k) for k in TRAIN_FIELDS if k not in keep})
+        """`training_agent(this profile's fields, agent, keep)`."""
+        return training_agent(_fields(self), agent, keep)
 
     def training_rewards(self, reward: str, step_reward: str) -> dict[str, str]:
-        """This profile's `reward` and `step_reward` for a training config whose own are `reward` and
-        `step_reward`: only those the config leaves at their defaults (a config's own names win)."""
-        out = {}
-        if reward == DEFAULT_REWARD:
-            out["reward"] = self.reward
-        if not step_reward:
-            out["step_reward"] = self.step_reward
-        return out
+        """`training_rewards(this profile's fields, reward, step_reward)`."""
+        return training_rewards(_fields(self), reward, step_reward)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def check_workflow(choice: WorkflowChoice) -> None:
-    """A workflow name the registry knows (built in, registered or installed) and options it takes, checked as
-    every entry checks them (memagent.agent.registry.check_workflow_options): whichever workflow a command runs,
-    a profile's options are its own workflow's."""
-    try:
-        get_workflow(choice.name)
-    except UnknownWorkflow as e:
-        raise ConfigError(f"workflow.name: {e}") from None
-    try:
-        check_workflow_options(choice.name, choice.options)
-    except ConfigError as e:
-        raise ConfigError(f"workflow.options: {e}") from None
 
 
 def profile_flags() -> dict[str, tuple[str, str]]:
@@ -264,33 +241,74 @@ def check_template_kwargs(kwargs: dict[str, Any]) -> None:
                               f"{type(value).__name__} (a YAML tag?)")
 
 
-def profile_from_dict(data: Any, base: Profile | None = None, source: str = "profile") -> Profile:
-    """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied; the old
-    spellings of the workflow choice read with a deprecation line (memagent.config.workflow_choice_data)."""
+def profile_values(data: Any, values: dict[str, Any] | None = None, source: str = "profile") -> dict[str, Any]:
+    """The fields of a profile (default: the built-in's) with the settings of `data` (a nested mapping, one
+    layer: memagent.json, a file, the flags) applied, each checked as it is read (unknown keys, types, each
+    section's own rules) and named by `source`; the old spellings of the workflow choice read with a
+    deprecation line (memagent.config.workflow_choice_data). `Profile(**values)` makes the profile, once."""
+    values = dict(values) if values is not None else {f.name: getattr(BUILT_IN, f.name) for f in dataclasses.fields(Profile)}
     data = workflow_choice_data(data, source)  # its errors name `source` already
+    if data is None:
+        return values
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the profile must be a mapping of {', '.join(values)}; got {type(data).__name__}")
+    unknown = sorted(str(k) for k in data if k not in values)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(values)}")
+    hints = hints_of(Profile)
     try:
-        return build(Profile, data, base or Profile())
+        for name, value in data.items():
+            values[name] = coerce(hints[name], value, name, values[name])
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+    except MemAgentError as e:  # a section's own error type (e.g. eval's ScoringError)
+        raise ConfigError(f"{source}: {e}") from None
+    return values
 
 
-def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
-    """The profile in YAML file `path`, over `base` (default: the built-in profile)."""
+def make_profile(values: dict[str, Any], sources: str = "profile") -> Profile:
+    """The profile of `values` (`profile_values`' fields), checked as a whole once (`Profile.__post_init__`);
+    an error names the `sources` its settings came from."""
+    try:
+        return Profile(**values)
+    except ConfigError as e:
+        raise ConfigError(f"{sources}: {e}") from None
+    except MemAgentError as e:
+        raise ConfigError(f"{sources}: {e}") from None
+
+
+def profile_from_dict(data: Any, base: Profile | None = None, source: str = "profile") -> Profile:
+    """`base` (default: the built-in profile) with the settings of `data` (a nested mapping) applied."""
+    values = profile_values(data, None if base is None else _fields(base), source)
+    return make_profile(values, source)
+
+
+def _fields(profile: Profile) -> dict[str, Any]:
+    return {f.name: getattr(profile, f.name) for f in dataclasses.fields(Profile)}
+
+
+def read_profile_file(path: str | Path) -> Any:
+    """The mapping of a YAML profile file (bounded: memagent.bounded), not yet checked."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"profile file {p} does not exist; pass a YAML profile (e.g. configs/profiles/memagent.yaml)")
     try:
-        data = load_yaml(p.read_text(encoding="utf-8"), str(p), ConfigError)  # bounded: memagent.bounded
+        return load_yaml(p.read_text(encoding="utf-8"), str(p), ConfigError)  # bounded: memagent.bounded
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p} is not valid YAML: {e}") from None
-    return profile_from_dict(data, base, source=str(p))
+
+
+def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
+    """The profile in YAML file `path`, over `base` (default: the built-in profile)."""
+    return profile_from_dict(read_profile_file(path), base, source=str(path))
 
 
 FLAG_KEYS = profile_flags()  # flag name -> (section, key), derived from the sections' fields
 
 
-def apply_flags(profile: Profile, **flags: Any) -> Profile:
-    """`profile` with every flag that was given (not None) set; flags are the keys of FLAG_KEYS."""
+def flag_data(current: WorkflowChoice, **flags: Any) -> dict[str, dict[str, Any]]:
+    """The nested mapping of every flag that was given (not None); flags are the keys of FLAG_KEYS. A flag that
+    names another workflow than `current` leaves that one's options behind."""
     data: dict[str, dict[str, Any]] = {}
     for flag, value in flags.items():
         if flag not in FLAG_KEYS:
@@ -298,14 +316,37 @@ def apply_flags(profile: Profile, **flags: Any) -> Profile:
         if value is not None:
             section, key = FLAG_KEYS[flag]
             data.setdefault(section, {})[key] = value
-    if data.get("workflow", {}).get("name", profile.workflow.name) != profile.workflow.name:
+    if data.get("workflow", {}).get("name", current.name) != current.name:
         data["workflow"].setdefault("options", {})  # another workflow: the profile's options are not its
+    return data
+
+
+def apply_flags(profile: Profile, **flags: Any) -> Profile:
+    """`profile` with every flag that was given (not None) set; flags are the keys of FLAG_KEYS."""
+    data = flag_data(profile.workflow, **flags)
     return profile_from_dict(data, profile, source="command-line flags") if data else profile
+
+
+def resolve_values(path: str | Path | None, layers: list[tuple[str, Any]] = (), **flags: Any) -> tuple[dict[str, Any], str]:
+    """(the fields of the profile a command runs with, where they came from): the built-in profile, then each
+    (source, data) of `layers` (e.g. the model's memagent.json), the profile file `path`, then the flags. Each
+    layer is checked as it is read; `make_profile` builds the profile, once."""
+    values, sources = profile_values(None), ["the built-in profile"]
+    for source, data in [*layers, *([(str(path), read_profile_file(path))] if path is not None else [])]:
+        values = profile_values(data, values, source)
+        sources.append(source)
+    data = flag_data(values["workflow"], **flags)
+    if data:
+        values = profile_values(data, values, "command-line flags")
+        sources.append("command-line flags")
+    return values, ", ".join(sources)
 
 
 def resolve_profile(path: str | Path | None, base: Profile | None = None, **flags: Any) -> Profile:
     """The settings a command runs with: `base` (built-in), then the profile file, then the flags."""
-    profile = load_profile(path, base) if path is not None else (base or Profile())
+    if base is None:
+        return make_profile(*resolve_values(path, **flags))
+    profile = load_profile(path, base) if path is not None else base
     return apply_flags(profile, **flags)
 
 
@@ -317,17 +358,38 @@ def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Ba
                                speculate=options.speculate or profile.speculate).load(model)
 
 
-def training_profile(cfg: Any, profile: Profile | None) -> Profile:
-    """The profile a training run uses (written to its out_dir/profile.yaml): `profile` (default: the built-in)
-    with the rollouts' prompts, budgets, sampling and chat template arguments of `cfg` (a TrainConfig)."""
-    agent, base = cfg.agent, profile or Profile()
+def training_agent(values: dict[str, Any], agent: AgentConfig,
+                   keep: set[str] | frozenset[str] = frozenset()) -> AgentConfig:
+    """`agent` (a training config's rollout workflow) with the prompts and budgets of a profile's fields
+    (`values`), except the fields in `keep` (set by explicit `agent.*=...` overrides). Sampling stays the
+    training config's: rollouts sample at their own temperature (1.0 in the paper)."""
+    wanted = agent_fields(values)
+    return dataclasses.replace(agent, **{k: wanted[k] for k in TRAIN_FIELDS if k not in keep})
+
+
+def training_rewards(values: dict[str, Any], reward: str, step_reward: str) -> dict[str, str]:
+    """A profile's `reward` and `step_reward` (of its fields `values`) for a training config whose own are
+    `reward` and `step_reward`: only those the config leaves at their defaults (a config's own names win)."""
+    out = {}
+    if reward == DEFAULT_REWARD:
+        out["reward"] = values["reward"]
+    if not step_reward:
+        out["step_reward"] = values["step_reward"]
+    return out
+
+
+def training_profile(cfg: Any, profile: Profile | None) -> dict[str, Any]:
+    """The fields of the profile a training run uses (`dump_profile` writes them to its out_dir/profile.yaml):
+    `profile` (default: the built-in) with the rollouts' prompts, budgets, sampling and chat template arguments
+    of `cfg` (a TrainConfig). Both were checked as they were built; nothing is built or checked again."""
+    agent, base = cfg.agent, _fields(profile or BUILT_IN)
     settings: dict[str, dict[str, Any]] = {}  # section -> {AgentConfig field: the rollouts' value}
     for f in dataclasses.fields(AgentConfig):
         if f.metadata.get("section"):
             settings.setdefault(f.metadata["section"], {})[f.name] = getattr(agent, f.name)
-    sections = {name: dataclasses.replace(getattr(base, name), **values) for name, values in settings.items()}
-    return dataclasses.replace(base, chat_template_kwargs=dict(cfg.chat_template_kwargs), **sections,
-                               reward=cfg.reward, step_reward=cfg.step_reward)
+    sections = {name: dataclasses.replace(base[name], **values) for name, values in settings.items()}
+    return {**base, "chat_template_kwargs": dict(cfg.chat_template_kwargs), **sections, "reward": cfg.reward,
+            "step_reward": cfg.step_reward}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -342,8 +404,11 @@ def _str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def dump_profile(profile: Profile) -> str:
-    return yaml.dump(profile.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
+def dump_profile(profile: Profile | dict[str, Any]) -> str:
+    """`profile` (or a profile's fields, e.g. `training_profile`'s) as YAML, the sections in their order."""
+    data = profile.to_dict() if isinstance(profile, Profile) else {
+        k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in profile.items()}
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
 
 
 def write_profile(profile: Profile, path: str | Path) -> Path:
@@ -353,3 +418,6 @@ def write_profile(profile: Profile, path: str | Path) -> Path:
         p = p / PROFILE_FILE
     atomic_write_text(p, dump_profile(profile))
     return p
+
+
+BUILT_IN = Profile()  # the paper's settings, built once (its functions are all defined above)

@@ -18,13 +18,15 @@ from typing import Any, Optional
 from memagent.bounded import CONFIG_CHARS, loads_json
 from memagent.config import AgentConfig
 from memagent.errors import InputError
-from memagent.agent.registry import check_workflow_options
+from memagent.agent.registry import BoundWorkflow, bind_workflow
+from memagent.config import ConfigError, WorkflowChoice
 from memagent.flags import BudgetOptions, SamplingOptions, flag_values, parse_workflow_options
 from memagent.io import atomic_write_text, read_text
-from memagent.protocol.profile import Profile, profile_from_dict, resolve_profile
+from memagent.protocol.profile import Profile, make_profile, profile_from_dict, resolve_values
 
 __all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile", "model_settings_profile",
-           "resolve_model_profile", "save_agent_settings", "workflow_options_for"]
+           "model_profile_values", "resolve_model_profile", "resolve_workflow", "save_agent_settings", "workflow_profile",
+           "workflow_options_for"]
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
 SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
@@ -60,18 +62,30 @@ def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
     return atomic_write_text(path, json.dumps({k: getattr(config, k) for k in SETTING_KEYS}, indent=2) + "\n")
 
 
+def model_settings_layer(model: str) -> tuple[str, dict[str, Any]]:
+    """Step 2 as a profile layer: (the model's memagent.json, its prompts and budgets as profile sections)."""
+    settings = model_agent_settings(model)
+    return (str(Path(model) / AGENT_SETTINGS_FILE),
+            {name: {k: settings[k] for k in keys if k in settings} for name, keys in _SECTIONS.items()})
+
+
 def model_settings_profile(model: str) -> Profile:
     """Steps 1 and 2: the built-in profile with the prompts and budgets of the model's memagent.json (none: the
     built-in one)."""
-    settings = model_agent_settings(model)
-    return profile_from_dict({name: {k: settings[k] for k in keys if k in settings} for name, keys in _SECTIONS.items()},
-                             source=str(Path(model) / AGENT_SETTINGS_FILE))
+    source, data = model_settings_layer(model)
+    return profile_from_dict(data, source=source)
+
+
+def model_profile_values(model: str, profile: Optional[str | Path], **flags: Any) -> tuple[dict[str, Any], str]:
+    """Steps 1 to 4 as the profile's fields and their sources (`memagent.protocol.profile.resolve_values`), not
+    yet built: a command adds what it resolves itself (its workflow), then builds the profile once."""
+    return resolve_values(profile, [model_settings_layer(model)], **flags)
 
 
 def resolve_model_profile(model: str, profile: Optional[str | Path], **flags: Any) -> Profile:
     """Steps 1 to 4: the built-in profile, the model's memagent.json, the `--profile` file (None: none), then
     `flags` (keys of `memagent.protocol.profile.FLAG_KEYS`; None: not given)."""
-    return resolve_profile(profile, model_settings_profile(model), **flags)
+    return make_profile(*model_profile_values(model, profile, **flags))
 
 
 def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
@@ -81,11 +95,33 @@ def model_profile(model: str, profile: Optional[Path], budgets: BudgetOptions,
     return resolve_model_profile(model, profile, **flag_values(budgets), **flag_values(sampling))
 
 
+def workflow_profile(model: str, profile: Optional[Path], budgets: BudgetOptions, sampling: SamplingOptions,
+                     workflow: str, pairs: list[str]) -> tuple[Profile, BoundWorkflow]:
+    """`model_profile` and the command's workflow bound to its options (`resolve_workflow`), each made once; the
+    profile records --workflow-option's options when any were given (written beside the results)."""
+    values, sources = model_profile_values(model, profile, **flag_values(budgets), **flag_values(sampling))
+    bound = resolve_workflow(values["workflow"], workflow, pairs)
+    if pairs:
+        values["workflow"] = WorkflowChoice(workflow, bound.options)
+    return make_profile(values, sources), bound
+
+
 def workflow_options_for(profile: Profile, workflow: str, pairs: list[str]) -> dict[str, Any]:
     """The options `workflow` runs with under `ask` and `serve`: the profile's `workflow.options` when it names
-    that workflow, then --workflow-option's KEY=VALUE `pairs`; parsed and checked once
-    (memagent.agent.registry.check_workflow_options), before any model loads."""
-    options = dict(profile.workflow.options) if profile.workflow.name == workflow else {}
+    that workflow, then --workflow-option's KEY=VALUE `pairs`; parsed and checked once, before any model loads."""
+    return resolve_workflow(profile.workflow, workflow, pairs).options
+
+
+def resolve_workflow(chosen: WorkflowChoice, workflow: str, pairs: list[str]) -> BoundWorkflow:
+    """`workflow` bound to its options (memagent.agent.registry.bind_workflow: looked up and checked once):
+    `chosen`'s options (a profile's workflow) when it names that workflow, then --workflow-option's KEY=VALUE
+    `pairs`. A profile's choice of another workflow is checked too, when it was given (not the built-in's):
+    whichever workflow runs, the profile's options are its own workflow's."""
+    if chosen.name != workflow and chosen != WorkflowChoice():
+        try:
+            bind_workflow(chosen.name, chosen.options)
+        except ConfigError as e:
+            raise ConfigError(f"the profile's workflow: {e}") from None
+    options = dict(chosen.options) if chosen.name == workflow else {}
     options.update(parse_workflow_options(pairs))
-    check_workflow_options(workflow, options)
-    return options
+    return bind_workflow(workflow, options)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from memagent.agent.registry import check_workflow_options, get_workflow
+from memagent.agent.registry import BoundWorkflow, bind_workflow
 from memagent.backends.speculate import SPECULATE
 from memagent.config import AgentConfig, ConfigError, WorkflowChoice, deprecated, workflow_choice_data
 from memagent.errors import MemAgentError
@@ -350,12 +351,22 @@ class TrainConfig:
         if isinstance(self.workflow, str):  # TrainConfig(workflow="lookup") from Python: the old spelling
             deprecated(f"TrainConfig(workflow={self.workflow!r}): give WorkflowChoice({self.workflow!r}, options)")
             self.workflow = WorkflowChoice(self.workflow)
-        check_workflow(self.workflow)
         self.reward = check_rewards(self)
         try:
             check_device(self.device, "device")
         except MemAgentError as e:
             raise ConfigError(str(e)) from None
+
+    @cached_property
+    def bound_workflow(self) -> BoundWorkflow:
+        """The rollout workflow bound to its options (memagent.agent.registry.bind_workflow): looked up and
+        checked once, on first use (`build_train_config` and the trainer's set-up), then passed down. ConfigError
+        for a workflow that is not known (listing the valid ones) or options it does not take (a run-time setting
+        such as trace_path is not one)."""
+        try:
+            return bind_workflow(self.workflow.name, self.workflow.options)
+        except MemAgentError as e:
+            raise ConfigError(f"workflow.options: {e}" if isinstance(e, ConfigError) else str(e)) from None
 
     @property
     def num_mini_batches(self) -> int:
@@ -365,16 +376,6 @@ class TrainConfig:
     def horizon(self) -> int:
         """The constant of `seq-mean-token-sum-norm`: loss.horizon or the longest possible response."""
         return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
-
-
-def check_workflow(choice: WorkflowChoice) -> None:
-    """ConfigError for a workflow that is not known (listing the valid ones) or options it does not take
-    (memagent.agent.registry.check_workflow_options: a run-time setting such as trace_path is not one)."""
-    try:
-        get_workflow(choice.name)
-        check_workflow_options(choice.name, choice.options)
-    except MemAgentError as e:
-        raise ConfigError(f"workflow.options: {e}" if isinstance(e, ConfigError) else str(e)) from None
 
 
 def check_rewards(cfg: "TrainConfig") -> str:
@@ -421,9 +422,10 @@ def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     return build(cls, spell_out(cls, data), where=prefix.rstrip("."))
 
 
-def config_data(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+def config_data(path: str | Path | None = None, overrides: list[str] | None = None,
+                parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The nested mapping of a YAML file of TrainConfig fields (none: {}) with `key=value` overrides applied,
-    short spellings written in full."""
+    short spellings written in full (`parsed`: the overrides parsed already, `parse_train_overrides`)."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -433,7 +435,12 @@ def config_data(path: str | Path | None = None, overrides: list[str] | None = No
         data = spell_out(TrainConfig, load_mapping(read_text(p, "config file", ConfigError), str(p),
                                                    "TrainConfig fields"))
         data = workflow_choice_data(data, str(p))
-    return deep_merge(data, workflow_choice_data(parse_overrides(overrides or [], TrainConfig), "the overrides"))
+    return deep_merge(data, parsed if parsed is not None else parse_train_overrides(overrides or []))
+
+
+def parse_train_overrides(overrides: list[str]) -> dict[str, Any]:
+    """The nested mapping of TrainConfig `key=value` overrides (the old workflow spellings read)."""
+    return workflow_choice_data(parse_overrides(overrides, TrainConfig), "the overrides")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
@@ -445,18 +452,20 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
                        force: bool = False, profile: Any = None) -> TrainConfig:
     """The TrainConfig of `memagent train`: the YAML file, the `key=value` overrides, --resume and --force, then a
     protocol profile's prompts and budgets in `agent` (a `memagent.protocol.profile.Profile`; explicit `agent.*=...`
-    overrides win over it, and the config's own chat_template_kwargs over the profile's)."""
+    overrides win over it, and the config's own chat_template_kwargs over the profile's). The file and the
+    overrides are read once; the workflow is bound once (`TrainConfig.bound_workflow`), before anything is written."""
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
-    given = config_data(path, flags)  # read once; the reward names it sets win over the profile's
+    parsed = parse_train_overrides(flags)
+    given = config_data(path, parsed=parsed)  # read once; the reward names it sets win over the profile's
     cfg = build(TrainConfig, given)
-    if profile is None:
-        return cfg
-    explicit = set(parse_overrides(list(overrides or []), TrainConfig).get("agent", {}))
-    kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
-    rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
-               if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
-    return dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, explicit), chat_template_kwargs=kwargs,
-                               **rewards)
+    if profile is not None:
+        kwargs = cfg.chat_template_kwargs or dict(profile.chat_template_kwargs)
+        rewards = {k: v for k, v in profile.training_rewards(cfg.reward, cfg.step_reward).items()
+                   if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
+        cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, set(parsed.get("agent", {}))),
+                                  chat_template_kwargs=kwargs, **rewards)
+    cfg.bound_workflow  # looked up and checked once, before anything is written  # noqa: B018
+    return cfg
 
 
 def check_out_dir(cfg: TrainConfig) -> None:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from memagent.agent.protocol import AgentInput
-from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, BoundWorkflow, build_workflow, run_workflow
 from memagent.backends.base import Backend, BackendError
 from memagent.backends.hf import TransformersBackend
 from memagent.config import AgentConfig
@@ -80,7 +80,8 @@ class PolicyRollout:
     collective and ranks decode different lengths), so each rank keeps a full, unsharded copy that is refreshed
     from the shards after every update."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo) -> None:
+    def __init__(self, model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo,
+                 vocab_limit: int | None | str = "auto") -> None:
         self.model, self.info = model, info
         self.copy: nn.Module | None = None
         gen_model = unwrap(model)
@@ -91,7 +92,7 @@ class PolicyRollout:
         self._backend = TransformersBackend(gen_model, tokenizer, max_batch_size=cfg.rollout.max_batch_size,
                                             want_logprobs=cfg.update.old_logprobs == "rollout",
                                             chat_template_kwargs=cfg.chat_template_kwargs,
-                                            speculate=cfg.rollout.speculate)
+                                            speculate=cfg.rollout.speculate, emit_limit=vocab_limit)
 
     def backend(self) -> Any:
         """The transformers backend, its model put in eval mode."""
@@ -112,8 +113,12 @@ class PolicyRollout:
 ENGINES = {"policy": PolicyRollout, "vllm": VLLMRollout, "vllm-server": ServerRollout}
 
 
-def make_engine(model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo) -> RolloutEngine:
-    """The engine named by `cfg.rollout.engine` (validated by RolloutConfig)."""
+def make_engine(model: nn.Module, tokenizer: Any, cfg: TrainConfig, info: DistInfo,
+                vocab_limit: int | None | str = "auto") -> RolloutEngine:
+    """The engine named by `cfg.rollout.engine` (validated by RolloutConfig); `vocab_limit`: the ids the policy
+    may emit, computed by the trainer once (the in-process engine masks the rest; "auto": computed there)."""
+    if cfg.rollout.engine == "policy":
+        return PolicyRollout(model, tokenizer, cfg, info, vocab_limit)
     return ENGINES[cfg.rollout.engine](model, tokenizer, cfg, info)
 
 
@@ -267,7 +272,7 @@ def generate_rollouts(
     reward_fn: RewardFn | Reward,
     *,
     seed: int | None, step_reward: Reward | None = None,
-    per_sample: bool = False, workflow: str = DEFAULT_WORKFLOW, workflow_options: dict | None = None,
+    per_sample: bool = False, workflow: str | BoundWorkflow = DEFAULT_WORKFLOW, workflow_options: dict | None = None,
 ) -> RolloutBatch:
     """G rollouts of each question through the workflow, rewarded (advantages: `with_advantages`).
 
@@ -276,8 +281,8 @@ def generate_rollouts(
     per_sample: seed rollout g of question q by its global key group_ids[q] * G + g (`AgentInput.seed_key`)
         instead of by batch, so its draws do not depend on the other questions here (a backend that honours
         `SamplingParams.seeds`: the transformers one).
-    workflow, workflow_options: the workflow by name (memagent.agent.registry) and its own options; reward_fn: a
-    Reward or `(reply, golds) -> float`; step_reward: a Reward scoring each row (rl.step_rewards) or None.
+    workflow, workflow_options: the workflow by name and its own options, or bound (`TrainConfig.bound_workflow`);
+    reward_fn: a Reward or `(reply, golds) -> float`; step_reward: a Reward scoring each row (rl.step_rewards) or None.
     Samples are ordered question by question: sample s = q * G + g.
     """
     items = rollout_inputs(questions, group_ids, group_size, per_sample)
@@ -398,7 +403,7 @@ def collect_rollouts(backend: Backend, cfg: TrainConfig, samples: Sequence[QASam
         batch = generate_rollouts(backend, cfg.agent, [samples[indices[j]] for j in mine], [start + j for j in mine],
                                   cfg.rollout.group_size, reward_fn, per_sample=per_sample,
                                   seed=step_seed(cfg.seed, step, rounds, 0 if per_sample else info.rank),
-                                  workflow=cfg.workflow.name, workflow_options=cfg.workflow.options,
+                                  workflow=cfg.bound_workflow,
                                   step_reward=step_reward)
         tally.add(batch)
         steps.add(batch)

@@ -68,6 +68,7 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     if (model is None or tokenizer is None) and not config.model:
         raise ConfigError("no model: set `model` (a save_pretrained directory or Hugging Face id) in the "
                           "config, or pass model= and tokenizer= to train()")
+    loaded = model is None  # loaded here: its vocabulary checked against config.json before its weights
     try:
         path = resolve_model(config.model)  # a GGUF file: its converted folder
         if tokenizer is None:
@@ -79,7 +80,7 @@ def load_policy(config: TrainConfig, model: Any, tokenizer: Any, device: torch.d
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: weights of other shapes than config.json
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"cannot load model {config.model!r}: {first}") from None
-    if getattr(model, "config", None) is not None:  # a model folder's tokenizer must be its own (check_vocab)
+    if not loaded and getattr(model, "config", None) is not None:  # a model given: its tokenizer must be its own
         check_vocab(tokenizer, config_vocab_size(model.config), str(config.model or "the model"))
     return model, ensure_pad_token(tokenizer)
 
@@ -147,12 +148,12 @@ class MultiConvDAPO:
         self.pad_id = recipe.tokenizer.pad_token_id
         # the ids the rollout may sample (an embedding padded past the tokenizer: the rest are masked there)
         self.vocab_limit = vocab_limit(recipe.model, recipe.tokenizer)
-        self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info)
+        self.engine = make_engine(recipe.model, recipe.tokenizer, config, self.info, self.vocab_limit)
         warn_rank_seeded_resume(config.rollout.seeding, recipe.saved_world_size, self.info)
         self.dapo = DAPO.from_config(config.loss, config.horizon, config.agent.temperature)
         self.validator = make_validator(config.val.data, config.val.every, config.val.samples, config.agent,
                                         reward_fn, config.seed, self.info, config.rollout.seeding == "sample",
-                                        config.workflow.name, config.workflow.options)
+                                        config.bound_workflow)
 
     def step(self, run: Recipe) -> dict[str, Any]:
         t0 = time.perf_counter()

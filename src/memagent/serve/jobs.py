@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memagent.agent.chunking import iter_chunks
-from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, build_workflow, get_workflow, run_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, AgentInput, Runner, build_workflow, run_workflow
 from memagent.config import AgentConfig
 from memagent.errors import MemAgentError
 from memagent.serve.backend import JobBackend, SharedBackend
@@ -105,10 +105,12 @@ class JobManager:
 
     def __init__(self, store: Store, docs: DocumentStore, backend: SharedBackend, config: AgentConfig,
                  metrics: Metrics, max_running: int = 4, max_queued: int = 64,
-                 workflow: str = DEFAULT_WORKFLOW, workflow_options: dict[str, Any] | None = None) -> None:
+                 workflow: str = DEFAULT_WORKFLOW, workflow_options: dict[str, Any] | None = None,
+                 runner: Runner | None = None) -> None:
         self.store, self.docs, self.backend, self.config, self.metrics = store, docs, backend, config, metrics
         self.workflow = workflow  # the server's (serve --workflow); a job may name its own (`submit`), kept in SQLite
         self.workflow_options = dict(workflow_options or {})  # the server's workflow's (serve --workflow-option)
+        self.runner = runner  # the server's workflow, built once (None: on the first job); a job binds it
         self.max_running, self.max_queued = max_running, max_queued
         self.pool = ThreadPoolExecutor(max_running, thread_name_prefix="memagent-job")
         self.live: OrderedDict[str, Live] = OrderedDict()
@@ -225,7 +227,8 @@ class JobManager:
                                                errors="replace"))
             self.store.set_total(job_id, total)
         workflow = job["workflow"] or self.workflow  # None: a job of a version-1 database (not recorded)
-        resume = getattr(get_workflow(workflow), "resumable", False)  # declared beside it (@workflow(resumable=));
+        runner = self._runner() if workflow == self.workflow else build_workflow(workflow, self.backend, self.config)
+        resume = getattr(runner.workflow, "resumable", False)  # declared beside it (@workflow(resumable=));
         #   another workflow's state is not only its memory and the chunk reached: it starts over
         items = [_resume_input(q, path) if resume else AgentInput(q["question"], path, doc_id=str(q["index"]))
                  for q in questions if q["final"] is None]
@@ -252,8 +255,14 @@ class JobManager:
             live.emit("step", dict(record, question_index=idx, chunks_total=total))
 
         backend = JobBackend(self.backend, on_usage, lambda: live.cancel.is_set() or self._stopping)
-        own = self.workflow_options if workflow == self.workflow else {}
-        run_workflow(build_workflow(workflow, backend, self.config, errors="replace", on_step=on_step, **own), items)
+        run_workflow(runner.bind(backend, errors="replace", on_step=on_step), items)
+
+    def _runner(self) -> Runner:
+        """The server's workflow, built (and its options checked) once."""
+        with self._lock:
+            if self.runner is None:
+                self.runner = build_workflow(self.workflow, self.backend, self.config, **self.workflow_options)
+            return self.runner
 
     # -- views ----------------------------------------------------------------------------------
     def job_or_404(self, job_id: str) -> dict[str, Any]:

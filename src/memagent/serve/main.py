@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from memagent.prompts import render
-from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow
+from memagent.agent.registry import DEFAULT_WORKFLOW, BoundWorkflow, Runner, build_workflow
 from memagent.split_prompt import parse_rule
 from memagent.backends.base import Backend
 from memagent.backends.options import BackendOptions
 from memagent.config import AgentConfig, rule
 from memagent.errors import InputError, MemAgentError
-from memagent.flags import MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, check_options, flag, parse_workflow_options
+from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, SamplingOptions, check_options, flag,
+                            parse_workflow_options)
 from memagent.lock import run_lock
 from memagent.protocol.profile import open_backend
-from memagent.protocol.resolve import model_profile, workflow_options_for
+from memagent.protocol.resolve import workflow_options_for, workflow_profile
 from memagent.serve import require_serve_deps
 from memagent.serve.backend import SharedBackend
 from memagent.serve.documents import DocumentStore
@@ -121,11 +122,11 @@ def open_state(o: ServeOptions) -> tuple[Any, Any]:
     return store, DocumentStore(o.state_dir / "documents", o.max_document_bytes)
 
 
-def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_WORKFLOW,
-                workflow_options: dict[str, Any] | None = None) -> None:
+def check_ready(backend: Backend, config: AgentConfig, workflow: str | BoundWorkflow = DEFAULT_WORKFLOW,
+                workflow_options: dict[str, Any] | None = None) -> Runner:
     """Refuse a model every request would fail on: a tokenizer that encodes text to no tokens (its files are
     missing), prompts its chat template cannot render (e.g. a profile's chat_template_kwargs), budgets over
-    its window. Nothing is generated."""
+    its window. Nothing is generated. Returns the server's workflow built (each job binds it to its own run)."""
     if not backend.tokenizer("Which river runs through the city?", add_special_tokens=False)["input_ids"]:
         raise InputError("the model's tokenizer encodes text to no tokens: its tokenizer files (tokenizer.json, "
                          "tokenizer_config.json) are missing or not its own; give a model folder with them")
@@ -139,7 +140,9 @@ def check_ready(backend: Backend, config: AgentConfig, workflow: str = DEFAULT_W
                          "profile's chat_template_kwargs and the model's chat template") from None
     if config.seed is not None and not 0 <= config.seed < 2**32:  # every seeded call would fail
         raise InputError(f"the profile's sampling seed {config.seed} is out of range; give one in 0..2**32-1")
-    build_workflow(workflow, backend, config, **(workflow_options or {})).check_budget([])  # its largest prompts
+    runner = build_workflow(workflow, backend, config, **(workflow_options or {}))
+    runner.check_budget([])  # its largest prompts
+    return runner
 
 
 server_workflow_options = workflow_options_for  # the server's workflow's options (its earlier name)
@@ -147,16 +150,17 @@ server_workflow_options = workflow_options_for  # the server's workflow's option
 
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
           serialize: bool = True, state: tuple[Any, Any] | None = None,
-          workflow_options: dict[str, Any] | None = None) -> tuple[Any, Any]:
+          workflow_options: dict[str, Any] | None = None, runner: Runner | None = None) -> tuple[Any, Any]:
     """(app, manager) over `backend`, with state under `o.state_dir` (`state`: the stores `open_state` gave);
-    unfinished jobs resumed. `workflow_options`: the server's workflow's (default: --workflow-option's)."""
+    unfinished jobs resumed. `workflow_options`: the server's workflow's (default: --workflow-option's);
+    `runner`: the server's workflow built already (`check_ready`; None: built on the first job)."""
     from memagent.serve.app import create_app  # lazy: fastapi
 
     store, docs = state if state is not None else open_state(o)
     metrics = Metrics()
     shared = SharedBackend(backend, serialize=serialize, on_call=metrics.model_call)
     options = parse_workflow_options(o.workflow_option) if workflow_options is None else workflow_options
-    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow, options)
+    manager = JobManager(store, docs, shared, config, metrics, o.max_jobs, o.max_queue, o.workflow, options, runner)
     metrics.gauges.update(memagent_queue_length=lambda: manager.count("queued"),
                           memagent_jobs_running=lambda: manager.count("running"))
     settings = ServeSettings(model_name=o.model, api_key=key, max_body_bytes=o.max_body_bytes,
@@ -171,14 +175,15 @@ def run_serve(o: ServeOptions) -> None:
     require_serve_deps()
     parse_rule(o.prompt_split)  # a bad rule is refused before the model loads
     key = api_key(o)
-    profile = model_profile(o.model, o.profile, o.budgets)  # its workflow options checked as it is read
+    # the profile and the workflow bound to its options (the profile's, then the flags'), once, before the model loads
+    profile, workflow = workflow_profile(o.model, o.profile, o.budgets, SamplingOptions(), o.workflow,
+                                         o.workflow_option)
     config = profile.agent_config()
-    options = workflow_options_for(profile, o.workflow, o.workflow_option)  # with the flags', before the model loads
     import uvicorn  # lazy: uvicorn
 
     sockets = bind_sockets(o.host, o.port)  # a host that does not resolve, a port in use: refused before the model
     try:
-        _serve_on(o, sockets, key, profile, config, options, uvicorn)
+        _serve_on(o, sockets, key, profile, config, workflow, uvicorn)
     finally:
         for sock in sockets:
             sock.close()
@@ -220,14 +225,14 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
 
 
 def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, profile: Any, config: AgentConfig,
-              options: dict[str, Any], uvicorn: Any) -> None:
+              workflow: BoundWorkflow, uvicorn: Any) -> None:
     """Load the model and serve on the bound `sockets` until interrupted (run_serve's second half)."""
     with run_lock(o.state_dir, "memagent serve"):
         state = open_state(o)  # before the model loads: a bad database is refused at once
         try:
             backend = open_backend(o.model, o.backend, profile)
             try:
-                check_ready(backend, config, o.workflow, options)
+                runner = check_ready(backend, config, workflow)
             except BaseException:
                 getattr(backend, "close", lambda: None)()
                 raise
@@ -235,7 +240,7 @@ def _serve_on(o: ServeOptions, sockets: list[socket.socket], key: str | None, pr
             state[0].close()
             raise
         app, manager = build(o, backend, config, key, serialize=o.backend.name != "openai", state=state,
-                             workflow_options=options)
+                             workflow_options=workflow.options, runner=runner)
         log.warning("memagent serve: http://%s:%d (state in %s)", o.host, o.port, o.state_dir)
         try:
             server = uvicorn.Server(uvicorn.Config(  # a grace of 5 s: open event streams must not hold a stop

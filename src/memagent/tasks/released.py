@@ -23,8 +23,9 @@ given (`source=`) or lie next to the data file as hotpotqa_dev.json / hotpot_dev
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from memagent.bounded import check_tree, iter_json_array, loads_json
 from memagent.jsonl import iter_jsonl
@@ -48,9 +49,10 @@ LONGBENCH_METRICS = {  # samsum and triviaqa: LongBench scores the prediction's 
 Where = Callable[[str | None], str]  # where(field) -> "FILE: record I, field 'F'"
 
 
-def detect_container(path: Path) -> str:
-    """"parquet", "json-array" or "jsonl", from the first bytes of the file."""
-    with open(path, "rb") as fh:
+def detect_container(path: Path, fh: BinaryIO | None = None) -> str:
+    """"parquet", "json-array" or "jsonl", from the first bytes of the file (`fh`: opened already; read from
+    its start, left where the sniff stopped)."""
+    with open(path, "rb") if fh is None else nullcontext(fh) as fh:
         head = fh.read(4)
         if head == b"PAR1":
             return "parquet"
@@ -66,27 +68,30 @@ def detect_container(path: Path) -> str:
 
 def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
     """(position, record) for each record of the file: position is "LINE", "record I" or "row I"."""
-    container = detect_container(path)
-    if container == "jsonl":
-        for lineno, rec in iter_jsonl(path, DataError):
-            yield str(lineno), rec
-    elif container == "json-array":
-        yield from _iter_json_array(path)
-    else:
-        yield from _iter_parquet(path)
+    with open(path, "rb") as fh:  # opened once: the sniff, then the records
+        container = detect_container(path, fh)
+        fh.seek(0)
+        if container == "jsonl":
+            for lineno, rec in iter_jsonl(path, DataError, fh):
+                yield str(lineno), rec
+            return
+        if container == "json-array":
+            yield from _iter_json_array(path, fh)
+            return
+    yield from _iter_parquet(path)
 
 
-def _iter_json_array(path: Path) -> Iterator[tuple[str, Any]]:
-    """Each record of a JSON array, split out by the bounded reader's stream (`memagent.bounded`) and parsed
-    one at a time (a file of any size; each record bounded in depth, digits and text)."""
-    with open(path, "rb") as fh:
-        for i, raw in iter_json_array(fh, str(path), DataError):
-            where = f"{path}: record {i}"
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{where}: not valid UTF-8 ({exc.reason}); save the file as UTF-8") from None
-            yield f"record {i}", loads_json(text, where, DataError)
+def _iter_json_array(path: Path, fh: BinaryIO) -> Iterator[tuple[str, Any]]:
+    """Each record of a JSON array (`fh`: the file, at its start), split out by the bounded reader's stream
+    (`memagent.bounded`) and parsed one at a time (a file of any size; each record bounded in depth, digits and
+    text)."""
+    for i, raw in iter_json_array(fh, str(path), DataError):
+        where = f"{path}: record {i}"
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{where}: not valid UTF-8 ({exc.reason}); save the file as UTF-8") from None
+        yield f"record {i}", loads_json(text, where, DataError)
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
