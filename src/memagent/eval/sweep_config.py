@@ -8,12 +8,12 @@ on first use, and passed down with it.
 """
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Sequence
 
 from memagent.agent.registry import BoundWorkflow, bind_workflow, workflow_names
-from memagent.config import AgentConfig, WorkflowChoice, deprecated
+from memagent.config import AgentConfig, WorkflowChoice
 from memagent.eval.baselines import BASELINE_TEMPLATE, EvalError
 from memagent.eval.records import fingerprint
 from memagent.eval.scoring import ScoreOptions
@@ -50,15 +50,8 @@ class SweepConfig:
     #   `methods` not listed has none); in that workflow's record fingerprint (eval.workflow_runs.method_fingerprint)
     rewards: tuple[str, ...] = ()  # rewards each record keeps the value of (the profile's reward and step_reward;
     #   memagent.eval.rewards): read off the replies, not a setting of them (NON_RESULT)
-    workflow_options: InitVar[dict[str, dict[str, Any]] | None] = None  # the old spelling {name: options} of
-    #   `workflows`: read into it, with a deprecation line
 
-    def __post_init__(self, workflow_options: dict[str, dict[str, Any]] | None) -> None:
-        if workflow_options:
-            deprecated("SweepConfig(workflow_options={NAME: OPTIONS}) is the old spelling; give "
-                       "workflows=(WorkflowChoice(NAME, OPTIONS), ...)")
-            object.__setattr__(self, "workflows", (*self.workflows, *(WorkflowChoice(n, dict(o))
-                                                                      for n, o in workflow_options.items())))
+    def __post_init__(self) -> None:
         object.__setattr__(self, "workflows", tuple(self.workflows))
         refuse_unknown_methods(self.methods)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:

@@ -7,7 +7,9 @@
     4. the command-line flags that were given (`memagent.protocol.profile.FLAG_KEYS`).
 
 `resolve_model_profile` is that order; `model_profile` is it for the budget and sampling flags `ask`, `serve`
-and the harnesses share. `memagent.json` holds only AgentConfig fields (`SETTING_KEYS`), each type-checked.
+and the harnesses share; `workflow_profile` adds the command's workflow, bound to its options. Each layer is
+checked as it is read and the profile is built once (`memagent.protocol.profile.resolve_values`). `memagent.json`
+holds only AgentConfig fields (`SETTING_KEYS`), each type-checked.
 """
 from __future__ import annotations
 
@@ -22,9 +24,9 @@ from memagent.agent.registry import BoundWorkflow, bind_workflow
 from memagent.config import ConfigError, WorkflowChoice
 from memagent.flags import BudgetOptions, SamplingOptions, flag_values, parse_workflow_options
 from memagent.io import atomic_write_text, read_text
-from memagent.protocol.profile import Profile, make_profile, profile_from_dict, resolve_values
+from memagent.protocol.profile import Profile, make_profile, resolve_values
 
-__all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile", "model_settings_profile",
+__all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model_profile",
            "model_profile_values", "resolve_model_profile", "resolve_workflow", "save_agent_settings", "workflow_profile",
            "workflow_options_for"]
 
@@ -67,13 +69,6 @@ def model_settings_layer(model: str) -> tuple[str, dict[str, Any]]:
     settings = model_agent_settings(model)
     return (str(Path(model) / AGENT_SETTINGS_FILE),
             {name: {k: settings[k] for k in keys if k in settings} for name, keys in _SECTIONS.items()})
-
-
-def model_settings_profile(model: str) -> Profile:
-    """Steps 1 and 2: the built-in profile with the prompts and budgets of the model's memagent.json (none: the
-    built-in one)."""
-    source, data = model_settings_layer(model)
-    return profile_from_dict(data, source=source)
 
 
 def model_profile_values(model: str, profile: Optional[str | Path], **flags: Any) -> tuple[dict[str, Any], str]:
