@@ -49,6 +49,20 @@ def test_an_event_is_one_chunk_of_the_task_tokenizer():
         assert words[:2] == ["T", "user:"] and words[2:] == s["events"][i]["text"].split()
 
 
+def test_a_stream_that_fits_the_window_is_rag_bm25s_whole_context():
+    """At 1x the whole stream fits the baselines' window: rag-bm25 puts the text itself in the prompt, token for
+    token what full-context puts (the passages are not glued into unknown words)."""
+    from memagent.eval.baselines import bm25_context, middle_truncate
+
+    spec = UpdatesSpec()
+    tok = build_updates_tokenizer(spec)
+    s = make_update_sample(random.Random(4), spec, 4, "x")
+    rag = bm25_context(s["question"], s["context"], tok, 4 * spec.chunk_tokens, passage_tokens=spec.chunk_tokens)
+    full = middle_truncate(s["context"], tok, 4 * spec.chunk_tokens)
+    ids = tok(rag.context, add_special_tokens=False)["input_ids"]
+    assert rag.context == full.context and len(ids) == 44 and tok.unk_token_id not in ids
+
+
 def test_scores_count_current_and_stale_answers():
     samples = [{"answers": ["v3"], "history": ["v1", "v2", "v3"]}] * 4
     # right, stale (v1 and v2 are older values), and a value the key never held

@@ -77,8 +77,8 @@ def bm25_context(question: str, document: DocumentSource, tokenizer: Any, budget
 
     passages = list(iter_chunks(document, tokenizer, passage_tokens))
     total = sum(len(p.token_ids) for p in passages)
-    if total <= budget:
-        return Prepared("".join(p.text for p in passages), total, total)
+    if total <= budget:  # the whole document, one decode (joining the passages' texts glues words of word-level
+        return Prepared(tokenizer.decode([i for p in passages for i in p.token_ids]), total, total)  # tokenizers)
     pattern = r"(?u)\b\w+\b"
     corpus = bm25s.tokenize([p.text for p in passages], stopwords="en", token_pattern=pattern, show_progress=False)
     retriever = bm25s.BM25()
