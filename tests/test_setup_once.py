@@ -281,14 +281,23 @@ def _train_counts(run_cli, monkeypatch, tmp_path) -> Counter:
 
 
 def test_train_resolves_its_settings_once(run_cli, monkeypatch, tmp_path):
-    counts = _train_counts(run_cli, monkeypatch, tmp_path)
-    assert counts.pop("data-file reads") >= 1  # test_train_reads_its_data_file_once
-    _same(counts, {**ONCE, "runners built (memagent)": 1, "vocabulary checks": 1, "vocabulary limits": 1,
-                   "override parsings": 1})
+    """The data file is read once: its digest (the run's data_sha256) is of the bytes read for the samples."""
+    _same(_train_counts(run_cli, monkeypatch, tmp_path),
+          {**ONCE, "runners built (memagent)": 1, "vocabulary checks": 1, "vocabulary limits": 1,
+           "override parsings": 1, "data-file reads": 1})
 
 
-@pytest.mark.xfail(strict=True, reason="issue 46, not done yet: the samples are read, then the file's bytes again "
-                                       "for its digest (memagent.rl.trainer.train)")
-def test_train_reads_its_data_file_once(run_cli, monkeypatch, tmp_path):
-    assert _train_counts(run_cli, monkeypatch, tmp_path)["data-file reads"] == 1
+@pytest.mark.parametrize("text", ['{"id": "a", "question": "q?", "context": "c", "answers": ["x"]}\n\n',
+                                  '[{"id": "a", "question": "q?", "context": "c", "answers": ["x"]}]  \n\n'])
+def test_the_digest_of_the_samples_read_is_the_files(tmp_path, text):
+    import hashlib
+
+    from memagent.io import file_sha256
+    from memagent.rl.samples import read_training_samples
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(text)
+    hashed = hashlib.sha256()
+    assert [s.id for s in read_training_samples(path, hashed)] == ["a"]
+    assert hashed.hexdigest() == file_sha256(path)
 

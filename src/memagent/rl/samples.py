@@ -85,10 +85,11 @@ def load_samples(samples: Iterable[Any]) -> list[QASample]:
     return out
 
 
-def read_training_samples(path: str | Path) -> list[QASample]:
-    """The samples of a data file (`read_samples`: checked, ids unique), each as a QASample."""
+def read_training_samples(path: str | Path, digest: Any = None) -> list[QASample]:
+    """The samples of a data file (`read_samples`: checked, ids unique), each as a QASample; `digest` (a hashlib
+    object) gets the file's bytes as they are read (the run's data_sha256, without a second read)."""
     return load_samples(QASample.from_dict(_file_document(rec, f"{path}: sample {n}"), f"{path}: sample {n}")
-                        for n, rec in enumerate(read_samples(path)))
+                        for n, rec in enumerate(read_samples(path, digest=digest)))
 
 
 def _file_document(rec: dict[str, Any], where: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import logging
 import os
 import time
@@ -42,7 +43,7 @@ from memagent.backends.hf import config_vocab_size, pick_dtype, vocab_limit
 from memagent.backends.tokenizer import check_vocab, ensure_pad_token, load_tokenizer
 from memagent.config import ConfigError
 from memagent.errors import MemAgentError
-from memagent.io import atomic_write_text, file_sha256
+from memagent.io import atomic_write_text
 from memagent.lock import run_lock
 from memagent.rl.checkpoint import TrainOutputError
 from memagent.rl.config import TrainConfig, check_out_dir, config_to_dict
@@ -307,8 +308,9 @@ def train(
     if dataset is None:
         if not config.data:
             raise ConfigError("no training data: set `data` (a JSONL file) in the config or pass dataset=")
-        samples = read_training_samples(config.data.path)
-        digest = file_sha256(config.data.path)  # the file's bytes: the CLI checks them before writing anything
+        hashed = hashlib.sha256()  # the file's bytes, hashed as they are read: a resume with other data refuses
+        samples = read_training_samples(config.data.path, hashed)
+        digest = hashed.hexdigest()
     else:
         samples = load_samples(dataset)
         digest = None  # Trainer digests the samples

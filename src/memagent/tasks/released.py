@@ -66,19 +66,42 @@ def detect_container(path: Path, fh: BinaryIO | None = None) -> str:
                 return "json-array" if stripped[:1] == b"[" else "jsonl"
 
 
-def iter_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(position, record) for each record of the file: position is "LINE", "record I" or "row I"."""
+def iter_records(path: Path, digest: Any = None) -> Iterator[tuple[str, Any]]:
+    """(position, record) for each record of the file: position is "LINE", "record I" or "row I". `digest` (a
+    hashlib object): updated with the file's bytes as they are read, all of them once the records are drawn."""
     with open(path, "rb") as fh:  # opened once: the sniff, then the records
         container = detect_container(path, fh)
         fh.seek(0)
+        read = fh if digest is None else _Hashed(fh, digest)
         if container == "jsonl":
-            for lineno, rec in iter_jsonl(path, DataError, fh):
+            for lineno, rec in iter_jsonl(path, DataError, read):
                 yield str(lineno), rec
+        elif container == "json-array":
+            yield from _iter_json_array(path, read)
+        if digest is not None and container != "parquet":
+            digest.update(fh.read())  # what the reader left (a JSON array's trailing whitespace)
+        if container != "parquet":
             return
-        if container == "json-array":
-            yield from _iter_json_array(path, fh)
-            return
+    if digest is not None:
+        digest.update(Path(path).read_bytes())
     yield from _iter_parquet(path)
+
+
+class _Hashed:
+    """A binary file read through (lines, or blocks) whose bytes go to `digest` as they are read."""
+
+    def __init__(self, fh: BinaryIO, digest: Any) -> None:
+        self.fh, self.digest = fh, digest
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.fh:
+            self.digest.update(line)
+            yield line
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.digest.update(data)
+        return data
 
 
 def _iter_json_array(path: Path, fh: BinaryIO) -> Iterator[tuple[str, Any]]:
@@ -349,14 +372,14 @@ _CONVERTERS = {"hotpotqa-eval": _hotpotqa_eval, "verl": _verl, "ruler": _ruler, 
 
 
 def read_released(path: str | Path, source: str | Path | None = None,
-                  check_own: Callable[[dict, Where], dict] | None = None) -> Iterator[dict]:
+                  check_own: Callable[[dict, Where], dict] | None = None, digest: Any = None) -> Iterator[dict]:
     """Samples from a file in any of `FORMATS`, one record at a time (the format of the first
     record holds for the file). `source`: the paragraph file of index contexts. `check_own`
     validates records already in our format (`memagent.tasks.schema.check_sample`)."""
     path = Path(path)
     sources = _Sources(path, source)
     fmt = None
-    for n, (pos, rec) in enumerate(iter_records(path)):
+    for n, (pos, rec) in enumerate(iter_records(path, digest)):
         where = _where(path, pos)
         if fmt is None:
             fmt = record_format(rec, where(None))

@@ -105,19 +105,21 @@ def document_file(name: Any, base: Path | None, where: Callable[[str | None], st
 
 
 def read_samples(path: str | Path, source: str | Path | None = None,
-                 check: Callable[[Any, Callable[[str | None], str]], dict] = check_sample) -> Iterator[dict]:
+                 check: Callable[[Any, Callable[[str | None], str]], dict] = check_sample,
+                 digest: Any = None) -> Iterator[dict]:
     """Read and check samples one at a time from our JSONL or any released format
     (`memagent.tasks.released`: JSON arrays streamed, parquet by row batches); errors name the
     file, the line or record, and the field. `source`: the paragraph file that index contexts
     point into. Sample ids must be unique within the file. `check` checks a record of our own format
-    (`ask --input` passes its own, for records without answers)."""
+    (`ask --input` passes its own, for records without answers). `digest` (a hashlib object): the file's bytes
+    hashed as they are read (the file is read once)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"sample file {path} does not exist; make one with `memagent data ...`")
     if check is check_sample:  # `document` paths are relative to the data file
         check = functools.partial(check_sample, base=path.parent)
     seen: dict[str, str] = {}
-    for n, sample in enumerate(read_released(path, source, check_own=check)):
+    for n, sample in enumerate(read_released(path, source, check_own=check, digest=digest)):
         key = str(sample["id"])
         if key in seen:
             raise DataError(f"{path}: sample id {key!r} of record {n} repeats record {seen[key]}; ids must be unique")
