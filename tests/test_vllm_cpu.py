@@ -1,7 +1,7 @@
 """The vllm backend's CPU settings and its bad input, without vLLM: a stand-in `vllm` package written to a folder on
 PYTHONPATH (its platform, its LLM, its OpenAI server module), so every command runs as a user runs it, in a
 process of its own, and what reaches stderr is what a user would see. The same paths with the real vLLM for CPU:
-tests/real_vllm (make test-vllm)."""
+tests/real_vllm (run by make test after this suite, in .venv-vllm)."""
 from __future__ import annotations
 
 import json

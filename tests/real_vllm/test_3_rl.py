@@ -11,6 +11,7 @@ import math
 import pytest
 
 from real_model import essay_document
+from vllm_cases import KV_GIB
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -69,13 +70,14 @@ def test_one_dapo_step_with_rollouts_from_the_synced_vllm_engine(real_model_dir,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from memagent.backends.hf import TransformersBackend
-    from memagent.backends.vllm import VLLMBackend
+    from memagent.backends.vllm import KV_ENV, VLLMBackend
     from memagent.rl import trainer as trainer_module
     from memagent.rl.config import load_config
     from memagent.rl.rollout import generate_rollouts
     from memagent.rl.vllm.engine import VLLMRollout
     from memagent.rl.samples import load_samples
 
+    monkeypatch.setenv(KV_ENV, KV_GIB)  # the engine's KV cache (the backend's CPU default is 2 GiB)
     engines, generated = [], []
     make = trainer_module.make_engine
     monkeypatch.setattr(trainer_module, "make_engine", lambda *a: engines.append(make(*a)) or engines[-1])
