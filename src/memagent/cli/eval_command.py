@@ -1,6 +1,6 @@
-"""`memagent eval`: its options (one field per command-line option), the profile and sweep settings they
-resolve to, and the run: the sweep (`memagent.eval.sweep.open_sweep`: the folder's lock and the plan; then
-`sweep` on the executor the command chose), then profile.yaml, table.md, plots and summary.json. The command
+"""`memagent eval`: its options (one field per command-line option) and what they resolve to, once
+(`resolve_eval`: the profile built once, the sweep's settings with each workflow bound to its options, what the
+report says), before any model loads. The run itself is `memagent.eval.driver.run`; the command
 (memagent.cli.evaluate) picks the executor: in this process, or on Ray actors for --ray.
 """
 from __future__ import annotations

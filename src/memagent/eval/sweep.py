@@ -19,7 +19,7 @@ ScoreOptions applied), prediction (boxed answer or null), raw (the model's last 
 and generated tokens over all calls, calls, document tokens, tokens kept in the prompt), seconds (the
 group's wall-clock divided by its size; MemAgent on a concurrent backend: the sample's own wall-clock),
 group_size (there: --batch-docs, the samples in flight), note; an error record has error {kind, message,
-attempts} instead of the reply and tokens. The `memagent eval` command around it is `memagent.cli.eval_command`.
+attempts} instead of the reply and tokens. The `memagent eval` run around it is `memagent.eval.driver`.
 
 The pieces, each public: the settings (`memagent.eval.sweep_config.SweepConfig`), the units and what is still
 pending (`memagent.eval.units`), running one unit (`memagent.eval.unit_run.run_unit`), the results file with
