@@ -31,14 +31,15 @@ __all__ = ["AGENT_SETTINGS_FILE", "SETTING_KEYS", "model_agent_settings", "model
            "workflow_options_for"]
 
 AGENT_SETTINGS_FILE = "memagent.json"  # optional, in a model directory: the prompt settings it was trained with
-SETTING_KEYS = ("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens", "memory_template",
-                "final_template", "empty_memory")
-_SECTIONS = dict(prompts=("memory_template", "final_template", "empty_memory"),
-                 budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"))
+# the profile's sections a memagent.json sets, flat: its keys are those sections' fields (and their rules)
+_SECTIONS = dict(budgets=("chunk_tokens", "memory_tokens", "answer_tokens", "query_tokens"),
+                 prompts=("memory_template", "final_template", "empty_memory"))
+SETTING_KEYS = tuple(k for keys in _SECTIONS.values() for k in keys)
 
 
 def model_agent_settings(model: str) -> dict[str, Any]:
-    """The AgentConfig fields saved beside a model (`memagent.json`), e.g. by `memagent demo`; {} if none."""
+    """The AgentConfig fields saved beside a model (`memagent.json`), e.g. by `memagent demo`; {} if none. Their
+    values are checked as the profile's layer (`model_settings_layer`), by the sections' own rules."""
     path = Path(model) / AGENT_SETTINGS_FILE
     if not path.is_file():
         return {}
@@ -49,13 +50,7 @@ def model_agent_settings(model: str) -> dict[str, Any]:
     unknown = sorted(set(data) - set(SETTING_KEYS))
     if unknown:
         raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(SETTING_KEYS)}")
-    for key, value in data.items():
-        if key.endswith("_tokens"):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
-        elif not isinstance(value, str):
-            raise InputError(f"{path}: {key} must be a string, got {type(value).__name__}")
-    return dict(data)
+    return dict(data)  # each value checked by its section's field as the profile reads it (`profile_values`)
 
 
 def save_agent_settings(model_dir: str | Path, config: AgentConfig) -> Path:
