@@ -137,17 +137,20 @@ def test_the_docs_region_is_rendered_from_the_imported_run(tiny, tmp_path):
     out, results = tiny
     log = tmp_path / "run.log"
     log.write_text(" 16:00:01 up 3:20,  0 user,  load average: 5.25, 4.00, 3.00\n...\n"
+                   "\tUser time (seconds): 600.5\n\tSystem time (seconds): 4.5\n"
                    "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n"
                    " 17:02:05 up 4:22,  0 user,  load average: 7.50, 6.00, 5.00\n")
     figures.import_updates(out / "results.json", log, tmp_path)
     data = json.loads((tmp_path / "demo_updates.json").read_text())
-    assert data["timing"]["1234"] == {"wall_s": 3723.5, "load_start": 5.25, "load_end": 7.5, "source": str(log)}
+    assert data["timing"]["1234"] == {"wall_s": 3723.5, "cpu_s": 605.0, "load_start": 5.25, "load_end": 7.5,
+                                      "source": str(log)}
     text = figures.demo_updates(figures.loader(tmp_path))
     rl = results["accuracy"]["memagent-rl"]
     assert f"| memagent-rl | {100 * rl['1']:.1f} [" in text and "| standing question (first 4) |" in text
     assert "standing answers equal to memagent-rl's: 1x 4/4, 4x 4/4" in text
     assert "at every length: MISSED" in text or min(rl.values()) >= 0.9
     assert "wall 62.1 min, niced, on the shared 2-core machine at load 5.2 (start) / 7.5 (end)" in text
+    assert "(its CPU time, user + system: 10.1 min)" in text
 
 
 def test_seeds_refused_for_updates(capsys):
