@@ -56,6 +56,7 @@ class ShardWorker:
         self.error: BaseException | None = None
         self.backend: Any = None
         self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
+        self.runners: dict[str, Any] = {}  # the sweep's workflows on this backend, built once (check_eval)
         _quiet_libraries()
         try:
             self.backend = open_backend(model, backend, profile)
@@ -86,9 +87,9 @@ class ShardWorker:
     @_returns_errors
     def check_eval(self, cfg: SweepConfig) -> None:
         """The sweep's settings against this backend's window (a run no sample can pass fails at once)."""
-        check_settings(self.backend, cfg)
+        self.runners = check_settings(self.backend, cfg)
 
     @_returns_errors
     def eval_unit(self, cfg: SweepConfig, unit: Unit) -> list[dict]:
         """The records of one unit of the sweep, as the local sweep makes them (`memagent.eval.unit_run.run_unit`)."""
-        return run_unit(self.backend, cfg, unit, self.docs)
+        return run_unit(self.backend, cfg, unit, self.docs, self.runners)
