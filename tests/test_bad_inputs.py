@@ -124,7 +124,7 @@ CASES = [
     ("ask-settings-list", ["ask", "--model", "{w}/m_list", "--document", "{w}/doc.txt", "--question", "q"],
      "must be a JSON object"),
     ("ask-settings-str", ["ask", "--model", "{w}/m_str", "--document", "{w}/doc.txt", "--question", "q"],
-     "chunk_tokens must be a positive integer, got '5'"),
+     "memagent.json: budgets.chunk_tokens must be an integer, got '5'"),
     ("ask-settings-latin1", ["ask", "--model", "{w}/m_latin1", "--document", "{w}/doc.txt", "--question", "q"],
      "is not valid UTF-8"),
     # eval
