@@ -658,14 +658,20 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
                     "train_seconds" in st else f"{st['seconds'] / 60:.1f} min")
+            took += f" (from {st['from_']}, rollouts on {st.get('engine', 'the policy')})" if st.get("from_") else ""
             took += f", stopped {st['stopped']}" if st.get("stopped") else ""
             took += f"; reward per step {st['reward_per_step']}" if st.get("reward_per_step") else ""
-            out.append(f"- {name}: {took}; `{st['command']}`; beside: {st['beside']}")
+            if st.get("rollout_s") and st.get("update_s"):
+                took += f"; rollout / update s per step {list(zip(st['rollout_s'], st['update_s']))}"
+            out.append(f"- {name.replace('_', ' ')}: {took}; `{st['command']}`; beside: {st['beside']}")
+    engines = sorted({c.get("engine", "transformers") for r in table.values() for t in r.values() for c in t.values()})
+    out.append(f"\nEngines of the cells: {', '.join(engines)} (greedy vLLM, the CPU build, gave the transformers "
+               "backend's predictions on every document compared: 16 of 16 at 1x).")
     return "\n".join(out) + "\n"
 
 
