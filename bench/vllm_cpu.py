@@ -85,18 +85,30 @@ class PeakRSS:
 
 
 class Counting:
-    """A backend wrapper that counts the tokens generated."""
+    """A backend wrapper that counts the tokens generated: through `generate`, and through `submit` where the inner
+    backend has one (the openai backend: memagent's scheduler then sends its calls one by one, never `generate`)."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.tokens = inner, 0
+        self.inner, self.tokens, self._lock = inner, 0, threading.Lock()
+        if callable(getattr(inner, "submit", None)):
+            self.submit = self._submit
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def _add(self, n: int) -> None:
+        with self._lock:  # submit's futures complete on the backend's own thread
+            self.tokens += n
+
     def generate(self, prompts, params):
         out = self.inner.generate(prompts, params)
-        self.tokens += sum(len(g.token_ids) for g in out)
+        self._add(sum(len(g.token_ids) for g in out))
         return out
+
+    def _submit(self, prompt, params):
+        future = self.inner.submit(prompt, params)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception() or self._add(len(f.result().token_ids)))
+        return future
 
 
 def worker(engine: str, model: str, rows: list[dict], flights: list[int], speculate: bool) -> dict[str, Any]:
@@ -196,6 +208,7 @@ def main() -> None:
     smoke = args.smoke or n_docs < 16 or words < 300  # less than the full run
     result: dict[str, Any] = {"benchmark": "vllm_cpu", "machine": machine(), "smoke": smoke,
                               "documents": n_docs, "words_per_document": words, "agent": AGENT, "kv_cache_gib": KV_GIB,
+                              "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
                               "flight": list(FLIGHT), "beside_at_start": beside(), "engines": {},
                               "command": "python bench/vllm_cpu.py" + (" --smoke" if args.smoke else "")
                                          + ("" if (n_docs, words) == preset else " " + " ".join(sizes))
