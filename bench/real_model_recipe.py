@@ -253,6 +253,8 @@ STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, 
 
 
 def main() -> None:
+    # vLLM's CPU build pins every engine to core 0 by default: two cells side by side would share one core
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("stages", nargs="+", choices=[*STAGES, "all"])
     p.add_argument("--work", default=str(ROOT / "runs" / "recipe"), help="where the stages write (git-ignored)")

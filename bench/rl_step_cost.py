@@ -121,7 +121,8 @@ def child(out: Path, train_args: list[str]) -> None:
     trainer.MultiConvDAPO.__init__ = keep_model
     t0 = time.perf_counter()
     try:
-        cli_main(["train", *train_args])
+        sys.argv = ["memagent", "train", *train_args]
+        cli_main()
     except SystemExit as e:
         if e.code not in (0, None):
             raise
