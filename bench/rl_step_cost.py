@@ -2,19 +2,18 @@
 
 The step of round 4 (bench/real_model_rl.py: SmolLM2-135M-Instruct, LoRA r 16, 2 questions x group 8, RULER
 `niah_single_2` documents of 256 tokens over Paul Graham's essays in chunks of 128, M = 32, answer 24) ran its
-rollouts through the policy itself (transformers `generate`) and the update over every row. Three runs of that same
-step, one after another in this one process tree, nothing else of this bench beside them:
+rollouts through the policy itself (transformers `generate`) and its update over every row, and took 463 s. Here the
+recipe's RL config (configs/rl/smollm2-rl.yaml: LoRA on every linear layer, from the shipped warm-up adapter, so
+that rewards differ within groups; kl 0) at those sizes, every group trained (no dynamic sampling: equal work in both
+runs), one step each, one after the other:
 
-    old       rollout.engine=policy, update.old_logprobs=rollout (round 4's settings)
-    exact     the same rollouts (same seed) and two exact savings: update.skip_zero_advantage (rows of advantage 0
-              get no forward and no backward; the token-mean's denominator is kept) and update.old_logprobs=policy
-              (one optimiser step a batch: the loss forward's own log-probs, ratio 1). Same rollouts, same rewards;
-              the loss and gradient norm differ from old's only by old's ratio (rollout log-probs from `generate`
-              against the loss forward's: about 1e-6): both are reported. (Bit-identity of the savings is under
-              test: tests/rl/test_step_cost.py.)
-    new       exact's savings, and the rollouts from vLLM's CPU build in process (rollout.engine=vllm; the LoRA
-              policy's merged weights synced into the engine before each rollout). Other samples than old's (vLLM
-              samples with its own generator), so its rewards, and hence its skipped rows, may differ.
+    old       rollout.engine=policy, update.old_logprobs=rollout, update.skip_zero_advantage=false (round 4's)
+    new       rollouts from vLLM's CPU build in process (rollout.engine=vllm: the LoRA policy's merged weights
+              synced into the engine first), and the two exact savings: update.skip_zero_advantage (rows of a group
+              whose rewards are all equal have advantage 0: no forward, no backward; the token-mean's denominator
+              is kept) and update.old_logprobs=policy (one optimiser step a batch: the loss forward's own
+              log-probs, ratio 1). Bit-identity of those two is under test (tests/rl/test_step_cost.py). vLLM
+              samples with its own generator, so the rollouts, rewards and skipped rows differ from old's.
 
 Each run is `memagent train ... total_steps=1` in a child process that times its phases by wrapping the trainer's
 own functions: rollout (collect_rollouts), old log-probs (rows_logprobs), loss forward and backward
@@ -33,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -42,13 +42,15 @@ from common import ROOT, WORK, machine, write_result
 
 PY = sys.executable
 SIZES = dict(train_tokens=256, chunk_tokens=128, memory_tokens=32, answer_tokens=24, query_tokens=64, batch_size=2,
-             group_size=8, lora_r=16, lr="2e-4", reward="string_match_all", threads=2)
-COMMON = ["total_steps=1", "save_every=1", f"lora.r={SIZES['lora_r']}", f"lora.alpha={2 * SIZES['lora_r']}",
-          f"optim.lr={SIZES['lr']}", "optim.warmup_steps=0", f"rollout.batch_size={SIZES['batch_size']}",
-          f"rollout.group_size={SIZES['group_size']}", f"update.mini_batch_size={SIZES['batch_size']}",
-          "update.packing=true", "update.micro_batch_tokens=4096", f"agent.chunk_tokens={SIZES['chunk_tokens']}",
-          f"agent.memory_tokens={SIZES['memory_tokens']}", f"agent.answer_tokens={SIZES['answer_tokens']}",
-          f"agent.query_tokens={SIZES['query_tokens']}", f"reward={SIZES['reward']}", "seed=0", "progress=false"]
+             group_size=8, threads=2)
+CONFIG = "configs/rl/smollm2-rl.yaml"  # the recipe's RL: LoRA r 16 on every linear layer, multi_value, T 0.7, kl 0
+COMMON = ["total_steps=1", "save_every=1", "lora.init=models/smollm2-memagent",  # the shipped warm-up adapter
+          "rollout.dynamic_sampling=false",  # every group trained, in both runs: equal work whatever the rewards
+          f"rollout.batch_size={SIZES['batch_size']}", f"rollout.group_size={SIZES['group_size']}",
+          f"update.mini_batch_size={SIZES['batch_size']}", "update.packing=true", "update.micro_batch_tokens=4096",
+          f"agent.chunk_tokens={SIZES['chunk_tokens']}", f"agent.memory_tokens={SIZES['memory_tokens']}",
+          f"agent.answer_tokens={SIZES['answer_tokens']}", f"agent.query_tokens={SIZES['query_tokens']}", "seed=0",
+          "progress=false"]
 RUNS = {
     "old": ["rollout.engine=policy", "update.old_logprobs=rollout", "update.skip_zero_advantage=false"],
     "exact": ["rollout.engine=policy", "update.old_logprobs=policy", "update.skip_zero_advantage=true"],
@@ -151,7 +153,7 @@ def _arg(args: list[str], key: str) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith(key + "="))
 
 
-def breakdown(r: dict, flops: float) -> dict:
+def breakdown(r: dict, flops: float, policy: bool) -> dict:
     """Seconds per phase, and each phase's compute limit (tokens x 2 x params, x2 for backward, over flops)."""
     m, ph, tok, p = r["metrics"], r["phases"], r["tokens"], r["params"]
     step = m["step_s"]
@@ -162,10 +164,11 @@ def breakdown(r: dict, flops: float) -> dict:
     limit = lambda t, k=1: round(k * 2 * p * t / flops, 1)  # noqa: E731
     rows = {
         "rollout": {"s": round(ph["rollout_s"], 1), "tokens": forward_tokens, "limit_s": limit(forward_tokens)},
-        "rollout_prefill_replayed": {"s": round(r["prefill_replay_s"], 1), "tokens": tok["prompt"],
-                                     "limit_s": limit(tok["prompt"])},
-        "rollout_decode": {"s": round(ph["rollout_s"] - r["prefill_replay_s"], 1), "tokens": tok["response"],
-                           "limit_s": limit(tok["response"])},
+        # the policy engine's prefill, replayed (a vLLM engine's prefill is its own: not split)
+        "rollout_prefill_replayed": {"s": round(r["prefill_replay_s"], 1) if policy else None,
+                                     "tokens": tok["prompt"], "limit_s": limit(tok["prompt"])},
+        "rollout_decode": {"s": round(ph["rollout_s"] - r["prefill_replay_s"], 1) if policy else None,
+                           "tokens": tok["response"], "limit_s": limit(tok["response"])},
         "old_logprobs": {"s": round(ph["old_logprobs_s"], 1), "tokens": tok["old_logprobs"],
                          "limit_s": limit(tok["old_logprobs"])},
         "loss_forward": {"s": round(loss_forward, 1), "tokens": round(trained), "limit_s": limit(trained)},
@@ -206,11 +209,14 @@ def main() -> None:
     results, seen = {}, {"load_avg_start": os.getloadavg(), "processes_start": beside()}
     for name in args.runs.split(","):
         out = work / f"{name}.json"
-        train = ["configs/rl/tiny.yaml", f"model={model}", f"data={data}", f"out_dir={work / name}", *COMMON,
+        train = [CONFIG, f"model={model}", f"data={data}", f"out_dir={work / name}", *COMMON,
                  *RUNS[name], "--force"]
+        shutil.rmtree(work / name, ignore_errors=True)  # each run one fresh step
         t0 = time.perf_counter()
         subprocess.run([PY, __file__, "--child", str(out), json.dumps(train)], check=True, cwd=ROOT, env=env)
-        results[name] = {**breakdown(json.loads(out.read_text()), flops), "overrides": RUNS[name],
+        flops = max(flops, matmul_flops(SIZES["threads"]))  # the best this machine gave in this run
+        results[name] = {**breakdown(json.loads(out.read_text()), flops, "rollout.engine=policy" in RUNS[name]),
+                         "overrides": RUNS[name],
                          "wall_s": round(time.perf_counter() - t0, 1), "load_avg_after": os.getloadavg()}
         print(name, json.dumps({k: results[name][k] for k in ("step_s", "rollout_s", "update_s", "loss")}))
     seen.update(load_avg_end=os.getloadavg(), processes_end=beside())
@@ -221,8 +227,13 @@ def main() -> None:
         for name in ("exact", "new"):
             if name in results:
                 results[f"ratio_old_over_{name}"] = round(results["old"]["step_s"] / results[name]["step_s"], 2)
+    for name in results:  # every phase's limit at the best FLOP/s measured (before and after the runs)
+        if isinstance(results[name], dict) and "phases" in results[name]:
+            results[name] = {**results[name], **breakdown(json.loads((work / f"{name}.json").read_text()), flops,
+                                                          "rollout.engine=policy" in RUNS[name])}
     write_result("rl_step_cost", {"command": "python bench/rl_step_cost.py " + " ".join(sys.argv[1:]),
-                                  "sizes": SIZES, "matmul_gflops": round(flops / 1e9, 1), "beside": seen,
+                                  "sizes": SIZES, "config": CONFIG, "overrides": COMMON,
+                                  "matmul_gflops": round(flops / 1e9, 1), "beside": seen,
                                   "machine": machine(), "runs": results})
 
 

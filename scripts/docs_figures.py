@@ -809,7 +809,8 @@ def rl_step_cost(get: Get) -> str:
         cells = []
         for n in names:
             x = runs[n]["phases"][ph]
-            cells.append(f"{x['s']:.1f}" + (f" ({x['limit_s']:.1f})" if "limit_s" in x else ""))
+            cells.append(("-" if x["s"] is None else f"{x['s']:.1f}")
+                         + (f" ({x['limit_s']:.1f})" if "limit_s" in x else ""))
         rows.append([ph.replace("_", " "), *cells])
     rows.append(["step", *[f"{runs[n]['step_s']:.1f}" for n in names]])
     rows.append(["rows skipped / rows", *[f"{runs[n]['skipped_rows'] or 0:g} / {runs[n]['rows']}" for n in names]])
@@ -822,7 +823,8 @@ def rl_step_cost(get: Get) -> str:
                f"parameters (x 2 more for the backward) over {d['matmul_gflops']:.0f} GFLOP/s, the fp32 matmul "
                f"measured in the same run ({z['threads']} threads). {z['batch_size']} questions x group "
                f"{z['group_size']}, documents of {z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, "
-               f"M = {z['memory_tokens']}, answer {z['answer_tokens']}, LoRA r {z['lora_r']}, reward {z['reward']}. "
+               f"M = {z['memory_tokens']}, answer {z['answer_tokens']}; `{d.get('config', 'configs/rl/smollm2-rl.yaml')}` "
+               "from the shipped adapter, every group trained. A vLLM rollout's prefill and decode are not split (-). "
                f"Beside it: load {b['load_avg_start'][0]:.1f} at the start, {b['load_avg_end'][0]:.1f} at the end; "
                f"{len(b['processes_start'])} other busy processes at the start. Rerun: "
                f"`.venv-vllm/bin/{d['command']}`.")
