@@ -798,14 +798,22 @@ def streams_cost(get: Get) -> str:
 
 
 def rl_step_cost(get: Get) -> str:
-    """bench/results/rl_step_cost.json: one real-model Multi-Conv DAPO step, old vs the exact savings vs vLLM
-    rollouts: seconds per phase beside each phase's compute limit, and the ratios."""
+    """bench/results/rl_step_cost.json: one real-model Multi-Conv DAPO step, old vs new (vLLM rollouts and the
+    exact savings), in the recipe's setting and in round 4's: seconds per phase beside each phase's compute limit."""
     d = get("rl_step_cost")
+    out = ["The recipe's RL (configs/rl/smollm2-rl.yaml, from the shipped adapter), one step each:\n",
+           step_cost_table(d)]
+    if "round4_setting" in d:
+        out += ["\nRound 4's own setting (the packaged model, configs/rl/tiny.yaml's defaults: a KL term, so no row is "
+                "skipped and a reference pass runs in both), one step each:\n", step_cost_table(d["round4_setting"])]
+    return "\n".join(out)
+
+
+def step_cost_table(d: dict) -> str:
     runs = {k: v for k, v in d["runs"].items() if isinstance(v, dict) and "phases" in v}
     names = list(runs)
-    phases = list(next(iter(runs.values()))["phases"])
     rows = []
-    for ph in phases:
+    for ph in next(iter(runs.values()))["phases"]:
         cells = []
         for n in names:
             x = runs[n]["phases"][ph]
@@ -814,22 +822,20 @@ def rl_step_cost(get: Get) -> str:
         rows.append([ph.replace("_", " "), *cells])
     rows.append(["step", *[f"{runs[n]['step_s']:.1f}" for n in names]])
     rows.append(["rows skipped / rows", *[f"{runs[n]['skipped_rows'] or 0:g} / {runs[n]['rows']}" for n in names]])
-    rows.append(["reward", *[f"{runs[n]['reward']:.3f}" for n in names]])
+    rows.append(["reward (mean of 16 rollouts)", *[f"{runs[n]['reward']:.3f}" for n in names]])
     out = [numeric_table(["phase: seconds (compute limit)", *names], rows, text_columns=1)]
     ratios = ", ".join(f"old / {n} {d['runs'][f'ratio_old_over_{n}']:.2f}x" for n in names
                        if f"ratio_old_over_{n}" in d["runs"])
     z, b = d["sizes"], d["beside"]
     out.append(f"\nStep seconds, {ratios}. Compute limit: tokens x 2 x {runs[names[0]]['params'] / 1e6:.1f} M "
-               f"parameters (x 2 more for the backward) over {d['matmul_gflops']:.0f} GFLOP/s, the fp32 matmul "
-               f"measured in the same run ({z['threads']} threads). {z['batch_size']} questions x group "
-               f"{z['group_size']}, documents of {z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, "
-               f"M = {z['memory_tokens']}, answer {z['answer_tokens']}; `{d.get('config', 'configs/rl/smollm2-rl.yaml')}` "
-               "from the shipped adapter, every group trained. A vLLM rollout's prefill and decode are not split (-). "
-               f"Beside it: load {b['load_avg_start'][0]:.1f} at the start, {b['load_avg_end'][0]:.1f} at the end; "
-               f"{len(b['processes_start'])} other busy processes at the start. Rerun: "
-               f"`.venv-vllm/bin/{d['command']}`.")
+               f"parameters (x 2 more for the backward) over {d['matmul_gflops']:.0f} GFLOP/s, a plain fp32 matmul "
+               f"here ({z['threads']} threads). {z['batch_size']} questions x group {z['group_size']}, documents of "
+               f"{z['train_tokens']} tokens in chunks of {z['chunk_tokens']}, M = {z['memory_tokens']}, answer "
+               f"{z['answer_tokens']}. A vLLM rollout's prefill and decode are not split (-). Beside it: load "
+               f"{b['load_avg_start'][0]:.1f} at the start, {b['load_avg_end'][0]:.1f} at the end "
+               f"({len(b['processes_start'])} other busy processes at the start). Rerun: `.venv-vllm/bin/{d['command']}`"
+               + (f" ({d['note']})" if d.get("note") else "") + ".")
     return "\n".join(out) + "\n"
-
 
 REGIONS: dict[str, Callable[[Get], str]] = {
     "demo-two-hop": demo_two_hop,
