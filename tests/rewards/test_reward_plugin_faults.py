@@ -116,7 +116,7 @@ def broken_installed(tmp_path, monkeypatch):
 
 def test_a_broken_plugin_does_not_take_over_other_names_errors(broken_installed, run_cli, tmp_path):
     from memagent.protocol.profile import load_profile
-    from memagent.rl.config import load_config
+    from memagent.rl.config import build_train_config, load_config
 
     for overrides, message in ((["reward=nope"], "reward: unknown reward 'nope'; valid outcome rewards: boxed"),
                                (["reward="], "reward: unknown reward ''; valid outcome rewards: boxed"),
@@ -128,8 +128,9 @@ def test_a_broken_plugin_does_not_take_over_other_names_errors(broken_installed,
         assert message in str(e.value) and "broken" not in str(e.value), (overrides, str(e.value))
     profile = tmp_path / "p.yaml"
     profile.write_text("step_reward: nope\n")
+    loaded = load_profile(profile)  # a file format: the name is checked by the command that uses it (issue 46)
     with pytest.raises(ConfigError, match="step_reward: unknown reward 'nope'; valid step rewards: answer-likelihood"):
-        load_profile(profile)
+        build_train_config(None, [], profile=loaded)
     code, _, err = run_cli("demo", "--task", "two-hop", "--step-reward", "nope", "--out", tmp_path / "d")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "--step-reward: unknown reward 'nope'; valid step rewards: " in err
