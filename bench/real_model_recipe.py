@@ -8,6 +8,7 @@ stopped), each recorded in bench/results/real_model_recipe.json with its sizes, 
     python bench/real_model_recipe.py rl       # memagent train configs/rl/smollm2-rl.yaml lora.init=<warm-up>
     python bench/real_model_recipe.py table [--rows warmup] [--tasks vt] [--lengths 2048]   # the cells asked for
     python bench/real_model_recipe.py ship     # the adapter into models/smollm2-memagent with memagent-recipe.json
+    python bench/real_model_recipe.py plot     # docs/img/real_model_recipe.png from the results JSON
 
 Sizes (stated in docs/real_model.md): training documents of 2,048 tokens (1x) in chunks of 512, M = 128, answer
 48 tokens; tasks niah_single_2 and niah_multikey_1 over Paul Graham's essays (training essays and held-out essays
@@ -249,7 +250,41 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     print(f"shipped {source} to {SHIP} ({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
 
 
-STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table, "ship": stage_ship}
+def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """docs/img/real_model_recipe.png from the results JSON: accuracy (± standard error) by length, a panel a task,
+    a line a row (cells not run are left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(12, 3.8), sharey=True)
+    rows = list(data["table"])
+    style = {row: (f"C{i}", "osD^vx"[i % 6]) for i, row in enumerate(rows)}  # one colour and marker a row
+    for ax, task in zip(axes, TASKS):
+        for row in rows:
+            got = sorted((int(n), c) for n, c in data["table"][row].get(task, {}).items())
+            if got:
+                ax.errorbar([n for n, _ in got], [c["accuracy"] for _, c in got], yerr=[c["se"] for _, c in got],
+                            color=style[row][0], marker=style[row][1], capsize=3, alpha=0.85)
+        ax.axvline(SIZES["window"], color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(LENGTHS), [f"{n // TRAIN_LENGTH}x ({n:,})" for n in LENGTHS])
+        ax.set_title(task)
+    axes[0].set_ylabel("held-out accuracy (%, boxed)")
+    axes[0].set_ylim(-5, 105)
+    fig.legend([plt.Line2D([], [], color=c, marker=m) for c, m in style.values()], rows, loc="lower center",
+               ncol=len(rows), fontsize=8)
+    fig.suptitle("SmolLM2-135M-Instruct taught the memory policy: tokens read (dotted: the 8K window); "
+                 "bench/results/real_model_recipe.json", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    out = ROOT / "docs" / "img" / "real_model_recipe.png"
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
+
+
+STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table, "ship": stage_ship,
+          "plot": stage_plot}
 
 
 def main() -> None:
