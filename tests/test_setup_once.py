@@ -94,16 +94,7 @@ def test_train_sets_up_once(run_cli, monkeypatch, tmp_path):
     import memagent.rl.config
     import memagent.rl.resume_guard
     import memagent.rl.trainer  # noqa: F401  (loaded first: its references to the functions are spied on too)
-    from memagent.backends.tiny import build_tiny_model, build_tokenizer
-
-    model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
-                             intermediate_size=64)
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"key {i}?", "context": f"the key {i} is {i}.",
-                                        "answers": [str(i)]}) + "\n" for i in range(4)))
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("total_steps: 1\nsave_every: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, "
-                   "answer_tokens: 2}\nrollout: {batch_size: 2, group_size: 2}\nupdate: {mini_batch_size: 2}\n")
+    model, data, cfg = _tiny_train_inputs(tmp_path)
     out = tmp_path / "run"
     args = ["train", cfg, f"model={model}", f"data={data}", f"out_dir={out}", "--profile", _profile(tmp_path)]
     for extra, resumed in (([], 0), (["--resume", "total_steps=2"], 1)):
@@ -262,7 +253,8 @@ def test_a_serve_job_resolves_nothing_again(run_cli, monkeypatch, tiny_model_dir
     _same(counts, {**ONCE, "runners built (lookup)": 1, "vocabulary checks": 1, "vocabulary limits": 1})
 
 
-def _train_counts(run_cli, monkeypatch, tmp_path) -> Counter:
+def _tiny_train_inputs(tmp_path) -> tuple:
+    """A tiny model, 4 training samples and a one-step config: what the train tests below run on."""
     from memagent.backends.tiny import build_tiny_model, build_tokenizer
 
     model = build_tiny_model(tmp_path / "tiny", tokenizer=build_tokenizer(vocab_size=1024), hidden_size=32,
@@ -273,6 +265,11 @@ def _train_counts(run_cli, monkeypatch, tmp_path) -> Counter:
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("total_steps: 1\nsave_every: 1\nprogress: false\nagent: {chunk_tokens: 8, memory_tokens: 2, "
                    "answer_tokens: 2}\nrollout: {batch_size: 2, group_size: 2}\nupdate: {mini_batch_size: 2}\n")
+    return model, data, cfg
+
+
+def _train_counts(run_cli, monkeypatch, tmp_path) -> Counter:
+    model, data, cfg = _tiny_train_inputs(tmp_path)
     counts = _settings_spies(monkeypatch, data=data)
     code, _, err = run_cli("train", cfg, f"model={model}", f"data={data}", f"out_dir={tmp_path / 'run'}",
                            "agent.chunk_tokens=8", "--profile", _profile(tmp_path))
