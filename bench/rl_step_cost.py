@@ -22,8 +22,8 @@ replaying its prompts through one no-grad forward of the policy (decode = rollou
 The compute limit of each phase is tokens x 2 x parameters (x 2 for a backward) over the FLOP/s that a plain fp32
 matmul reaches here (measured in the same run). Needs .venv-vllm (make vllm-env) for `new`.
 
-    .venv-vllm/bin/python bench/rl_step_cost.py               # old, exact, new (about 15 min on 2 cores)
-    .venv-vllm/bin/python bench/rl_step_cost.py --runs old,exact
+    .venv-vllm/bin/python bench/rl_step_cost.py --runs old,new   # what the results JSON holds (about 10 min)
+    .venv-vllm/bin/python bench/rl_step_cost.py                  # also `exact`: the savings with policy rollouts
 
 Results: bench/results/rl_step_cost.json.
 """
@@ -206,7 +206,7 @@ def main() -> None:
            work / "data.log")
     flops = matmul_flops(SIZES["threads"])
     env = {**os.environ, "OMP_NUM_THREADS": str(SIZES["threads"])}
-    results, seen = {}, {"load_avg_start": os.getloadavg(), "processes_start": beside()}
+    runs, seen = {}, {"load_avg_start": os.getloadavg(), "processes_start": beside()}
     for name in args.runs.split(","):
         out = work / f"{name}.json"
         train = [CONFIG, f"model={model}", f"data={data}", f"out_dir={work / name}", *COMMON,
@@ -214,23 +214,17 @@ def main() -> None:
         shutil.rmtree(work / name, ignore_errors=True)  # each run one fresh step
         t0 = time.perf_counter()
         subprocess.run([PY, __file__, "--child", str(out), json.dumps(train)], check=True, cwd=ROOT, env=env)
+        runs[name] = {"overrides": RUNS[name], "wall_s": round(time.perf_counter() - t0, 1),
+                      "load_avg_after": os.getloadavg()}
         flops = max(flops, matmul_flops(SIZES["threads"]))  # the best this machine gave in this run
-        results[name] = {**breakdown(json.loads(out.read_text()), flops, "rollout.engine=policy" in RUNS[name]),
-                         "overrides": RUNS[name],
-                         "wall_s": round(time.perf_counter() - t0, 1), "load_avg_after": os.getloadavg()}
-        print(name, json.dumps({k: results[name][k] for k in ("step_s", "rollout_s", "update_s", "loss")}))
     seen.update(load_avg_end=os.getloadavg(), processes_end=beside())
-    if "old" in results and "exact" in results:  # the exact savings change no number
-        o, e = results["old"], results["exact"]
-        results["exact_vs_old"] = {k: {"old": o[k], "exact": e[k]} for k in ("reward", "loss", "grad_norm")}
-    if "old" in results:
-        for name in ("exact", "new"):
-            if name in results:
-                results[f"ratio_old_over_{name}"] = round(results["old"]["step_s"] / results[name]["step_s"], 2)
-    for name in results:  # every phase's limit at the best FLOP/s measured (before and after the runs)
-        if isinstance(results[name], dict) and "phases" in results[name]:
-            results[name] = {**results[name], **breakdown(json.loads((work / f"{name}.json").read_text()), flops,
-                                                          "rollout.engine=policy" in RUNS[name])}
+    # every phase's limit at the best FLOP/s measured (before and after the runs)
+    results: dict = {name: {**breakdown(json.loads((work / f"{name}.json").read_text()), flops,
+                                        "rollout.engine=policy" in RUNS[name]), **info} for name, info in runs.items()}
+    for name, r in list(results.items()):
+        print(name, json.dumps({k: r[k] for k in ("step_s", "rollout_s", "update_s", "loss")}))
+        if name != "old" and "old" in results:
+            results[f"ratio_old_over_{name}"] = round(results["old"]["step_s"] / r["step_s"], 2)
     write_result("rl_step_cost", {"command": "python bench/rl_step_cost.py " + " ".join(sys.argv[1:]),
                                   "sizes": SIZES, "config": CONFIG, "overrides": COMMON,
                                   "matmul_gflops": round(flops / 1e9, 1), "beside": seen,
