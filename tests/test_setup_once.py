@@ -124,7 +124,8 @@ def _profile(tmp_path):
 # (memagent.agent.runner.own_options), the workflow looked up by name (get_workflow), a Profile validated
 # (its __post_init__, run by every dataclasses.replace of one), a Runner built (per workflow), the methods
 # checked, the settings fingerprint computed, results.jsonl and the data file opened for reading, the
-# vocabulary checked (check_vocab, vocab_limit) and the training overrides parsed.
+# vocabulary checked (check_vocab, vocab_limit), the training overrides parsed and the reward names looked up
+# (check_reward_name: train's outcome reward, by the resolve alone, not by every TrainConfig built).
 
 
 def _settings_spies(monkeypatch, data: "Path | None" = None, results: "Path | None" = None) -> Counter:
@@ -137,6 +138,7 @@ def _settings_spies(monkeypatch, data: "Path | None" = None, results: "Path | No
     import memagent.backends.tokenizer
     import memagent.eval.records
     import memagent.eval.sweep_config
+    import memagent.rewards.registry
     import memagent.rl.config
 
     counts: Counter = Counter()
@@ -155,6 +157,7 @@ def _settings_spies(monkeypatch, data: "Path | None" = None, results: "Path | No
     _spy(monkeypatch, counts, memagent.backends.tokenizer, "check_vocab", "vocabulary checks")
     _spy(monkeypatch, counts, memagent.backends.hf, "vocab_limit", "vocabulary limits")
     _spy(monkeypatch, counts, memagent.rl.config, "parse_overrides", "override parsings")
+    _spy(monkeypatch, counts, memagent.rewards.registry, "check_reward_name", "reward name checks")
     files = {str(p.resolve()): what for p, what in ((data, "data-file reads"), (results, "results.jsonl reads"))
              if p is not None}
     real_open = builtins.open
@@ -281,7 +284,7 @@ def test_train_resolves_its_settings_once(run_cli, monkeypatch, tmp_path):
     """The data file is read once: its digest (the run's data_sha256) is of the bytes read for the samples."""
     _same(_train_counts(run_cli, monkeypatch, tmp_path),
           {**ONCE, "runners built (memagent)": 1, "vocabulary checks": 1, "vocabulary limits": 1,
-           "override parsings": 1, "data-file reads": 1})
+           "override parsings": 1, "data-file reads": 1, "reward name checks": 1})
 
 
 @pytest.mark.parametrize("text", ['{"id": "a", "question": "q?", "context": "c", "answers": ["x"]}\n\n',

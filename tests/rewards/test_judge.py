@@ -87,14 +87,15 @@ def test_a_dead_server_is_one_clear_error_quickly(tiny_model_dir, refused_url):
 def test_the_judge_is_a_registered_outcome_reward():
     from memagent.config import ConfigError
     from memagent.rewards.registry import build_reward
-    from memagent.rl.config import TrainConfig
+    from memagent.rl.config import load_config
 
     judge = build_reward("judge", "outcome", backend_object=Scripted(["1"]))
     assert judge.score([item("Shakespeare")]) == [1.0]
-    cfg = TrainConfig(reward="judge", reward_options={"model": "grader", "base_url": "http://localhost:1/v1"})
+    cfg = load_config(None, ["reward=judge", "reward_options.model=grader",
+                             "reward_options.base_url=http://localhost:1/v1"])
     assert cfg.reward == "judge"  # checked by name; nothing is contacted before training
     with pytest.raises(ConfigError, match="step_reward: 'judge' is an outcome reward; valid step rewards"):
-        TrainConfig(step_reward="judge")
+        load_config(None, ["step_reward=judge"])  # looked up where the config is resolved (issue 46)
     assert answer_text("the answer is \\boxed{ 42 }") == "42" and answer_text(None) == ""
 
 

@@ -25,7 +25,7 @@ from memagent.config import AgentConfig, ConfigError, WorkflowChoice, deprecated
 from memagent.errors import MemAgentError
 from memagent.flags import check_device
 from memagent.io import check_not_input, check_output_dir, folder_holds, read_text
-from memagent.rewards.registry import DEFAULT_REWARD, UnknownReward, build_reward, check_reward_name
+from memagent.rewards.registry import DEFAULT_REWARD, build_reward, check_reward_name
 from memagent.rl.algos import AGG_MODES, KL_ESTIMATORS
 from memagent.sections import build, check_fields, deep_merge, load_mapping, parse_overrides, rule, spell_out, to_dict
 
@@ -351,7 +351,7 @@ class TrainConfig:
         if isinstance(self.workflow, str):  # TrainConfig(workflow="lookup") from Python: the old spelling
             deprecated(f"TrainConfig(workflow={self.workflow!r}): give WorkflowChoice({self.workflow!r}, options)")
             self.workflow = WorkflowChoice(self.workflow)
-        self.reward = check_rewards(self)
+        self.reward = reward_fields(self)  # the fields' own rules; the names are looked up by the resolve
         try:
             check_device(self.device, "device")
         except MemAgentError as e:
@@ -378,9 +378,10 @@ class TrainConfig:
         return self.loss.horizon or max(self.agent.memory_tokens, self.agent.answer_tokens)
 
 
-def check_rewards(cfg: "TrainConfig") -> str:
+def reward_fields(cfg: "TrainConfig") -> str:
     """The outcome reward's name (the old `rollout.reward` taken when `reward` is left at its default); a
-    ConfigError listing the valid names for an unknown outcome or step reward, or options that are not a mapping."""
+    ConfigError for options that are not a mapping or step reward options without a step reward. The names are
+    not looked up here: `check_reward_names` does, once, where a command resolves its config."""
     reward = cfg.reward
     if cfg.rollout.reward:
         if reward not in (DEFAULT_REWARD, cfg.rollout.reward):
@@ -393,15 +394,22 @@ def check_rewards(cfg: "TrainConfig") -> str:
     if cfg.step_reward_options and not cfg.step_reward:
         raise ConfigError(f"step_reward_options {cfg.step_reward_options} are given but no step_reward: name the step "
                           "reward they are for (step_reward=evidence), or leave them out")
+    return reward
+
+
+def check_reward_names(cfg: "TrainConfig") -> "TrainConfig":
+    """`cfg`, its outcome and step rewards looked up in the registry (memagent.rewards.registry): a ConfigError
+    listing the valid names for an unknown one, or for a step reward's options it refuses (one line). Called once
+    per command, by the resolve (`load_config`, `build_train_config`)."""
     try:
-        check_reward_name(reward, "outcome", "reward")
+        check_reward_name(cfg.reward, "outcome", "reward")
         if cfg.step_reward:
             check_reward_name(cfg.step_reward, "step", "step_reward")
             if cfg.step_reward_options:  # its options as the run will take them (a value it refuses: one line)
                 build_reward(cfg.step_reward, "step", **cfg.step_reward_options)
-    except UnknownReward as e:
+    except MemAgentError as e:  # an unknown name, or a plug-in that failed as it was imported: one line
         raise ConfigError(str(e)) from None
-    return reward
+    return cfg
 
 
 def largest_divisor(n: int, at_most: int) -> int:
@@ -444,8 +452,9 @@ def parse_train_overrides(overrides: list[str]) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides."""
-    return build(TrainConfig, config_data(path, overrides))
+    """TrainConfig from a YAML file (or the defaults when `path` is None) plus `key=value` overrides, its reward
+    names looked up once."""
+    return check_reward_names(build(TrainConfig, config_data(path, overrides)))
 
 
 def build_train_config(path: str | Path | None, overrides: list[str] | None = None, *, resume: bool = False,
@@ -453,7 +462,8 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
     """The TrainConfig of `memagent train`: the YAML file, the `key=value` overrides, --resume and --force, then a
     protocol profile's prompts and budgets in `agent` (a `memagent.protocol.profile.Profile`; explicit `agent.*=...`
     overrides win over it, and the config's own chat_template_kwargs over the profile's). The file and the
-    overrides are read once; the workflow is bound once (`TrainConfig.bound_workflow`), before anything is written."""
+    overrides are read once; the reward names are looked up once (`check_reward_names`) and the workflow is bound
+    once (`TrainConfig.bound_workflow`), before anything is written."""
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
     parsed = parse_train_overrides(flags)
     given = config_data(path, parsed=parsed)  # read once; the reward names it sets win over the profile's
@@ -464,6 +474,7 @@ def build_train_config(path: str | Path | None, overrides: list[str] | None = No
                    if k not in given and not (k == "reward" and "reward" in given.get("rollout", {}))}
         cfg = dataclasses.replace(cfg, agent=profile.training_agent(cfg.agent, set(parsed.get("agent", {}))),
                                   chat_template_kwargs=kwargs, **rewards)
+    check_reward_names(cfg)  # the reward names looked up once, on the merged config
     cfg.bound_workflow  # looked up and checked once, before anything is written  # noqa: B018
     return cfg
 
