@@ -725,48 +725,90 @@ def vllm_cpu(get: Get) -> str:
 
 def demo_updates(get: Get) -> str:
     """`memagent demo --task updates` (bench/results/demo_updates.json: each run's results.json under its seed):
-    accuracy (%) with the stale share (an older value of the key) in brackets, the standing path's row and its
-    agreement with memagent-rl, the target's verdict, then the time and what ran beside."""
+    with several seeds first the table across them (mean, lowest and highest seed) and each seed's verdict and time;
+    then the first seed in detail: accuracy (%) with the stale share (an older value of the key) in brackets, the
+    standing path's row and its agreement with memagent-rl, the target's verdict, the time and what ran beside."""
     d = get("demo_updates")
-    out = []
-    for seed, r in d["runs"].items():
-        mults = list(r["accuracy"]["memagent-rl"])
-        chunks, st = r["config"]["train_chunks"], r["standing"]
-        out.append(f"seed {seed} ({r['seed_role']} seed), {r['config']['eval_docs']} streams a length, accuracy (%) "
-                   f"and [stale: an older value of the key] (%), chance {100 * r['chance']:.0f}%:\n\n")
-        rows = [[m, *[f"{100 * acc[k]:.1f} [{100 * r['stale'][m][k]:.1f}]" for k in mults]]
-                for m, acc in r["accuracy"].items()]
-        again = _updates_baselines(get, seed)
-        if again:  # bench/demo_updates_baselines.py: the one-prompt baselines measured again after a fix
-            rows.append(["rag-bm25, measured again (bm25 fix)", *[
-                f"{100 * again['accuracy']['rag-bm25'][k]:.1f} [{100 * again['stale']['rag-bm25'][k]:.1f}]"
-                for k in mults]])
-        rows.append([f"standing question (first {st['docs'][mults[0]]})",
-                     *[f"{100 * st['accuracy'][k]:.1f}" for k in mults]])
-        out.append(numeric_table(["method", *[f"{k}x ({int(k) * chunks} events)" for k in mults]], rows))
-        if again:
-            out.append("\nrag-bm25 at 1x in the run read the stream with its event boundaries glued into unknown "
-                       "words (a `bm25_context` bug, fixed since: a stream that fits the window is now the text "
-                       "itself, as full-context's); bench/demo_updates_baselines.py trained the full-context model "
-                       "again from the run's seed and rows (its full-context row "
-                       f"{'equal to' if again['same_model'] else 'NOT equal to'} the run's) and measured rag-bm25 "
-                       "again.\n")
-        t = r["targets"]
-        out.append("\nstanding answers equal to memagent-rl's: " + ", ".join(
-            f"{k}x {st['same'][k]}/{st['docs'][k]}" for k in mults) + f" (at most {max(st['calls'].values())} "
-            f"call(s) an answer). memagent-rl at least 90% at every length: "
-            f"{'met' if t['memagent_rl_at_least_90_every_length'] else 'MISSED'} (lowest "
-            f"{100 * t['memagent_rl_lowest']:.1f}%).\n")
-        sec = r["seconds"]
-        run = d.get("timing", {}).get(seed)
-        out.append("\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in sec.items())
-                   + f"; peak RSS {r['peak_rss_mb']} MB; {r['numerics']['threads']} thread(s)")
-        if run:
-            out.append(f"; wall {run['wall_s'] / 60:.1f} min, niced, on the shared 2-core machine at load "
-                       f"{run['load_start']:.1f} (start) / {run['load_end']:.1f} (end): slower than on a quiet one "
-                       f"(its CPU time, user + system: {run['cpu_s'] / 60:.1f} min)")
-        out.append(".\n\n")
+    runs = d["runs"]
+    out = [_updates_across(d)] if len(runs) > 1 else []
+    seed, r = next(iter(runs.items()))
+    mults = list(r["accuracy"]["memagent-rl"])
+    chunks, st = r["config"]["train_chunks"], r["standing"]
+    out.append(f"seed {seed} ({r['seed_role']} seed){' in detail' if len(runs) > 1 else ''}, "
+               f"{r['config']['eval_docs']} streams a length, accuracy (%) "
+               f"and [stale: an older value of the key] (%), chance {100 * r['chance']:.0f}%:\n\n")
+    rows = [[m, *[f"{100 * acc[k]:.1f} [{100 * r['stale'][m][k]:.1f}]" for k in mults]]
+            for m, acc in r["accuracy"].items()]
+    again = _updates_baselines(get, seed)
+    if again:  # bench/demo_updates_baselines.py: the one-prompt baselines measured again after a fix
+        rows.append(["rag-bm25, measured again (bm25 fix)", *[
+            f"{100 * again['accuracy']['rag-bm25'][k]:.1f} [{100 * again['stale']['rag-bm25'][k]:.1f}]"
+            for k in mults]])
+    rows.append([f"standing question (first {st['docs'][mults[0]]})",
+                 *[f"{100 * st['accuracy'][k]:.1f}" for k in mults]])
+    out.append(numeric_table(["method", *[f"{k}x ({int(k) * chunks} events)" for k in mults]], rows))
+    if again:
+        out.append("\nrag-bm25 at 1x in the run read the stream with its event boundaries glued into unknown "
+                   "words (a `bm25_context` bug, fixed since: a stream that fits the window is now the text "
+                   "itself, as full-context's); bench/demo_updates_baselines.py trained the full-context model "
+                   "again from the run's seed and rows (its full-context row "
+                   f"{'equal to' if again['same_model'] else 'NOT equal to'} the run's) and measured rag-bm25 "
+                   "again.\n")
+    out.append("\n" + _updates_verdict(r) + "\n\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in
+                                                                     r["seconds"].items())
+               + f"; peak RSS {r['peak_rss_mb']} MB; {r['numerics']['threads']} thread(s)"
+               + _updates_time(d.get("timing", {}).get(seed)) + ".\n\n")
     return "".join(out)
+
+
+def _updates_verdict(r: dict) -> str:
+    """A run's standing-path agreement and its target's verdict."""
+    st, t = r["standing"], r["targets"]
+    return ("standing answers equal to memagent-rl's: " + ", ".join(
+        f"{k}x {st['same'][k]}/{st['docs'][k]}" for k in st["same"]) + f" (at most {max(st['calls'].values())} "
+        f"call(s) an answer). memagent-rl at least 90% at every length: "
+        f"{'met' if t['memagent_rl_at_least_90_every_length'] else 'MISSED'} (lowest "
+        f"{100 * t['memagent_rl_lowest']:.1f}%)")
+
+
+def _updates_time(run: dict | None) -> str:
+    """A run's wall time, what ran beside it (the load at its start and end, niced or not) and its CPU time."""
+    if not run:
+        return ""
+    quiet = run["load_start"] < 1.5 and not run.get("niced")
+    where = ("on the 2-core machine with nothing else running" if quiet else
+             f"{'niced, ' if run.get('niced') else ''}on the shared 2-core machine")
+    return (f"; wall {run['wall_s'] / 60:.1f} min, {where} at load {run['load_start']:.1f} (start) / "
+            f"{run['load_end']:.1f} (end)" + ("" if quiet else ": slower than on a quiet one")
+            + f" (its CPU time, user + system: {run['cpu_s'] / 60:.1f} min)")
+
+
+def _updates_across(d: dict) -> str:
+    """Several seeds: each method's accuracy a length, mean over the seeds (lowest-highest), and each seed's verdict
+    and time."""
+    runs = d["runs"]
+    first = next(iter(runs.values()))
+    mults = list(first["accuracy"]["memagent-rl"])
+    rows = []
+    for m in first["accuracy"]:
+        cells = []
+        for k in mults:
+            accs = [100 * r["accuracy"][m][k] for r in runs.values()]
+            cells.append(f"{sum(accs) / len(accs):.1f} ({min(accs):.1f}-{max(accs):.1f})")
+        rows.append([m, *cells])
+    standing = [[100 * r["standing"]["accuracy"][k] for r in runs.values()] for k in mults]
+    rows.append(["standing question", *[f"{sum(a) / len(a):.1f} ({min(a):.1f}-{max(a):.1f})" for a in standing]])
+    lowest = min(runs.items(), key=lambda kv: kv[1]["targets"]["memagent_rl_lowest"])
+    met = all(r["targets"]["memagent_rl_at_least_90_every_length"] for r in runs.values())
+    lines = [f"- seed {s}: {_updates_verdict(r)}{_updates_time(d.get('timing', {}).get(s))}."
+             for s, r in runs.items()]
+    return (f"{len(runs)} seeds ({', '.join(runs)}), {first['config']['eval_docs']} streams a length "
+            f"each, accuracy (%): mean over the seeds (lowest-highest seed), chance {100 * first['chance']:.0f}%:\n\n"
+            + numeric_table(["method", *[f"{k}x ({int(k) * first['config']['train_chunks']} events)"
+                                         for k in mults]], rows)
+            + f"\nmemagent-rl at least 90% at every length on every seed: {'met' if met else 'MISSED'} (lowest "
+              f"{100 * lowest[1]['targets']['memagent_rl_lowest']:.1f}%, seed {lowest[0]}).\n\n"
+            + "\n".join(lines) + "\n\n")
 
 
 def _updates_baselines(get: Get, seed: str) -> dict | None:
@@ -997,6 +1039,7 @@ def import_seeds(path: Path, results: Path, name: str) -> Path:
 LOAD = re.compile(r"load average: ([0-9.]+)")
 CPU = re.compile(r"(?:User|System) time \(seconds\): ([0-9.]+)")
 WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)")
+COMMAND = re.compile(r'Command being timed: "(.*)"')
 
 
 def import_updates(path: Path, log: Path | None, results: Path) -> Path:
@@ -1017,8 +1060,10 @@ def import_updates(path: Path, log: Path | None, results: Path) -> Path:
             raise SystemExit(f"{log}: no `/usr/bin/time -v` wall time or no two `uptime` lines")
         parts = [float(x) for x in wall.group(1).split(":")]
         cpu = sum(float(m) for m in CPU.findall(text))  # user + system seconds
+        command = COMMAND.search(text)
         data["timing"][seed] = {"wall_s": round(sum(v * 60 ** i for i, v in enumerate(reversed(parts))), 1),
                                 "cpu_s": round(cpu, 1), "load_start": loads[0], "load_end": loads[-1],
+                                "niced": bool(command and re.match(r"\s*nice\b", command.group(1))),
                                 "source": str(log)}
     out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return out

@@ -137,13 +137,14 @@ def test_the_docs_region_is_rendered_from_the_imported_run(tiny, tmp_path):
     out, results = tiny
     log = tmp_path / "run.log"
     log.write_text(" 16:00:01 up 3:20,  0 user,  load average: 5.25, 4.00, 3.00\n...\n"
+                   "\tCommand being timed: \"nice -n 19 memagent demo --task updates\"\n"
                    "\tUser time (seconds): 600.5\n\tSystem time (seconds): 4.5\n"
                    "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n"
                    " 17:02:05 up 4:22,  0 user,  load average: 7.50, 6.00, 5.00\n")
     figures.import_updates(out / "results.json", log, tmp_path)
     data = json.loads((tmp_path / "demo_updates.json").read_text())
     assert data["timing"]["1234"] == {"wall_s": 3723.5, "cpu_s": 605.0, "load_start": 5.25, "load_end": 7.5,
-                                      "source": str(log)}
+                                      "niced": True, "source": str(log)}
     text = figures.demo_updates(figures.loader(tmp_path))
     rl = results["accuracy"]["memagent-rl"]
     assert f"| memagent-rl | {100 * rl['1']:.1f} [" in text and "| standing question (first 4) |" in text
@@ -151,6 +152,24 @@ def test_the_docs_region_is_rendered_from_the_imported_run(tiny, tmp_path):
     assert "at every length: MISSED" in text or min(rl.values()) >= 0.9
     assert "wall 62.1 min, niced, on the shared 2-core machine at load 5.2 (start) / 7.5 (end)" in text
     assert "(its CPU time, user + system: 10.1 min)" in text
+    # a second seed (the same run under seed 1235, memagent-rl at 1x set to 0.5; a quiet, un-niced log): the table
+    # across seeds (mean, lowest-highest) and each seed's verdict and time come first
+    second = json.loads((out / "results.json").read_text())
+    second["seed"], second["accuracy"]["memagent-rl"]["1"] = 1235, 0.5
+    second["targets"].update(memagent_rl_at_least_90_every_length=False,
+                             memagent_rl_lowest=min(0.5, results["targets"]["memagent_rl_lowest"]))
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    log.write_text(log.read_text().replace("load average: 5.25", "load average: 0.25")
+                   .replace('"nice -n 19 memagent', '"memagent'))
+    figures.import_updates(tmp_path / "second.json", log, tmp_path)
+    text = figures.demo_updates(figures.loader(tmp_path))
+    mean = (100 * rl["1"] + 50) / 2
+    assert text.startswith("2 seeds (1234, 1235)")
+    assert f"| memagent-rl | {mean:.1f} ({min(50.0, 100 * rl['1']):.1f}-{max(50.0, 100 * rl['1']):.1f}) |" in text
+    low = min((results["targets"]["memagent_rl_lowest"], "1234"), (second["targets"]["memagent_rl_lowest"], "1235"))
+    assert f"on every seed: MISSED (lowest {100 * low[0]:.1f}%, seed {low[1]})" in text
+    assert "- seed 1235: standing answers" in text and "with nothing else running at load 0.2 (start)" in text
+    assert "seed 1234 (tuning seed) in detail, 8 streams a length" in text
 
 
 def test_seeds_refused_for_updates(capsys):
