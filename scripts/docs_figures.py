@@ -754,7 +754,7 @@ def demo_updates(get: Get) -> str:
                    "again from the run's seed and rows (its full-context row "
                    f"{'equal to' if again['same_model'] else 'NOT equal to'} the run's) and measured rag-bm25 "
                    "again.\n")
-    out.append("\n" + _updates_verdict(r) + "\n\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in
+    out.append("\n" + _updates_verdict(r) + ".\n\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in
                                                                      r["seconds"].items())
                + f"; peak RSS {r['peak_rss_mb']} MB; {r['numerics']['threads']} thread(s)"
                + _updates_time(d.get("timing", {}).get(seed)) + ".\n\n")
