@@ -16,36 +16,16 @@ import re
 __all__ = ["FINAL_FIELDS", "LOOKUP_QUERY_TEMPLATE", "MEMORY_FIELDS", "PAPER_FINAL_TEMPLATE", "PAPER_MEMORY_TEMPLATE",
            "PLACEHOLDER", "render"]
 
-# The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:".
-PAPER_MEMORY_TEMPLATE = """You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one.
+# The paper's shape (our wording): instruction, <problem>, <memory>, <section>, "Updated memory:". Every prompt
+# here is an instruction line, then the question and the memory in these two blocks, then its own ending.
+PROBLEM_AND_MEMORY = "\n\n<problem>\n{question}\n</problem>\n\n<memory>\n{memory}\n</memory>\n\n"
+PAPER_MEMORY_TEMPLATE = (
+    "You are given a problem, a section of a long article that may hold part of the answer, and your memory of the sections read so far. Read the section carefully and write an updated memory that keeps every detail from the old memory that helps answer the problem and adds any new helpful information from the section. The updated memory replaces the old one."
+    + PROBLEM_AND_MEMORY + "<section>\n{chunk}\n</section>\n\nUpdated memory:\n")
 
-<problem>
-{question}
-</problem>
-
-<memory>
-{memory}
-</memory>
-
-<section>
-{chunk}
-</section>
-
-Updated memory:
-"""
-
-PAPER_FINAL_TEMPLATE = """You are given a problem and your memory of a long article. Answer the problem from the memory and put the final answer in \\boxed{}.
-
-<problem>
-{question}
-</problem>
-
-<memory>
-{memory}
-</memory>
-
-Your answer:
-"""
+PAPER_FINAL_TEMPLATE = (
+    "You are given a problem and your memory of a long article. Answer the problem from the memory and put the final answer in \\boxed{}."
+    + PROBLEM_AND_MEMORY + "Your answer:\n")
 
 MEMORY_FIELDS = ("question", "memory", "chunk")
 FINAL_FIELDS = ("question", "memory")
@@ -59,15 +39,6 @@ def render(template: str, **values: str) -> str:
 
 # -- the `lookup` workflow (memagent.agent.lookup): the model writes a search query after the last chunk ----------
 # Our wording. Placeholders {question} and {memory}; the reply is searched as plain words (memagent.documents.index).
-LOOKUP_QUERY_TEMPLATE = """You have read a long article section by section and kept only the memory below. Before you answer the problem you can look back into the article: write a search query, a few keywords (names, numbers, rare terms) that the sections you need to read again contain. Write only the keywords.
-
-<problem>
-{question}
-</problem>
-
-<memory>
-{memory}
-</memory>
-
-Search query:
-"""
+LOOKUP_QUERY_TEMPLATE = (
+    "You have read a long article section by section and kept only the memory below. Before you answer the problem you can look back into the article: write a search query, a few keywords (names, numbers, rare terms) that the sections you need to read again contain. Write only the keywords."
+    + PROBLEM_AND_MEMORY + "Search query:\n")

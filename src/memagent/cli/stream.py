@@ -101,14 +101,22 @@ PROFILE_HELP = "Protocol profile (YAML, e.g. configs/profiles/memagent.yaml); fl
 
 
 @dataclass
-class AskOptions:
+class ReadOptions:
+    """What `stream ask` and `stream watch` share: the stream file, the question, and the model that reads it with
+    its settings, as `memagent ask` takes them."""
+
     file: Path = field(metadata=flag(FILE_HELP, argument=True))
-    question: str = field(metadata=flag("The question to answer."))
+    question: str = field(metadata=flag("The question."))
     model: str = field(metadata=flag(MODEL_HELP))
     backend: BackendOptions = field(default_factory=BackendOptions)  # the model and its reading settings, as ask's
     profile: Optional[Path] = field(default=None, metadata=flag(PROFILE_HELP))
     budgets: BudgetOptions = field(default_factory=BudgetOptions)
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass
+class AskOptions(ReadOptions):
+    question: str = field(metadata=flag("The question to answer."))  # ReadOptions' field, its own help
     standing: bool = field(default=False, metadata=flag(
         "Register it as a standing question (kept current as events arrive) and answer from its memory; a question "
         "already standing with this model and settings is answered so without it."))
@@ -143,14 +151,8 @@ def ask_cmd(o: AskOptions) -> None:
 
 
 @dataclass
-class WatchOptions:
-    file: Path = field(metadata=flag(FILE_HELP, argument=True))
-    question: str = field(metadata=flag("The standing question to keep current."))
-    model: str = field(metadata=flag(MODEL_HELP))
-    backend: BackendOptions = field(default_factory=BackendOptions)  # the model and its reading settings, as ask's
-    profile: Optional[Path] = field(default=None, metadata=flag(PROFILE_HELP))
-    budgets: BudgetOptions = field(default_factory=BudgetOptions)
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+class WatchOptions(ReadOptions):
+    question: str = field(metadata=flag("The standing question to keep current."))  # ReadOptions' field
     follow: bool = field(default=False, metadata=flag("Keep waiting for new events (Ctrl-C stops)."))
     poll: float = field(default=1.0, metadata={**rule(above=0), **flag("With --follow: seconds between looks.")})
 

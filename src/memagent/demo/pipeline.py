@@ -16,13 +16,12 @@ Phases:
 from __future__ import annotations
 
 import copy
-import json
 import random
 import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from memagent.demo.config import (  # noqa: F401  (DemoConfig and agent_config: imported from here by the CLI)
     EMPTY_MEMORY, FINAL_TEMPLATE, MEMORY_TEMPLATE, METHODS, DemoConfig, agent_config, boxed, full_prompt,
@@ -30,9 +29,11 @@ from memagent.demo.config import (  # noqa: F401  (DemoConfig and agent_config: 
 from memagent.prompts import render
 from memagent.demo.evaluate import evaluate
 from memagent.demo.numerics import numerics
-from memagent.demo.report import markdown_table, plot_accuracy, print_table
+from memagent.demo.report import write_results
 from memagent.protocol.resolve import save_agent_settings
 from memagent.tasks.toy import build_toy_tokenizer, chunk_text, make_samples, random_chunk
+
+T = TypeVar("T")
 
 
 def encode_rows(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
@@ -232,59 +233,70 @@ def run_facts(cfg: DemoConfig, seconds: dict[str, float]) -> dict[str, Any]:
             "numerics": numerics()}
 
 
+# -- the run skeleton the three demos share (this one, demo/updates_eval.py, demo/two_hop.py) ----------------
+WARMUP_SAID, RL_SAID, FC_SAID = "warm-up: {:.0f} s", "Multi-Conv DAPO: {:.0f} s", "full-context baseline: {:.0f} s"
+
+
+def start_run(cfg: DemoConfig) -> tuple[Path, dict[str, float], random.Random]:
+    """A demo run's start: its folder (`prepare_out`), its seconds by phase (none yet) and its generator, and
+    torch's global generator seeded, all from cfg.seed."""
+    import torch  # lazy: torch
+
+    out = prepare_out(cfg)
+    torch.manual_seed(cfg.seed)
+    return out, {}, random.Random(cfg.seed)
+
+
+def timed(seconds: dict[str, float], phase: str, run: Callable[[], T], log: Callable[[str], None] | None = None,
+          said: str = "") -> T:
+    """run(), its wall time put in seconds[phase]; then `said` (a format of those seconds) logged, when given."""
+    t = time.perf_counter()
+    result = run()
+    seconds[phase] = time.perf_counter() - t
+    if log is not None and said:
+        log(said.format(seconds[phase]))
+    return result
+
+
+def warm_up_pair(cfg: DemoConfig, tokenizer: Any, rows: list[tuple[list[int], list[int]]],
+                 out: Path) -> tuple[Any, Any]:
+    """Phase 2 (`warm_up`) and a copy of its model: the one Multi-Conv DAPO trains in place, and the ablation
+    without RL."""
+    model = warm_up(cfg, tokenizer, rows, out)
+    return model, copy.deepcopy(model)
+
+
+def save_model(out: Path, model: Any, tokenizer: Any, spec: Any) -> None:
+    """The trained model in out/model, loadable by `memagent ask` with the demo's prompts (its agent settings)."""
+    model.save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save_pretrained(out / "model")
+    save_agent_settings(out / "model", agent_config(spec))
+
+
 def save_results(cfg: DemoConfig, out: Path, model: Any, tokenizer: Any, found: dict[str, Any],
                  seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
     """The RL model (loadable by `memagent ask`), results.json, results.md, the printed table and accuracy.png."""
     spec = cfg.spec
-    model.save_pretrained(out / "model", safe_serialization=True)
-    tokenizer.save_pretrained(out / "model")
-    save_agent_settings(out / "model", agent_config(spec))  # `memagent ask --model OUT/model` uses the demo's prompts
+    save_model(out, model, tokenizer, spec)
     facts = run_facts(cfg, seconds)
     for mult, kinds in found["failures"].items():
         log(f"memagent-rl failures at {mult}x: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     log(f"memagent-rl by asked key at {cfg.multiples[-1]}x: " + ", ".join(
         f"{k} {100 * v:.0f}%" for k, v in found["by_key"][str(cfg.multiples[-1])].items()))
     results = {**found, **facts, "task": asdict(spec)}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "results.md").write_text(markdown_table(results, cfg))
-    print_table(results, cfg)
-    plot_accuracy(results, cfg, out / "accuracy.png")
-    return results
+    return write_results(out, results, results, cfg)
 
 
 def run_demo(cfg: DemoConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole demo (module doc): data, warm-up, Multi-Conv DAPO, full-context baseline, evaluation, results."""
-    import torch  # lazy: torch
-
-    out = prepare_out(cfg)
-    seconds: dict[str, float] = {}
-    rng = random.Random(cfg.seed)
+    out, seconds, rng = start_run(cfg)
     tokenizer = build_toy_tokenizer(cfg.spec)
-    torch.manual_seed(cfg.seed)
-
-    t = time.perf_counter()
-    data = make_data(cfg, tokenizer, rng)
-    seconds["data"] = time.perf_counter() - t
+    data = timed(seconds, "data", lambda: make_data(cfg, tokenizer, rng))
     log(f"data: {len(data.warm)} warm-up rows, {len(data.fc)} full-context rows, {len(data.rl_data)} RL questions "
         f"({seconds['data']:.0f} s)")
-
-    t = time.perf_counter()
-    model = warm_up(cfg, tokenizer, data.warm, out)
-    no_rl = copy.deepcopy(model)
-    seconds["warmup"] = time.perf_counter() - t
-    log(f"warm-up: {seconds['warmup']:.0f} s")
-
-    t = time.perf_counter()
-    train_rl(cfg, model, tokenizer, data, out)
-    seconds["rl"] = time.perf_counter() - t
-    log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
-
-    t = time.perf_counter()
-    fc_model = train_full_context(cfg, tokenizer, data.fc, out)
-    seconds["full_context"] = time.perf_counter() - t
-    log(f"full-context baseline: {seconds['full_context']:.0f} s")
-
-    t = time.perf_counter()
-    found = evaluate(cfg, dict(zip(METHODS, (model, no_rl, fc_model))), tokenizer, data.evals, log)
-    seconds["eval"] = time.perf_counter() - t
+    model, no_rl = timed(seconds, "warmup", lambda: warm_up_pair(cfg, tokenizer, data.warm, out), log, WARMUP_SAID)
+    timed(seconds, "rl", lambda: train_rl(cfg, model, tokenizer, data, out), log, RL_SAID)
+    fc_model = timed(seconds, "full_context", lambda: train_full_context(cfg, tokenizer, data.fc, out), log, FC_SAID)
+    found = timed(seconds, "eval", lambda: evaluate(cfg, dict(zip(METHODS, (model, no_rl, fc_model))), tokenizer,
+                                                    data.evals, log))
     return save_results(cfg, out, model, tokenizer, found, seconds, log)

@@ -1,8 +1,9 @@
 """The demo's table (the layout of the paper's Table 1) and its plot of accuracy against length."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -86,3 +87,17 @@ def plot_accuracy(results: dict[str, Any], cfg: Any, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def write_results(out: Path, results: dict[str, Any], table: dict[str, Any], cfg: Any, task: str = "",
+                  more: Sequence[str] = ()) -> dict[str, Any]:
+    """A demo run's report, returning `results`: results.json (`results`), results.md (the table of `table`, its
+    title naming `task`, then the lines `more`), the table printed, and accuracy.png."""
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = markdown_table(table, cfg)
+    if task:
+        text = text.replace("toy QA", f"{task} toy QA", 1)
+    (out / "results.md").write_text(text + ("\n".join(more) + "\n" if more else ""))
+    print_table(table, cfg)
+    plot_accuracy(table, cfg, out / "accuracy.png")
+    return results

@@ -30,7 +30,6 @@ model at "copy every chunk" (reward 0.5 at 4 chunks, flat for 120 steps).
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -42,16 +41,15 @@ from memagent.agent.answer import extract_boxed
 from memagent.prompts import render
 from memagent.backends.base import SamplingParams
 from memagent.config import WorkflowChoice
-from memagent.demo.config import EMPTY_MEMORY, DemoConfig, agent_config, boxed, full_prompt
+from memagent.demo.config import EMPTY_MEMORY, DemoConfig, boxed, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
 from memagent.demo.failures import accuracy
 from memagent.demo.pipeline import demonstrations as format_demonstrations
-from memagent.demo.pipeline import (encode_rows, prepare_out, rl_questions, rl_train_config, run_facts,
-                                    train_full_context, value_copy_rows, warm_up)
-from memagent.demo.report import markdown_table, plot_accuracy, print_table
+from memagent.demo.pipeline import (FC_SAID, encode_rows, rl_questions, rl_train_config, run_facts, save_model,
+                                    start_run, timed, train_full_context, value_copy_rows, warm_up)
+from memagent.demo.report import write_results
 from memagent.eval.baselines import middle_truncate
 from memagent.io import atomic_write_text
-from memagent.protocol.resolve import save_agent_settings
 from memagent.tasks.toy import build_toy_tokenizer, make_samples
 
 ORDERS = ("value-first", "pointer-first")
@@ -257,47 +255,29 @@ def save_two_hop(cfg: TwoHopConfig, out: Path, found: dict[str, Any], seconds: d
     """results.json, results.md, the printed table and accuracy.png (demo/report.py's forms, a row per method
     and order), plus calls and seconds per document."""
     results = {"task": "two-hop", **found, **run_facts(cfg, seconds), "spec": asdict(cfg.spec)}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     flat = {"accuracy": table_rows(results), "seed": cfg.seed, "chance": results["chance"],
             "seconds": results["seconds"], "numerics": results["numerics"]}
     calls = ["", "model calls per document", "", "| method | " + " | ".join(f"{m}x" for m in cfg.multiples) + " |",
              "|---|" + "---:|" * len(cfg.multiples)]
     calls += [f"| {m} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |"
               for m, row in found["calls_per_doc"].items()]
-    (out / "results.md").write_text(markdown_table(flat, cfg).replace("toy QA", "two-hop toy QA", 1)
-                                    + "\n".join(calls) + "\n")
-    print_table(flat, cfg)
-    plot_accuracy(flat, cfg, out / "accuracy.png")
-    return results
+    return write_results(out, results, flat, cfg, "two-hop", calls)
 
 
 def run_two_hop(cfg: TwoHopConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole two-hop demo (module doc); returns what results.json holds."""
-    import torch  # lazy: torch
-
-    out = prepare_out(cfg)
-    seconds: dict[str, float] = {}
-    rng = random.Random(cfg.seed)
+    out, seconds, rng = start_run(cfg)
     tokenizer = build_toy_tokenizer(cfg.spec, EXTRA_WORDS)
-    torch.manual_seed(cfg.seed)
     evals = {m: make_samples(cfg.spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval",
                              two_hop=True) for m in cfg.multiples}
     models: dict[str, Any] = {}
     for name, workflow in (("lookup-rl", "lookup"), ("memagent-rl", "memagent")):
-        t = time.perf_counter()
-        models[name] = train_workflow(cfg, workflow, tokenizer, random.Random(f"{cfg.seed}-{workflow}"), out)
-        seconds[workflow] = time.perf_counter() - t
-        log(f"{workflow}: warm-up and Multi-Conv DAPO {seconds[workflow]:.0f} s")
-    t = time.perf_counter()
-    fc_rows = encode_rows(tokenizer, full_context_pairs(cfg, rng))
-    models["full-context"] = train_full_context(cfg, tokenizer, fc_rows, out)
-    seconds["full_context"] = time.perf_counter() - t
-    log(f"full-context baseline: {seconds['full_context']:.0f} s")
-    t = time.perf_counter()
-    found = evaluate_two_hop(cfg, models, tokenizer, evals, log)
-    seconds["eval"] = time.perf_counter() - t
-    models["lookup-rl"].save_pretrained(out / "model", safe_serialization=True)
-    tokenizer.save_pretrained(out / "model")
-    save_agent_settings(out / "model", agent_config(cfg.spec))
+        models[name] = timed(seconds, workflow, lambda: train_workflow(
+            cfg, workflow, tokenizer, random.Random(f"{cfg.seed}-{workflow}"), out), log,
+            f"{workflow}: warm-up and Multi-Conv DAPO {{:.0f}} s")
+    models["full-context"] = timed(seconds, "full_context", lambda: train_full_context(
+        cfg, tokenizer, encode_rows(tokenizer, full_context_pairs(cfg, rng)), out), log, FC_SAID)
+    found = timed(seconds, "eval", lambda: evaluate_two_hop(cfg, models, tokenizer, evals, log))
+    save_model(out, models["lookup-rl"], tokenizer, cfg.spec)
     save_lookup_profile(cfg, out / "model" / LOOKUP_PROFILE)
     return save_two_hop(cfg, out, found, seconds)

@@ -17,9 +17,6 @@ overwrite memory should avoid and retrieval should show).
 """
 from __future__ import annotations
 
-import copy
-import json
-import random
 import tempfile
 import time
 from dataclasses import asdict
@@ -30,13 +27,13 @@ from memagent.agent.answer import extract_boxed
 from memagent.backends.base import SamplingParams
 from memagent.demo.config import agent_config, full_prompt
 from memagent.demo.evaluate import run_memagent, toy_backend
-from memagent.demo.pipeline import prepare_out, rl_train_config, run_facts, train_full_context, warm_up
-from memagent.demo.report import markdown_table, plot_accuracy, print_table
+from memagent.demo.pipeline import (FC_SAID, RL_SAID, WARMUP_SAID, rl_train_config, run_facts, save_model, start_run,
+                                    timed, train_full_context, warm_up_pair)
+from memagent.demo.report import write_results
 from memagent.demo.seeds import EVALUATION_SEEDS, TUNING_SEEDS
 from memagent.demo.updates import (UpdatesConfig, build_updates_tokenizer, make_update_samples, rl_update_questions,
                                    training_rows)
 from memagent.eval.baselines import bm25_context, middle_truncate
-from memagent.protocol.resolve import save_agent_settings
 from memagent.streams import Stream, StreamAnswer
 from memagent.tasks.toy import ToySpec
 
@@ -150,12 +147,9 @@ def save_updates(cfg: UpdatesConfig, out: Path, model: Any, tokenizer: Any, foun
                  seconds: dict[str, float]) -> dict[str, Any]:
     """The RL model (loadable by `memagent ask` and `memagent stream ask`), results.json, results.md, the printed
     table and accuracy.png (demo/report.py's forms)."""
-    model.save_pretrained(out / "model", safe_serialization=True)
-    tokenizer.save_pretrained(out / "model")
-    save_agent_settings(out / "model", agent_config(cfg.spec))
+    save_model(out, model, tokenizer, cfg.spec)
     results = {"task": "updates", "seed_role": seed_role(cfg.seed), **found, "targets": verdicts(found),
                **run_facts(cfg, seconds), "spec": asdict(cfg.spec)}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     flat = {"accuracy": table_rows(found, cfg.standing_docs), "seed": cfg.seed, "chance": results["chance"],
             "seconds": results["seconds"], "numerics": results["numerics"]}
     st = found["standing"]
@@ -163,45 +157,23 @@ def save_updates(cfg: UpdatesConfig, out: Path, model: Any, tokenizer: Any, foun
         f"{k}x {st['same'][k]}/{st['docs'][k]}" for k in st["docs"]),
         f"memagent-rl at least {100 * TARGET:.0f}% at every length: "
         + ("met" if results["targets"]["memagent_rl_at_least_90_every_length"] else "MISSED")]
-    (out / "results.md").write_text(markdown_table(flat, cfg).replace("toy QA", "updates toy QA", 1)
-                                    + "\n".join(lines) + "\n")
-    print_table(flat, cfg)
-    plot_accuracy(flat, cfg, out / "accuracy.png")
-    return results
+    return write_results(out, results, flat, cfg, "updates", lines)
 
 
 def run_updates(cfg: UpdatesConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole updates demo: data, warm-up, Multi-Conv DAPO, full-context baseline, evaluation, results."""
-    import torch  # lazy: torch
-
     from memagent.rl.trainer import train  # lazy: torch
 
-    out = prepare_out(cfg)
-    seconds: dict[str, float] = {}
-    rng = random.Random(cfg.seed)
+    out, seconds, rng = start_run(cfg)
     tokenizer = build_updates_tokenizer(cfg.spec)
-    torch.manual_seed(cfg.seed)
-    t = time.perf_counter()
-    rows = training_rows(cfg, tokenizer, rng)
-    rl_data = rl_update_questions(cfg)
-    evals = {m: make_update_samples(cfg.spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
-             for m in cfg.multiples}
-    seconds["data"] = time.perf_counter() - t
-    t = time.perf_counter()
-    model = warm_up(cfg, tokenizer, rows["warm"], out)
-    no_rl = copy.deepcopy(model)
-    seconds["warmup"] = time.perf_counter() - t
-    log(f"warm-up: {seconds['warmup']:.0f} s")
-    t = time.perf_counter()
-    train(rl_train_config(cfg, out), rl_data, model=model, tokenizer=tokenizer, sft_data=rows["copy"])
-    seconds["rl"] = time.perf_counter() - t
-    log(f"Multi-Conv DAPO: {seconds['rl']:.0f} s")
-    t = time.perf_counter()
-    fc_model = train_full_context(cfg, tokenizer, rows["fc"], out)
-    seconds["full_context"] = time.perf_counter() - t
-    log(f"full-context baseline: {seconds['full_context']:.0f} s")
-    t = time.perf_counter()
+    rows, rl_data, evals = timed(seconds, "data", lambda: (
+        training_rows(cfg, tokenizer, rng), rl_update_questions(cfg),
+        {m: make_update_samples(cfg.spec, cfg.train_chunks * m, cfg.eval_docs, cfg.seed + 10_000, prefix="eval")
+         for m in cfg.multiples}))
+    model, no_rl = timed(seconds, "warmup", lambda: warm_up_pair(cfg, tokenizer, rows["warm"], out), log, WARMUP_SAID)
+    timed(seconds, "rl", lambda: train(rl_train_config(cfg, out), rl_data, model=model, tokenizer=tokenizer,
+                                       sft_data=rows["copy"]), log, RL_SAID)
+    fc_model = timed(seconds, "full_context", lambda: train_full_context(cfg, tokenizer, rows["fc"], out), log, FC_SAID)
     models = {"memagent-rl": model, "memagent-no-rl": no_rl, "full-context": fc_model}
-    found = evaluate_updates(cfg, models, tokenizer, evals, log)
-    seconds["eval"] = time.perf_counter() - t
+    found = timed(seconds, "eval", lambda: evaluate_updates(cfg, models, tokenizer, evals, log))
     return save_updates(cfg, out, model, tokenizer, found, seconds)

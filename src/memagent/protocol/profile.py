@@ -64,9 +64,21 @@ TEMPLATE_KWARGS_MAX_ITEMS = 1000  # values (scalars, list items, mapping entries
 TEMPLATE_KWARGS_MAX_CHARS = 65536  # characters of all strings together
 
 
+class _Section:
+    """A profile's section (a frozen dataclass): its fields' rules checked as it is built, a broken one named
+    SECTION.field."""
+
+    SECTION = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.SECTION)
+
+
 @dataclass(frozen=True)
-class Prompts:
+class Prompts(_Section):
     """The prompts: AgentConfig's templates, answer protocol and think mode, and the baselines' template."""
+
+    SECTION = "prompts"
 
     memory_template: str = copy_field(AgentConfig, "memory_template")
     final_template: str = copy_field(AgentConfig, "final_template")
@@ -75,13 +87,12 @@ class Prompts:
     think: str = copy_field(AgentConfig, "think")
     baseline_template: str = BASELINE_TEMPLATE  # full-context and rag-bm25: {question}, {context}
 
-    def __post_init__(self) -> None:
-        check_fields(self, "prompts")
-
 
 @dataclass(frozen=True)
-class Sampling:
+class Sampling(_Section):
     """How replies are sampled: AgentConfig's temperature, top_p and seed, and the repeats of every sample."""
+
+    SECTION = "sampling"
 
     temperature: float = copy_field(AgentConfig, "temperature")
     top_p: float = copy_field(AgentConfig, "top_p")
@@ -89,13 +100,12 @@ class Sampling:
     # runs of every sample (eval --repeats); tables show mean ± standard error
     repeats: int = field(default=1, metadata=rule(min=1, flag_name="repeats"))
 
-    def __post_init__(self) -> None:
-        check_fields(self, "sampling")
-
 
 @dataclass(frozen=True)
-class Budgets:
+class Budgets(_Section):
     """The token budgets: AgentConfig's, and the baselines' answer and window budgets and YaRN."""
+
+    SECTION = "budgets"
 
     chunk_tokens: int = copy_field(AgentConfig, "chunk_tokens")
     memory_tokens: int = copy_field(AgentConfig, "memory_tokens")
@@ -108,9 +118,6 @@ class Budgets:
     baseline_window: Optional[int] = field(default=None, metadata=rule(min=1, flag_name="window"))
     # YaRN rope scaling of the model (transformers, vllm backends); it multiplies the trained window
     yarn_factor: Optional[float] = field(default=None, metadata=rule(above=1))
-
-    def __post_init__(self) -> None:
-        check_fields(self, "budgets")
 
 
 def agent_fields(values: dict[str, Any]) -> dict[str, Any]:
