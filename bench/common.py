@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,15 @@ def machine() -> dict[str, Any]:
     return dict(cpu=cpu, cores=os.cpu_count(), ram_gb=round(psutil.virtual_memory().total / 2**30, 1),
                 python=platform.python_version(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_avg=os.getloadavg())
+
+
+def beside(skip: str, min_cpu: float = 20.0) -> list[str]:
+    """What else runs on the machine, for a result to say: the command (160 characters) of each process using more
+    than `min_cpu` % of a core, those naming `skip` (the bench itself) left out. (bench/real_model_recipe.py and
+    bench/vllm_cpu.py keep forms of their own, which their results were written in.)"""
+    ps = subprocess.run(["ps", "-eo", "pcpu=,args="], capture_output=True, text=True).stdout.splitlines()
+    return [line.strip()[:160] for line in ps if line.strip() and float(line.split()[0]) > min_cpu
+            and skip not in line]
 
 
 def write_result(name: str, data: dict[str, Any]) -> Path:

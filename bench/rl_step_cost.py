@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, WORK, machine, write_result
+from common import ROOT, WORK, beside, machine, write_result
 
 PY = sys.executable
 SIZES = dict(train_tokens=256, chunk_tokens=128, memory_tokens=32, answer_tokens=24, query_tokens=64, batch_size=2,
@@ -181,12 +181,6 @@ def breakdown(r: dict, flops: float, policy: bool) -> dict:
             "phases": rows, "params": p, "process_s": round(r["process_s"], 1)}
 
 
-def beside() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pcpu=,args="], capture_output=True, text=True).stdout.splitlines()
-    return [line.strip()[:160] for line in ps if line.strip() and float(line.split()[0]) > 20
-            and "rl_step_cost" not in line]
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default=",".join(RUNS))
@@ -206,7 +200,7 @@ def main() -> None:
            work / "data.log")
     flops = matmul_flops(SIZES["threads"])
     env = {**os.environ, "OMP_NUM_THREADS": str(SIZES["threads"])}
-    runs, seen = {}, {"load_avg_start": os.getloadavg(), "processes_start": beside()}
+    runs, seen = {}, {"load_avg_start": os.getloadavg(), "processes_start": beside("rl_step_cost")}
     for name in args.runs.split(","):
         out = work / f"{name}.json"
         train = [CONFIG, f"model={model}", f"data={data}", f"out_dir={work / name}", *COMMON,
@@ -217,7 +211,7 @@ def main() -> None:
         runs[name] = {"overrides": RUNS[name], "wall_s": round(time.perf_counter() - t0, 1),
                       "load_avg_after": os.getloadavg()}
         flops = max(flops, matmul_flops(SIZES["threads"]))  # the best this machine gave in this run
-    seen.update(load_avg_end=os.getloadavg(), processes_end=beside())
+    seen.update(load_avg_end=os.getloadavg(), processes_end=beside("rl_step_cost"))
     # every phase's limit at the best FLOP/s measured (before and after the runs)
     results: dict = {name: {**breakdown(json.loads((work / f"{name}.json").read_text()), flops,
                                         "rollout.engine=policy" in RUNS[name]), **info} for name, info in runs.items()}
