@@ -9,8 +9,8 @@ import yaml
 from memagent.config import AgentConfig, ConfigError
 from memagent.eval.scoring import ScoreOptions
 from memagent.protocol.profile import (
-    Profile, apply_flags, dump_profile, load_profile, profile_from_dict, resolve_profile, training_profile,
-    write_profile,
+    Profile, dump_profile, load_profile, make_profile, profile_from_dict, resolve_values,
+    training_profile, write_profile,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,14 +78,14 @@ def test_a_missing_file_is_named(tmp_path):
 def test_flags_override_the_file_and_unset_flags_do_not(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("sampling: {temperature: 0.7, top_p: 0.95}\nbudgets: {memory_tokens: 512, baseline_window: 9000}\n")
-    p = resolve_profile(path, temperature=0.0, top_p=None, seed=5, memory_tokens=None, window=100)
+    p = make_profile(*resolve_values(path, temperature=0.0, top_p=None, seed=5, memory_tokens=None, window=100))
     assert (p.sampling.temperature, p.sampling.top_p, p.sampling.seed) == (0.0, 0.95, 5)
     assert (p.budgets.memory_tokens, p.budgets.baseline_window) == (512, 100)
-    assert resolve_profile(None) == Profile()
+    assert make_profile(*resolve_values(None)) == Profile()
     with pytest.raises(ConfigError, match="no profile setting for flag 'colour'"):
-        apply_flags(Profile(), colour=1)
+        resolve_values(None, colour=1)
     with pytest.raises(ConfigError, match="command-line flags: .*top_p must be in"):
-        apply_flags(Profile(), top_p=2.0)
+        resolve_values(None, top_p=2.0)
 
 
 def test_written_profiles_read_back_equal_templates_with_trailing_spaces_included(tmp_path):
@@ -118,5 +118,5 @@ def test_train_takes_the_profile_prompts_and_budgets_but_keeps_its_sampling():
 
 
 def test_the_scoring_and_repeats_flags_map_to_their_sections():
-    p = apply_flags(Profile(), golds="first", empty_prediction="text", failed="skip", repeats=3)
+    p = make_profile(*resolve_values(None, golds="first", empty_prediction="text", failed="skip", repeats=3))
     assert p.scoring == ScoreOptions(golds="first", empty="text", failed="skip") and p.sampling.repeats == 3

@@ -10,7 +10,8 @@ import yaml
 
 from memagent.config import ConfigError
 from memagent.eval.workflow_runs import method_fingerprint
-from memagent.protocol.profile import Profile, WorkflowChoice, dump_profile, load_profile, profile_from_dict, resolve_profile
+from memagent.protocol.profile import (Profile, WorkflowChoice, dump_profile, load_profile, make_profile,
+                                       profile_from_dict, resolve_values)
 
 
 def test_default_is_memagent_without_options():
@@ -24,10 +25,10 @@ def test_file_sets_workflow_and_flag_overrides_name(tmp_path):
     p = load_profile(f)
     assert p.workflow == WorkflowChoice("lookup", {"lookups": 2})
     assert p.budgets == Profile().budgets  # the rest keeps the base values
-    q = resolve_profile(f, workflow="skim")  # the flag names another workflow: lookup's options are not skim's
+    q = make_profile(*resolve_values(f, workflow="skim"))  # the flag names another workflow: lookup's options are not skim's
     assert q.workflow == WorkflowChoice("skim", {})
-    assert resolve_profile(f, workflow="lookup").workflow == WorkflowChoice("lookup", {"lookups": 2})
-    assert resolve_profile(f).workflow.name == "lookup"
+    assert make_profile(*resolve_values(f, workflow="lookup")).workflow == WorkflowChoice("lookup", {"lookups": 2})
+    assert make_profile(*resolve_values(f)).workflow.name == "lookup"
     again = tmp_path / "again.yaml"
     again.write_text(dump_profile(p), encoding="utf-8")
     assert load_profile(again) == p  # written and read back unchanged

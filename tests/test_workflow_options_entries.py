@@ -109,8 +109,8 @@ def test_serve_refuses_to_start_with_a_profile_whose_options_every_job_would_fai
 
 def test_serve_applies_the_profiles_options_to_its_own_workflow(tmp_path):
     from memagent.protocol.profile import Profile, WorkflowChoice
-    from memagent.serve.main import server_workflow_options
+    from memagent.protocol.resolve import workflow_options_for  # what serve resolves its workflow options with
 
     profile = Profile(workflow=WorkflowChoice("lookup", {"hits": 1, "lookups": 2}))
-    assert server_workflow_options(profile, "lookup", ["hits=3"]) == {"hits": 3, "lookups": 2}
-    assert server_workflow_options(profile, "skim", ["k=2"]) == {"k": 2}  # lookup's options are not skim's
+    assert workflow_options_for(profile, "lookup", ["hits=3"]) == {"hits": 3, "lookups": 2}
+    assert workflow_options_for(profile, "skim", ["k=2"]) == {"k": 2}  # lookup's options are not skim's

@@ -96,11 +96,12 @@ def test_kill_9_mid_eval_then_resume_equals_an_uninterrupted_sweep(tiny_model_di
 def test_full_disk_mid_eval_then_resume_loses_nothing(tiny_model_dir, data_file, whole, tmp_path):
     """A file-size limit that results.jsonl outgrows after a few records (EFBIG); then a resume without it."""
     out = tmp_path / "full"
-    from memagent.protocol.profile import dump_profile, resolve_profile
+    from memagent.protocol.profile import dump_profile, make_profile, resolve_values
 
     size = len((json.dumps(whole[0]) + "\n").encode()) + 200  # one record and part of a second
     # profile.yaml is written first and must fit (the run's settings are saved before any model call)
-    profile = resolve_profile(None, chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64, window=160)
+    profile = make_profile(*resolve_values(None, chunk_tokens=96, memory_tokens=8, answer_tokens=8, query_tokens=64,
+                                           window=160))
     size = max(size, len(dump_profile(profile).encode()) + 1)
     p = subprocess.run(eval_cmd(tiny_model_dir, data_file, out), env=env(), capture_output=True, text=True,
                        timeout=300, preexec_fn=limited(size))

@@ -6,11 +6,12 @@ import types
 import pytest
 
 from memagent.config import AgentConfig, ConfigError
-from memagent.rl.config import TrainConfig, config_from_dict, config_to_dict, load_config
+from memagent.rl.config import TrainConfig, config_to_dict, load_config
 from memagent.rl.distributed import DistInfo
 from memagent.rl.recipe import MetricsLog
 from memagent.rl.samples import QASample, cap_chunks, middle_cut
 from memagent.rl.validation import Validator, is_val_step
+from memagent.sections import build, spell_out
 
 
 def test_middle_cut_keeps_head_and_tail_by_hand():
@@ -48,7 +49,7 @@ def test_data_section_accepts_a_path_and_max_chunks_either_way_round(tmp_path):
     y.write_text("data: {path: a.jsonl, max_chunks: 3}\n")
     both = load_config(y, ["data=b.jsonl"])
     assert (both.data.path, both.data.max_chunks) == ("b.jsonl", 3)
-    again = config_from_dict(TrainConfig, json.loads(json.dumps(config_to_dict(both))))
+    again = build(TrainConfig, spell_out(TrainConfig, json.loads(json.dumps(config_to_dict(both)))))
     assert (again.data.path, again.data.max_chunks) == ("b.jsonl", 3)
     assert TrainConfig(data="x.jsonl").data.path == "x.jsonl"
     with pytest.raises(ConfigError, match="data.max_chunks"):

@@ -21,7 +21,7 @@ their types, defaults and rules, declared once in memagent.config), plus the set
 (the baselines' template and budgets, YaRN, repeats). A file may give any subset; the rest keeps the base
 profile's values (the built-in defaults). It is read by the one loader, memagent.sections: unknown keys are
 refused with the list of valid ones; numbers must be finite and of the right type. Command-line flags
-override a profile (`apply_flags`; which flag sets which key is read off the fields: `FLAG_KEYS`), and the
+override a profile (`resolve_values`; which flag sets which key is read off the fields: `FLAG_KEYS`), and the
 resolved profile is written next to every result (`write_profile`).
 """
 from __future__ import annotations
@@ -328,12 +328,6 @@ def flag_data(current: WorkflowChoice, **flags: Any) -> dict[str, dict[str, Any]
     return data
 
 
-def apply_flags(profile: Profile, **flags: Any) -> Profile:
-    """`profile` with every flag that was given (not None) set; flags are the keys of FLAG_KEYS."""
-    data = flag_data(profile.workflow, **flags)
-    return profile_from_dict(data, profile, source="command-line flags") if data else profile
-
-
 def resolve_values(path: str | Path | None, layers: list[tuple[str, Any]] = (), **flags: Any) -> tuple[dict[str, Any], str]:
     """(the fields of the profile a command runs with, where they came from): the built-in profile, then each
     (source, data) of `layers` (e.g. the model's memagent.json), the profile file `path`, then the flags. Each
@@ -347,14 +341,6 @@ def resolve_values(path: str | Path | None, layers: list[tuple[str, Any]] = (), 
         values = profile_values(data, values, "command-line flags")
         sources.append("command-line flags")
     return values, ", ".join(sources)
-
-
-def resolve_profile(path: str | Path | None, base: Profile | None = None, **flags: Any) -> Profile:
-    """The settings a command runs with: `base` (built-in), then the profile file, then the flags."""
-    if base is None:
-        return make_profile(*resolve_values(path, **flags))
-    profile = load_profile(path, base) if path is not None else base
-    return apply_flags(profile, **flags)
 
 
 def open_backend(model: str, options: "BackendOptions", profile: Profile) -> "Backend":

@@ -424,12 +424,6 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
     return to_dict(cfg)
 
 
-def config_from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a nested dict (short spellings allowed); unknown keys and wrong types are
-    ConfigError."""
-    return build(cls, spell_out(cls, data), where=prefix.rstrip("."))
-
-
 def config_data(path: str | Path | None = None, overrides: list[str] | None = None,
                 parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The nested mapping of a YAML file of TrainConfig fields (none: {}) with `key=value` overrides applied,

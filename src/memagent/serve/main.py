@@ -27,7 +27,7 @@ from memagent.flags import (MODEL_HELP, WORKFLOW_OPTION_HELP, BudgetOptions, Sam
                             parse_workflow_options)
 from memagent.lock import run_lock
 from memagent.protocol.profile import open_backend
-from memagent.protocol.resolve import workflow_options_for, workflow_profile
+from memagent.protocol.resolve import workflow_profile
 from memagent.serve import require_serve_deps
 from memagent.serve.backend import SharedBackend
 from memagent.serve.documents import DocumentStore
@@ -144,8 +144,6 @@ def check_ready(backend: Backend, config: AgentConfig, workflow: str | BoundWork
     runner.check_budget([])  # its largest prompts
     return runner
 
-
-server_workflow_options = workflow_options_for  # the server's workflow's options (its earlier name)
 
 
 def build(o: ServeOptions, backend: Backend, config: AgentConfig, key: str | None = None,
