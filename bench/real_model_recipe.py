@@ -201,10 +201,9 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     SIZES["query_tokens"], "--window", SIZES["window"], "--device", "cpu", "--dtype", "float32",
                     "--batch-docs", args.batch_docs, *(["--limit", args.limit] if args.limit else []),
                     "--out", out, "--no-progress"], work / f"eval-{row}-{task}-{length}.log")
-                records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
                 data.update(load())  # other runs of this script may have added cells meanwhile (side by side)
                 for method in methods.split(","):
-                    rs = [r for r in records if r["method"] == method]
+                    rs = current_records(out, method)
                     name = row if row != "baselines" else method
                     entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
@@ -213,6 +212,33 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
                 save(data)
+
+
+def current_records(out: Path, method: str) -> list[dict]:
+    """A cell's records: `method`'s in out/results.jsonl under the fingerprint of its last record, one a sample
+    (the last). A cell first run on another engine or with other settings keeps its older records in the file (eval
+    resumes only under the same fingerprint, so it reads those samples again): they are not counted twice."""
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    records = [r for r in records if r["method"] == method]
+    if not records:
+        return []
+    latest = {(r["sample_id"], r["repeat"]): r for r in records if r["fingerprint"] == records[-1]["fingerprint"]}
+    return list(latest.values())
+
+
+def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Every cell of the table counted again from its results.jsonl (current_records); the rest of a cell kept."""
+    for name, tasks in data["table"].items():
+        row = "baselines" if name in ("full-context", "rag-bm25") else name
+        method = name if row == "baselines" else "memagent"
+        for task, cells in tasks.items():
+            for length, entry in cells.items():
+                rs = current_records(work / "table" / row / f"{task}-{length}", method)
+                if rs and cell(rs) != {k: entry.get(k) for k in cell(rs)}:
+                    print(f"{name} {task} {length}: n {entry['n']} -> {len(rs)}, "
+                          f"accuracy {entry['accuracy']} -> {cell(rs)['accuracy']}")
+                    entry.update(cell(rs))
+    save(data)
 
 
 def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -283,8 +309,8 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
     print(f"wrote {out}")
 
 
-STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table, "ship": stage_ship,
-          "plot": stage_plot}
+STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table,
+          "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
 
 
 def main() -> None:
