@@ -9,6 +9,8 @@ The ETA is the mean time per step of this run (steps done before a resume are no
 """
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 from typing import Callable, TextIO
@@ -17,7 +19,21 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-__all__ = ["CallRate", "StepProgress", "call_figures", "format_seconds"]
+__all__ = ["CallRate", "StepProgress", "call_figures", "format_seconds", "quiet_libraries"]
+
+
+def quiet_libraries() -> None:
+    """No bars or chatter from the libraries in this process (a command's, a Ray actor's): transformers' weight
+    loading, the tokenizers' fork warning, bm25s' log of every index build."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+    try:
+        from transformers.utils import logging as hf_logging  # lazy: transformers
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 def format_seconds(seconds: float) -> str:

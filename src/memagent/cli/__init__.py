@@ -30,22 +30,11 @@ from memagent.backends.redact import redact
 from memagent.config import ConfigDeprecation
 from memagent.errors import MemAgentError
 from memagent.io import os_error_message
+from memagent.progress import quiet_libraries
 from memagent.scale.options import bare_ray_flag
 from memagent.text import check_argv
 
 __all__ = ["app", "fail", "main", "run", "user_error"]
-
-
-def _quiet_libraries() -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
-    try:
-        from transformers.utils import logging as hf_logging  # lazy: transformers
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def _one_line(text: str) -> str:
@@ -162,7 +151,7 @@ def _bug() -> int:
 
 def main() -> None:
     """Entry point: known errors become one clear line on stderr and exit code 2."""
-    _quiet_libraries()
+    quiet_libraries()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     sys.exit(run())
 

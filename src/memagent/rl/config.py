@@ -428,16 +428,20 @@ def config_data(path: str | Path | None = None, overrides: list[str] | None = No
                 parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The nested mapping of a YAML file of TrainConfig fields (none: {}) with `key=value` overrides applied,
     short spellings written in full (`parsed`: the overrides parsed already, `parse_train_overrides`)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML "
-                              "file of TrainConfig fields")
-        data = spell_out(TrainConfig, load_mapping(read_text(p, "config file", ConfigError), str(p),
-                                                   "TrainConfig fields"))
-        data = workflow_choice_data(data, str(p))
+    data = workflow_choice_data(config_file_data(TrainConfig, path), str(path)) if path is not None else {}
     return deep_merge(data, parsed if parsed is not None else parse_train_overrides(overrides or []))
+
+
+def config_file_data(cls: type, path: str | Path | None) -> dict[str, Any]:
+    """The nested mapping of a YAML file of `cls` fields (training's, warm-up's; none: {}), short spellings written
+    in full; a ConfigError for a file that is missing, a folder, or not a mapping."""
+    if path is None:
+        return {}
+    p, what = Path(path), f"{cls.__name__} fields"
+    if not p.is_file():
+        raise ConfigError(f"config file {p} {'is a folder' if p.is_dir() else 'does not exist'}; pass a YAML file of "
+                          f"{what}")
+    return spell_out(cls, load_mapping(read_text(p, "config file", ConfigError), str(p), what))
 
 
 def parse_train_overrides(overrides: list[str]) -> dict[str, Any]:

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from memagent.config import ConfigError
-from memagent.io import atomic_write_text, read_text
+from memagent.io import atomic_write_text
 from memagent.jsonl import iter_jsonl
 from memagent.lock import run_lock
 from memagent.rl.config import (DTYPES, LoraConfig, ModelOptions, OptimConfig, TrainConfig, check_out_dir,
-                                config_to_dict)
+                                config_file_data, config_to_dict)
 from memagent.rl.distributed import init_distributed
 from memagent.rl.lora import apply_lora, load_initial_adapters
 from memagent.rl.sft import SFTConfig, encode_conversation, train_sft
 from memagent.rl.trainer import load_policy
-from memagent.sections import build, deep_merge, load_mapping, parse_overrides, rule, spell_out
+from memagent.sections import build, deep_merge, parse_overrides, rule
 
 __all__ = ["WarmupConfig", "load_warmup_config", "read_demonstrations", "run_warmup"]
 
@@ -63,13 +63,7 @@ class WarmupConfig:
 def load_warmup_config(path: str | Path | None, overrides: list[str] | None = None, *, resume: bool = False,
                        force: bool = False) -> WarmupConfig:
     """WarmupConfig from a YAML file plus `key=value` overrides (and --resume / --force)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist; pass a YAML file of WarmupConfig fields")
-        data = spell_out(WarmupConfig, load_mapping(read_text(p, "config file", ConfigError), str(p),
-                                                     "WarmupConfig fields"))
+    data = config_file_data(WarmupConfig, path)
     flags = [*(overrides or []), *(["resume=true"] if resume else []), *(["force=true"] if force else [])]
     return build(WarmupConfig, deep_merge(data, parse_overrides(flags, WarmupConfig)))
 

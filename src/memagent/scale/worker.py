@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from memagent.agent.registry import DEFAULT_WORKFLOW, build_workflow, run_workflow
 from memagent.errors import MemAgentError
+from memagent.progress import quiet_libraries
 from memagent.eval.sweep_config import SweepConfig
 from memagent.eval.unit_run import check_settings, run_unit
 from memagent.eval.units import Unit
@@ -35,18 +36,6 @@ def _returns_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _quiet_libraries() -> None:
-    """No weight-loading bars from every actor in the driver's log (the CLI quiets its own process)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        from transformers.utils import logging as hf_logging  # lazy: transformers
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
-
-
 class ShardWorker:
     """Built by Ray in its own process: `model` through `backend` (BackendOptions) with `profile`'s
     chat-template arguments and YaRN factor. A failure to build is kept and raised by `ready()`, so the
@@ -57,7 +46,7 @@ class ShardWorker:
         self.backend: Any = None
         self.docs = ParagraphCache()  # lazy samples' paragraphs, read once per actor
         self.runners: dict[str, Any] = {}  # the sweep's workflows on this backend, built once (check_eval)
-        _quiet_libraries()
+        quiet_libraries()  # no weight-loading bars from every actor in the driver's log
         try:
             self.backend = open_backend(model, backend, profile)
         except Exception as e:  # noqa: BLE001  (given back by ready())

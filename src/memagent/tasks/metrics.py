@@ -151,22 +151,22 @@ def qa_f1(prediction: str | None, golds: Sequence[str]) -> float:
 
 
 # ---------------------------------------------------------------- RULER scorers
+def _found(prediction: str | None, golds: Sequence[str]) -> list[bool]:
+    """Whether each gold string is in the prediction (case-insensitive substring); none for an empty prediction."""
+    golds = _golds(golds)
+    text = (prediction or "").lower()
+    return [bool(prediction) and gold.lower() in text for gold in golds]
+
+
 def string_match_all(prediction: str | None, golds: Sequence[str]) -> float:
     """RULER: fraction of the gold strings found in the prediction (case-insensitive substring)."""
-    golds = _golds(golds)
-    if not prediction:
-        return 0.0
-    text = prediction.lower()
-    return sum(gold.lower() in text for gold in golds) / len(golds)
+    found = _found(prediction, golds)
+    return sum(found) / len(found)
 
 
 def string_match_part(prediction: str | None, golds: Sequence[str]) -> float:
     """RULER: 1.0 when any gold string is found in the prediction (case-insensitive substring)."""
-    golds = _golds(golds)
-    if not prediction:
-        return 0.0
-    text = prediction.lower()
-    return float(any(gold.lower() in text for gold in golds))
+    return float(any(_found(prediction, golds)))
 
 
 # ---------------------------------------------------------------- training rewards
