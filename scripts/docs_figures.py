@@ -725,7 +725,8 @@ def vllm_cpu(get: Get) -> str:
               f"{d['agent']['chunk_tokens']} tokens, M = {d['agent']['memory_tokens']}, greedy, float32, vLLM eager with a "
               f"{d['kv_cache_gib']:g} GiB KV cache; {d['machine']['cpu']}, {d['machine']['cores']} cores; beside it: load "
               f"{d['beside_at_start']['load_avg'][0]:.1f} at the start, {d['beside_at_end']['load_avg'][0]:.1f} at the end, "
-              f"{others} other memagent/torch processes. {summary}Rerun: `.venv-vllm/bin/{d['command']}`.\n")
+              f"{others} other memagent/torch processes{' (' + d['beside_note'] + ')' if d.get('beside_note') else ''}. "
+              f"{summary}Rerun: `.venv-vllm/bin/{d['command']}`.\n")
 
 
 def demo_updates(get: Get) -> str:
