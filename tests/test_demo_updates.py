@@ -169,6 +169,7 @@ def test_the_docs_region_is_rendered_from_the_imported_run(tiny, tmp_path):
     low = min((results["targets"]["memagent_rl_lowest"], "1234"), (second["targets"]["memagent_rl_lowest"], "1235"))
     assert f"on every seed: MISSED (lowest {100 * low[0]:.1f}%, seed {low[1]})" in text
     assert "- seed 1235: standing answers" in text and "with nothing else running at load 0.2 (start)" in text
+    assert "Within 15 minutes on 2 cores: MISSED (62.1 min, seed 1235, the slowest run timed with nothing" in text
     assert "seed 1234 (tuning seed) in detail, 8 streams a length" in text
 
 
