@@ -1088,6 +1088,8 @@ def import_updates(path: Path, log: Path | None, results: Path) -> Path:
                                 "cpu_s": round(cpu, 1), "load_start": loads[0], "load_end": loads[-1],
                                 "niced": bool(command and re.match(r"\s*nice\b", command.group(1))),
                                 "source": str(log)}
+    for key in ("runs", "timing"):  # by seed
+        data[key] = dict(sorted(data[key].items(), key=lambda kv: int(kv[0])))
     out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return out
 
