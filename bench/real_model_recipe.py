@@ -21,7 +21,6 @@ Every cell is `memagent eval` over one held-out file; a rerun of a finished cell
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +30,8 @@ from pathlib import Path
 
 from common import RESULTS, ROOT, machine
 from real_model import cell, real_model, sh
+
+from memagent.io import atomic_write_text
 
 PY = sys.executable
 TASKS = ("niah_single_2", "niah_multikey_1", "vt")
@@ -64,7 +65,7 @@ def load() -> dict:
 
 def save(data: dict) -> None:
     data["machine"] = machine()
-    RESULT.write_text(json.dumps(data, indent=2) + "\n")
+    atomic_write_text(RESULT, json.dumps(data, indent=2) + "\n")  # two table runs side by side write it
     print(f"wrote {RESULT}")
 
 
@@ -234,10 +235,11 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
         for task, cells in tasks.items():
             for length, entry in cells.items():
                 rs = current_records(work / "table" / row / f"{task}-{length}", method)
-                if rs and cell(rs) != {k: entry.get(k) for k in cell(rs)}:
-                    print(f"{name} {task} {length}: n {entry['n']} -> {len(rs)}, "
-                          f"accuracy {entry['accuracy']} -> {cell(rs)['accuracy']}")
-                    entry.update(cell(rs))
+                counted = cell(rs) if rs else {}
+                if counted and counted != {k: entry.get(k) for k in counted}:
+                    print(f"{name} {task} {length}: n {entry['n']} -> {counted['n']}, "
+                          f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
+                    entry.update(counted)
     save(data)
 
 

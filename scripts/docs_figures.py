@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memagent.demo.seeds import markdown
+from memagent.io import atomic_write_text  # a page or a results file: never half written (two runs at once)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -811,15 +812,12 @@ def _updates_across(d: dict) -> str:
     runs = d["runs"]
     first = next(iter(runs.values()))
     mults = list(first["accuracy"]["memagent-rl"])
-    rows = []
-    for m in first["accuracy"]:
-        cells = []
-        for k in mults:
-            accs = [100 * r["accuracy"][m][k] for r in runs.values()]
-            cells.append(f"{sum(accs) / len(accs):.1f} ({min(accs):.1f}-{max(accs):.1f})")
-        rows.append([m, *cells])
-    standing = [[100 * r["standing"]["accuracy"][k] for r in runs.values()] for k in mults]
-    rows.append(["standing question", *[f"{sum(a) / len(a):.1f} ({min(a):.1f}-{max(a):.1f})" for a in standing]])
+    def spread(accuracy: Callable[[dict], dict], k: str) -> str:  # mean over the seeds (lowest-highest), in %
+        a = [100 * accuracy(r)[k] for r in runs.values()]
+        return f"{sum(a) / len(a):.1f} ({min(a):.1f}-{max(a):.1f})"
+
+    rows = [[m, *[spread(lambda r: r["accuracy"][m], k) for k in mults]] for m in first["accuracy"]]
+    rows.append(["standing question", *[spread(lambda r: r["standing"]["accuracy"], k) for k in mults]])
     lowest = min(runs.items(), key=lambda kv: kv[1]["targets"]["memagent_rl_lowest"])
     met = all(r["targets"]["memagent_rl_at_least_90_every_length"] for r in runs.values())
     lines = [f"- seed {s}: {_updates_verdict(r)}{_updates_time(d.get('timing', {}).get(s))}."
@@ -1046,7 +1044,7 @@ def import_demo(path: Path, results: Path) -> Path:
             "config": {"train_chunks": r["config"]["train_chunks"]},
             "numerics": {"mkl_cbwr": (r.get("numerics") or {}).get("mkl_cbwr")}}
     out = results / "demo_seed0.json"
-    out.write_text(json.dumps(kept, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps(kept, indent=2) + "\n")
     return out
 
 
@@ -1054,8 +1052,8 @@ def import_seeds(path: Path, results: Path, name: str) -> Path:
     """Copy a `memagent demo --seeds ...` summary (OUT/seeds.json) into bench/results/NAME.json."""
     summary = json.loads(path.read_text(encoding="utf-8"))
     out = results / f"{name}.json"
-    out.write_text(json.dumps({"source": f"imported from {path} by scripts/docs_figures.py", **summary}, indent=2)
-                   + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps({"source": f"imported from {path} by scripts/docs_figures.py", **summary},
+                                      indent=2) + "\n")
     return out
 
 
@@ -1090,7 +1088,7 @@ def import_updates(path: Path, log: Path | None, results: Path) -> Path:
                                 "source": str(log)}
     for key in ("runs", "timing"):  # by seed
         data[key] = dict(sorted(data[key].items(), key=lambda kv: int(kv[0])))
-    out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps(data, indent=2) + "\n")
     return out
 
 
@@ -1134,7 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             new = render(text, get)
             if new != text:
-                path.write_text(new, encoding="utf-8")
+                atomic_write_text(path, new)
                 print(f"rewrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
