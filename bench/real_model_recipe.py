@@ -70,10 +70,11 @@ def save(data: dict) -> None:
 
 
 def beside() -> str:
-    """What else was running (load average and other python processes): every figure says it."""
+    """What else was running (load average and other python processes, vLLM's renamed workers among them): every
+    figure says it."""
     rows = [line.split(None, 2) for line in os.popen("ps -eo pid,pcpu,args --sort=-pcpu").read().splitlines()[1:8]]
     others = [f"{cpu}% {args[:70]}" for pid, cpu, args in (r for r in rows if len(r) == 3)
-              if "python" in args and int(pid) != os.getpid() and float(cpu) > 5]
+              if ("python" in args or "VLLM::" in args) and int(pid) != os.getpid() and float(cpu) > 5]
     return f"load {os.getloadavg()[0]:.2f}; others: " + ("; ".join(others[:3]) or "none")
 
 
