@@ -213,6 +213,7 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
                     entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
+                data["paired"] = {"rl_vs_warmup2": paired(work, data["table"])}
                 save(data)
 
 
@@ -228,6 +229,22 @@ def current_records(out: Path, method: str) -> list[dict]:
     return list(latest.values())
 
 
+def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
+    """Row `a` against row `b` document by document, on the samples both cells read (their scores, string_match_all):
+    {task: {length: {n, higher, lower, equal}}}. The paper's ablation asks whether RL moves the warm-up's answers;
+    two means within a standard error can hide documents won and lost."""
+    out: dict = {}
+    for task, cells in table.get(a, {}).items():
+        for length in [n for n in cells if n in table.get(b, {}).get(task, {})]:
+            sa, sb = ({r["sample_id"]: float(r["score"] or 0.0)
+                       for r in current_records(work / "table" / row / f"{task}-{length}", "memagent")} for row in (a, b))
+            shared = sorted(set(sa) & set(sb))
+            out.setdefault(task, {})[length] = dict(n=len(shared), higher=sum(sa[s] > sb[s] for s in shared),
+                                                    lower=sum(sa[s] < sb[s] for s in shared),
+                                                    equal=sum(sa[s] == sb[s] for s in shared))
+    return out
+
+
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Every cell of the table counted again from its results.jsonl (current_records); the rest of a cell kept."""
     for name, tasks in data["table"].items():
@@ -241,6 +258,7 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                     print(f"{name} {task} {length}: n {entry['n']} -> {counted['n']}, "
                           f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
                     entry.update(counted)
+    data["paired"] = {"rl_vs_warmup2": paired(work, data["table"])}
     save(data)
 
 

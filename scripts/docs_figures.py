@@ -635,8 +635,14 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
                 out.append(f"- {t}: past the window, {best} ahead of {base}{target}: {verdict}")
     for t in tasks:
         a, b = acc("rl", t, last), acc("warmup2", t, last)
-        out.append(f"- {t}: RL ahead of the warm-up alone at the longest length: " + (
-            "not measured yet" if None in (a, b) else f"{a:.1f} vs {b:.1f} ({'yes' if a > b else 'no'})"))
+        if None in (a, b):
+            out.append(f"- {t}: RL ahead of the warm-up alone at the longest length: not measured yet")
+            continue
+        # the difference of two means over the same documents, against the larger of the two standard errors
+        se = max(table["rl"][t][last]["se"], table["warmup2"][t][last]["se"])
+        size = "" if a == b else (", within a standard error" if abs(a - b) <= se else ", beyond a standard error")
+        out.append(f"- {t}: RL ahead of the warm-up alone at the longest length: {a:.1f} vs {b:.1f} "
+                   f"({'yes' if a > b else 'no'}{size}, se {se:.1f})")
     return out
 
 
@@ -663,6 +669,15 @@ def real_model_recipe(get: Get) -> str:
                "`python bench/real_model_recipe.py table --rows ROW --tasks TASK --lengths N`.\n")
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
+    pairs = d.get("paired", {}).get("rl_vs_warmup2", {})
+    if pairs:
+        out.append("\nRL against the warm-up alone, document by document (the same held-out documents, each one's "
+                   "score): RL higher / lower / equal\n")
+        for t in tasks:
+            cells = [f"{int(n) // 2048}x {c['higher']} / {c['lower']} / {c['equal']} of {c['n']}"
+                     for n in lengths if (c := pairs.get(t, {}).get(n))]
+            if cells:
+                out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
     for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl"):
         if name in stages:

@@ -209,3 +209,32 @@ def test_summary_json_repeats_the_benchmarks_own_headlines():
         headlines.update(json.loads(path.read_text(encoding="utf-8")).get("headline", {}))
     summary = json.loads((results / "summary.json").read_text(encoding="utf-8"))
     assert {k: v for k, v in summary.items() if headlines.get(k) != v} == {}
+
+
+def recipe_cell(accuracy: float, se: float) -> dict:
+    return dict(accuracy=accuracy, se=se, gold_in_raw=accuracy, n=12, calls_per_doc=65.0, seconds_per_doc=100.0)
+
+
+def test_the_recipe_says_whether_rl_beats_the_warm_up_beyond_its_noise():
+    table = {"rl": {"vt": {"32768": recipe_cell(85.0, 4.4)}, "niah_single_2": {"32768": recipe_cell(50.0, 5.0)},
+                    "niah_multikey_1": {"32768": recipe_cell(20.0, 2.0)}},
+             "warmup2": {"vt": {"32768": recipe_cell(83.3, 4.1)}, "niah_single_2": {"32768": recipe_cell(40.0, 9.0)},
+                         "niah_multikey_1": {"32768": recipe_cell(25.0, 3.0)}}}
+    lines = figures.recipe_verdicts(table, ["niah_single_2", "niah_multikey_1", "vt"], ["2048", "32768"])
+    ahead = [line for line in lines if "RL ahead" in line]
+    # 85.0 - 83.3 = 1.7 <= 4.4; 50 - 40 = 10 > 9.0; 20 - 25 = -5, |5| > 3.0
+    assert ahead == [
+        "- niah_single_2: RL ahead of the warm-up alone at the longest length: 50.0 vs 40.0 (yes, beyond a standard "
+        "error, se 9.0)",
+        "- niah_multikey_1: RL ahead of the warm-up alone at the longest length: 20.0 vs 25.0 (no, beyond a standard error, se 3.0)",
+        "- vt: RL ahead of the warm-up alone at the longest length: 85.0 vs 83.3 (yes, within a standard error, se 4.4)"]
+
+
+def test_the_recipe_page_lists_rl_against_the_warm_up_document_by_document():
+    table = {"rl": {"vt": {"2048": recipe_cell(90.0, 3.0)}}, "warmup2": {"vt": {"2048": recipe_cell(80.0, 3.0)}}}
+    data = {"table": table, "stages": {},
+            "paired": {"rl_vs_warmup2": {"vt": {"2048": dict(n=32, higher=3, lower=1, equal=28),
+                                                "32768": dict(n=12, higher=0, lower=2, equal=10)}}}}
+    page = figures.real_model_recipe(fake({"real_model_recipe": data}))
+    assert "- vt: 1x 3 / 1 / 28 of 32; 16x 0 / 2 / 10 of 12" in page.splitlines()
+    assert not any(line.startswith("- niah_single_2: 1x") for line in page.splitlines())
