@@ -38,8 +38,9 @@ def machine() -> dict[str, Any]:
 
 def beside(skip: str, min_cpu: float = 20.0) -> list[str]:
     """What else runs on the machine, for a result to say: the command (160 characters) of each process using more
-    than `min_cpu` % of a core, those naming `skip` (the bench itself) left out. (bench/real_model_recipe.py and
-    bench/vllm_cpu.py keep forms of their own, which their results were written in.)"""
+    than `min_cpu` % of a core, those naming `skip` (the bench itself) left out. (bench/real_model_recipe.py writes
+    the busiest three of this list into one line; bench/vllm_cpu.py keeps a form of its own, which its results were
+    written in.)"""
     ps = subprocess.run(["ps", "-eo", "pcpu=,args="], capture_output=True, text=True).stdout.splitlines()
     return [line.strip()[:160] for line in ps if line.strip() and float(line.split()[0]) > min_cpu
             and skip not in line]

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from common import RESULTS, ROOT, machine
+from common import beside as busy_processes
 from real_model import cell, real_model, sh
 
 from memagent.io import atomic_write_text
@@ -70,12 +71,10 @@ def save(data: dict) -> None:
 
 
 def beside() -> str:
-    """What else was running (load average and other python processes, vLLM's renamed workers among them): every
-    figure says it."""
-    rows = [line.split(None, 2) for line in os.popen("ps -eo pid,pcpu,args --sort=-pcpu").read().splitlines()[1:8]]
-    others = [f"{cpu}% {args[:70]}" for pid, cpu, args in (r for r in rows if len(r) == 3)
-              if ("python" in args or "VLLM::" in args) and int(pid) != os.getpid() and float(cpu) > 5]
-    return f"load {os.getloadavg()[0]:.2f}; others: " + ("; ".join(others[:3]) or "none")
+    """What else was running (the load average and the three busiest other processes, `common.beside`'s list, vLLM's
+    renamed VLLM:: workers among them): every figure says it."""
+    others = sorted(busy_processes("real_model_recipe.py", min_cpu=5), key=lambda line: -float(line.split()[0]))
+    return f"load {os.getloadavg()[0]:.2f}; others: " + ("; ".join(line[:76] for line in others[:3]) or "none")
 
 
 def record(data: dict, stage: str, seconds: float, **info) -> None:
