@@ -45,6 +45,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup": ("warmup-merged", "memagent", LENGTHS),
     "warmup2": ("warmup2-merged", "memagent", LENGTHS),
     "rl": ("rl-merged", "memagent", LENGTHS),
+    "warmup3": ("warmup3-merged", "memagent", LENGTHS),  # an experiment: more niah_multikey_1 (stage_warmup3)
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -163,6 +164,42 @@ def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
            command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> optim.lr=5e-4")
 
 
+WARMUP3_SAMPLES = {"niah_single_2": 8, "niah_multikey_1": 48, "vt": 8}  # fresh samples a task (seed 4)
+
+
+def stage_warmup3(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """An experiment on the task that holds the 1x average back: a third warm-up round continuing warm-up 2's adapter
+    on fresh samples (seed 4), six times as many of `niah_multikey_1` as of each other task, every idle update kept
+    (the chunks where a distractor needle must not be copied are idle updates), at warm-up 2's learning rate. At 1x
+    warm-up 2 answers a distractor's number on 15 of its 17 wrong `niah_multikey_1` documents, mostly one read
+    before the queried needle."""
+    model, t0 = real_model(), time.perf_counter()
+    parts = []
+    for task, n in WARMUP3_SAMPLES.items():
+        out = work / f"train3-{task}-{TRAIN_LENGTH}.jsonl"
+        if not out.is_file():
+            essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
+            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", TRAIN_LENGTH, "--samples",
+                n, "--seed", 4, "--tokenizer", model, *essays, "--out", out], work / f"data-train3-{task}.log")
+        parts.append(out.read_text())
+    (work / "train3.jsonl").write_text("".join(parts))
+    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / "train3.jsonl", "--tokenizer", model,
+        "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", "1.0",
+        "--out", work / "demos3.jsonl"], work / "data-warmup3.log")
+    run = work / "warmup3"
+    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+    sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
+        f"data={work / 'demos3.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup2')}", "optim.lr=5e-4",
+        "progress=false", *resume], work / "warmup3.log")
+    merge(latest(run), work / "warmup3-merged")
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    record(data, "warmup3", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
+           train_seconds=round(sum(m["step_s"] for m in metrics), 1), samples=WARMUP3_SAMPLES,
+           demonstrations=(work / "data-warmup3.log").read_text().strip().splitlines()[-1],
+           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
+           command="python bench/real_model_recipe.py warmup3")
+
+
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
     run, t0 = work / "rl", time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
@@ -212,7 +249,7 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
                     entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
-                data["paired"] = {"rl_vs_warmup2": paired(work, data["table"])}
+                data["paired"] = all_paired(work, data["table"])
                 save(data)
 
 
@@ -244,6 +281,12 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
     return out
 
 
+def all_paired(work: Path, table: dict) -> dict:
+    """RL against warm-up 2 (the paper's ablation), and the warm-up 3 experiment against warm-up 2 where it ran."""
+    return {"rl_vs_warmup2": paired(work, table),
+            **({"warmup3_vs_warmup2": paired(work, table, "warmup3")} if "warmup3" in table else {})}
+
+
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Every cell of the table counted again from its results.jsonl (current_records); the rest of a cell kept."""
     for name, tasks in data["table"].items():
@@ -257,7 +300,7 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                     print(f"{name} {task} {length}: n {entry['n']} -> {counted['n']}, "
                           f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
                     entry.update(counted)
-    data["paired"] = {"rl_vs_warmup2": paired(work, data["table"])}
+    data["paired"] = all_paired(work, data["table"])
     save(data)
 
 
@@ -329,8 +372,10 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
     print(f"wrote {out}")
 
 
-STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "rl": stage_rl, "table": stage_table,
+STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3, "rl": stage_rl,
+          "table": stage_table,
           "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
+EXPERIMENTS = {"warmup3"}  # a stage and a row `all` and the default --rows leave out: run by name
 
 
 def main() -> None:
@@ -346,7 +391,7 @@ def main() -> None:
     p.add_argument("--rl-engine", choices=sorted(RL_PY), default="vllm", help="RL's rollout engine")
     p.add_argument("--ship-from", default="", help="the run whose adapter ships (default: rl, else warmup2, else warmup)")
     p.add_argument("--ship-step", default="", help="its checkpoint (e.g. step_000030; default: the last)")
-    p.add_argument("--rows", default=",".join(ROWS))
+    p.add_argument("--rows", default=",".join(r for r in ROWS if r not in EXPERIMENTS))
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
     p.add_argument("--limit", default="", help="at most N samples a cell (a partial table; a rerun extends it)")
@@ -357,7 +402,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     data = load()
-    for stage in (list(STAGES) if "all" in args.stages else args.stages):
+    for stage in ([s for s in STAGES if s not in EXPERIMENTS] if "all" in args.stages else args.stages):
         STAGES[stage](work, args, data)
 
 

@@ -602,7 +602,8 @@ def real_model_rl(get: Get) -> str:
 
 
 RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm-up, round 1 (no RL)"),
-               ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"), ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
+               ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"),
+               ("warmup3", "warm-up, round 3 (more niah_multikey_1; an experiment)"), ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
@@ -669,17 +670,21 @@ def real_model_recipe(get: Get) -> str:
                "`python bench/real_model_recipe.py table --rows ROW --tasks TASK --lengths N`.\n")
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
-    pairs = d.get("paired", {}).get("rl_vs_warmup2", {})
-    if pairs:
-        out.append("\nRL against the warm-up alone, document by document (the same held-out documents, each one's "
-                   "score): RL higher / lower / equal\n")
+    for key, title in (("rl_vs_warmup2", "RL against the warm-up alone, document by document (the same held-out "
+                                          "documents, each one's score): RL higher / lower / equal"),
+                       ("warmup3_vs_warmup2", "Warm-up round 3 (the experiment) against round 2, document by document: "
+                                              "round 3 higher / lower / equal")):
+        pairs = d.get("paired", {}).get(key, {})
+        if not pairs:
+            continue
+        out.append(f"\n{title}\n")
         for t in tasks:
             cells = [f"{int(n) // 2048}x {c['higher']} / {c['lower']} / {c['equal']} of {c['n']}"
                      for n in lengths if (c := pairs.get(t, {}).get(n))]
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
