@@ -5,6 +5,9 @@
 #   make docs   rewrite the figure tables of README.md, bench/README.md and docs/ from bench/results/*.json
 PY ?= python3
 VENV := .venv
+# the suite on two pytest-xdist workers, one a core (OMP_NUM_THREADS=1 each); a worker takes the next test when it is
+# free (worksteal), so one slow file does not hold the other worker idle. `make test PYTEST_WORKERS=` runs it serially.
+PYTEST_WORKERS ?= -n 2 --dist worksteal
 BIN := $(VENV)/bin
 
 .PHONY: setup test test-fast demo demo-quick bench docs clean vllm-env test-vllm
@@ -54,7 +57,7 @@ vllm-env: $(VLLM_BIN)/.memagent-vllm
 test:
 	@$(MAKE) --no-print-directory vllm-env >$(VLLM_LOG) 2>&1 & install=$$!; \
 	trap 'kill $$install 2>/dev/null' INT TERM; \
-	$(MAKE) --no-print-directory setup && OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests; main=$$?; \
+	$(MAKE) --no-print-directory setup && OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS) tests; main=$$?; \
 	if wait $$install; then tests/real_vllm/run $(VLLM_BIN)/python; vllm=$$?; \
 	elif [ -n "$${CI:-}" ]; then tail -n 30 $(VLLM_LOG) >&2; vllm=1; \
 		echo "error: make vllm-env failed (its log above, whole in $(VLLM_LOG)): the real-vLLM tests did not run" >&2; \
@@ -63,7 +66,7 @@ test:
 	exit $$(( main || vllm ))
 
 test-fast: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests
 
 demo: setup
 	$(BIN)/memagent demo --out runs/demo
