@@ -133,35 +133,42 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
            command="memagent warmup configs/rl/smollm2-warmup.yaml model=<smollm2> data=demos.jsonl")
 
 
-def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
-    """A second warm-up round continuing the first's adapter (lora.init) on fresh samples (seed 3, every idle update
-    kept: more chunks that hold nothing to copy), at half the learning rate."""
+def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str, **info) -> None:
+    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task, `seed`, training essays) into trainN.jsonl,
+    their demonstrations with every idle update kept (demosN.jsonl), then `memagent warmup` continuing run `init`'s
+    adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
-    for task in TASKS:
-        out = work / f"train2-{task}-{TRAIN_LENGTH}.jsonl"
+    for task, count in per_task.items():
+        out = work / f"train{n}-{task}-{TRAIN_LENGTH}.jsonl"
         if not out.is_file():
             essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
             sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", TRAIN_LENGTH, "--samples",
-                args.train_samples, "--seed", 3, "--tokenizer", model, *essays, "--out", out],
-               work / f"data-train2-{task}.log")
+                count, "--seed", seed, "--tokenizer", model, *essays, "--out", out], work / f"data-train{n}-{task}.log")
         parts.append(out.read_text())
-    (work / "train2.jsonl").write_text("".join(parts))
-    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / "train2.jsonl", "--tokenizer", model,
+    (work / f"train{n}.jsonl").write_text("".join(parts))
+    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / f"train{n}.jsonl", "--tokenizer", model,
         "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", "1.0",
-        "--out", work / "demos2.jsonl"], work / "data-warmup2.log")
-    run = work / "warmup2"
+        "--out", work / f"demos{n}.jsonl"], work / f"data-warmup{n}.log")
+    run = work / f"warmup{n}"
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
-        f"data={work / 'demos2.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup')}", "optim.lr=5e-4",
-        "progress=false", *resume], work / "warmup2.log")
-    merge(latest(run), work / "warmup2-merged")
+        f"data={work / f'demos{n}.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / init)}", "optim.lr=5e-4",
+        "progress=false", *resume], work / f"warmup{n}.log")
+    merge(latest(run), work / f"warmup{n}-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    record(data, "warmup2", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
-           train_seconds=round(sum(m["step_s"] for m in metrics), 1),
-           demonstrations=(work / "data-warmup2.log").read_text().strip().splitlines()[-1],
-           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
-           command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> optim.lr=5e-4")
+    record(data, f"warmup{n}", time.perf_counter() - t0, steps=len(metrics),
+           checkpoint=str(latest(run).relative_to(work)), train_seconds=round(sum(m["step_s"] for m in metrics), 1),
+           demonstrations=(work / f"data-warmup{n}.log").read_text().strip().splitlines()[-1],
+           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)], **info)
+
+
+def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """A second warm-up round continuing the first's adapter (lora.init) on fresh samples (seed 3, every idle update
+    kept: more chunks that hold nothing to copy), at half the learning rate."""
+    warmup_round(work, data, 2, dict.fromkeys(TASKS, args.train_samples), seed=3, init="warmup",
+                 command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> "
+                         "optim.lr=5e-4")
 
 
 WARMUP3_SAMPLES = {"niah_single_2": 8, "niah_multikey_1": 48, "vt": 8}  # fresh samples a task (seed 4)
@@ -173,31 +180,8 @@ def stage_warmup3(work: Path, args: argparse.Namespace, data: dict) -> None:
     (the chunks where a distractor needle must not be copied are idle updates), at warm-up 2's learning rate. At 1x
     warm-up 2 answers a distractor's number on 15 of its 17 wrong `niah_multikey_1` documents, mostly one read
     before the queried needle."""
-    model, t0 = real_model(), time.perf_counter()
-    parts = []
-    for task, n in WARMUP3_SAMPLES.items():
-        out = work / f"train3-{task}-{TRAIN_LENGTH}.jsonl"
-        if not out.is_file():
-            essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
-            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", TRAIN_LENGTH, "--samples",
-                n, "--seed", 4, "--tokenizer", model, *essays, "--out", out], work / f"data-train3-{task}.log")
-        parts.append(out.read_text())
-    (work / "train3.jsonl").write_text("".join(parts))
-    sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / "train3.jsonl", "--tokenizer", model,
-        "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", "1.0",
-        "--out", work / "demos3.jsonl"], work / "data-warmup3.log")
-    run = work / "warmup3"
-    resume = ["--resume"] if (run / "checkpoints").is_dir() else []
-    sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
-        f"data={work / 'demos3.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / 'warmup2')}", "optim.lr=5e-4",
-        "progress=false", *resume], work / "warmup3.log")
-    merge(latest(run), work / "warmup3-merged")
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    record(data, "warmup3", time.perf_counter() - t0, steps=len(metrics), checkpoint=str(latest(run).relative_to(work)),
-           train_seconds=round(sum(m["step_s"] for m in metrics), 1), samples=WARMUP3_SAMPLES,
-           demonstrations=(work / "data-warmup3.log").read_text().strip().splitlines()[-1],
-           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)],
-           command="python bench/real_model_recipe.py warmup3")
+    warmup_round(work, data, 3, WARMUP3_SAMPLES, seed=4, init="warmup2", samples=WARMUP3_SAMPLES,
+                 command="python bench/real_model_recipe.py warmup3")
 
 
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
