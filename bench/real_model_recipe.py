@@ -46,6 +46,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup2": ("warmup2-merged", "memagent", LENGTHS),
     "rl": ("rl-merged", "memagent", LENGTHS),
     "warmup3": ("warmup3-merged", "memagent", LENGTHS),  # an experiment: more niah_multikey_1 (stage_warmup3)
+    "warmup4": ("warmup4-merged", "memagent", LENGTHS),  # an experiment: every needle kept with its key
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -133,9 +134,10 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
            command="memagent warmup configs/rl/smollm2-warmup.yaml model=<smollm2> data=demos.jsonl")
 
 
-def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str, **info) -> None:
+def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str,
+                 demo_flags: tuple[str, ...] = (), **info) -> None:
     """Warm-up round `n` (2 or more): fresh samples (`per_task` a task, `seed`, training essays) into trainN.jsonl,
-    their demonstrations with every idle update kept (demosN.jsonl), then `memagent warmup` continuing run `init`'s
+    their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup` continuing run `init`'s
     adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
@@ -149,7 +151,7 @@ def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed:
     (work / f"train{n}.jsonl").write_text("".join(parts))
     sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / f"train{n}.jsonl", "--tokenizer", model,
         "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens", SIZES["memory_tokens"], "--keep-idle", "1.0",
-        "--out", work / f"demos{n}.jsonl"], work / f"data-warmup{n}.log")
+        *demo_flags, "--out", work / f"demos{n}.jsonl"], work / f"data-warmup{n}.log")
     run = work / f"warmup{n}"
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
@@ -182,6 +184,19 @@ def stage_warmup3(work: Path, args: argparse.Namespace, data: dict) -> None:
     before the queried needle."""
     warmup_round(work, data, 3, WARMUP3_SAMPLES, seed=4, init="warmup2", samples=WARMUP3_SAMPLES,
                  command="python bench/real_model_recipe.py warmup3")
+
+
+WARMUP4_SAMPLES = {"niah_single_2": 12, "niah_multikey_1": 24, "vt": 12}  # fresh samples a task (seed 5)
+
+
+def stage_warmup4(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """An experiment on what warm-up 3 taught: the demonstrations keep every needle with its own key
+    (`memagent data warmup --keep-distractors`), so no memory ever pairs a number with a key it was not read with,
+    and the final answer picks the key asked for. It continues warm-up 2's adapter on fresh samples (seed 5), twice
+    as many of `niah_multikey_1` as of each other task (warm-up 3, with 8 of `vt`, forgot it), at warm-up 2's
+    learning rate. Only `niah_multikey_1` has distractors: the other tasks' demonstrations are round 2's kind."""
+    warmup_round(work, data, 4, WARMUP4_SAMPLES, seed=5, init="warmup2", demo_flags=("--keep-distractors",),
+                 samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup4")
 
 
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -266,9 +281,10 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
 
 
 def all_paired(work: Path, table: dict) -> dict:
-    """RL against warm-up 2 (the paper's ablation), and the warm-up 3 experiment against warm-up 2 where it ran."""
+    """RL against warm-up 2 (the paper's ablation), and the warm-up 3 and 4 experiments against warm-up 2 where they
+    ran."""
     return {"rl_vs_warmup2": paired(work, table),
-            **({"warmup3_vs_warmup2": paired(work, table, "warmup3")} if "warmup3" in table else {})}
+            **{f"{row}_vs_warmup2": paired(work, table, row) for row in ("warmup3", "warmup4") if row in table}}
 
 
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -356,10 +372,10 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
     print(f"wrote {out}")
 
 
-STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3, "rl": stage_rl,
-          "table": stage_table,
+STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
+          "warmup4": stage_warmup4, "rl": stage_rl, "table": stage_table,
           "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
-EXPERIMENTS = {"warmup3"}  # a stage and a row `all` and the default --rows leave out: run by name
+EXPERIMENTS = {"warmup3", "warmup4"}  # a stage and a row `all` and the default --rows leave out: run by name
 
 
 def main() -> None:

@@ -125,6 +125,42 @@ def test_real_ruler_samples_demonstrate_with_their_needles(tokenizer):
             assert all(k not in r["response"] for k in s.get("keys", [])[1:])
 
 
+def test_keep_distractors_copies_every_needle_with_its_own_key_in_document_order(tokenizer):
+    cfg = AgentConfig(chunk_tokens=60, memory_tokens=60)
+    blue, red = "The code of the blue door is 9310.", "The code of the red door is 4172."
+    sample = _sample(tokenizer, {0: blue, 2: red}, chunk_tokens=50)
+    sample["evidence"] = [red]  # the question asks for the red door; the blue one is a distractor
+    sample["distractors"] = [blue, "The code of the green door is 5555."]  # the green one is not in the text
+    chunks = [c.text for c in iter_chunks(sample["context"], tokenizer, cfg.chunk_tokens)]
+    at_blue, at_red = (next(k for k, c in enumerate(chunks) if e in c) for e in (blue, red))
+    assert at_blue < at_red
+    plain = [r["response"] for r in demonstrations(sample, tokenizer, cfg) if r["kind"] == "memory"]
+    kept = [r["response"] for r in demonstrations(sample, tokenizer, cfg, keep_distractors=True)
+            if r["kind"] == "memory"]
+    assert all("blue" not in m for m in plain)  # question-aware by default: a distractor is never written
+    for k, m in enumerate(kept):
+        want = [e for e, at in ((blue, at_blue), (red, at_red)) if at <= k]
+        assert m == (" ".join(want) if want else NOTHING_YET)
+    assert kept[-1] == f"{blue} {red}" and "green" not in kept[-1]
+    assert demonstrations(sample, tokenizer, cfg, keep_distractors=True)[-1]["response"] == "\\boxed{4172}"
+    tight = AgentConfig(chunk_tokens=60, memory_tokens=count_tokens(tokenizer, red))
+    assert demonstrations(sample, tokenizer, tight)[-1]["response"] == "\\boxed{4172}"  # fits without the distractor
+    stats = DemoStats()
+    assert list(iter_demonstrations([sample], tokenizer, tight, stats, keep_distractors=True)) == []
+    assert stats.skipped == {f"evidence over M = {tight.memory_tokens} tokens": 1}
+
+
+def test_ruler_records_its_distractor_needles(tokenizer):
+    mk, = synthesize_ruler("niah_multikey_1", tokens=[600], samples=1, seed=0, tokenizer=tokenizer,
+                           haystack="noise", tokenizer_name="tiny")
+    assert len(mk["distractors"]) == 3 and all(d in mk["context"] for d in mk["distractors"])
+    assert [k for k in mk["keys"][1:] if not any(f"for {k} is:" in d for d in mk["distractors"])] == []
+    assert not set(mk["distractors"]) & set(mk["evidence"])
+    single, = synthesize_ruler("niah_single_2", tokens=[600], samples=1, seed=0, tokenizer=tokenizer,
+                               haystack="noise", tokenizer_name="tiny")
+    assert "distractors" not in single  # one key hidden, one asked for
+
+
 def test_cli_writes_rows_and_refuses_a_file_without_evidence(tmp_path, run_cli):
     runner = CliRunner()
     data = tmp_path / "s.jsonl"

@@ -204,6 +204,9 @@ class WarmupOptions:
     keep_idle: float = field(default=1.0, metadata={**rule(min=0, max=1), **flag(
         "Share of the updates that read nothing and write the 'nothing yet' memory again to keep (the first of "
         "each sample always stays).")})
+    keep_distractors: bool = field(default=False, metadata=flag(
+        "Keep the samples' `distractors` too (RULER's needles under other keys, each with its own key): the memory "
+        "copies every needle whole and the final answer picks the one asked for."))
     seed: int = field(default=0, metadata={**seed_rule(), **flag("Seed of which idle updates are kept.")})
 
 
@@ -216,7 +219,8 @@ def data_warmup(o: WarmupOptions) -> None:
     config = replace(load_profile(o.profile).agent_config(), **sizes) if o.profile else AgentConfig(**sizes)
     tokenizer = load_tokenizer(resolve_model(o.tokenizer))
     stats = DemoStats()
-    rows = list(iter_demonstrations(read_samples(o.data), tokenizer, config, stats, keep_idle=o.keep_idle, seed=o.seed))
+    rows = list(iter_demonstrations(read_samples(o.data), tokenizer, config, stats, keep_idle=o.keep_idle,
+                                    keep_distractors=o.keep_distractors, seed=o.seed))
     if not rows:
         raise InputError(f"no sample of {o.data} could be demonstrated ({stats.line()}); nothing written")
     write_samples(rows, o.out)

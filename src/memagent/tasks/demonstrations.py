@@ -17,6 +17,10 @@ reply an ideal policy would give:
 Every memory is checked to fit M tokens of the model's tokenizer. A sample is left out (and counted by reason)
 when an evidence string is not inside one chunk: absent from the text, or cut by a chunk boundary, where no
 single memory update could have copied it whole; or when its evidence does not fit M tokens.
+With `keep_distractors`, the sample's `distractors` (strings shaped like evidence that answer another question:
+RULER's needles under keys not asked for) are kept too, each with its own key, so the memory copies every needle
+whole and the final step picks the one asked for; a distractor cut by a chunk boundary is left out of the memory
+(no single update could have copied it), never the sample.
 `keep_idle` keeps that share of the updates that read nothing and write NOTHING_YET again (seeded), the rows
 that cost the most compute and teach the least; the first such update of each sample is always kept.
 """
@@ -60,8 +64,8 @@ def boxed_answer(answers: list[str]) -> str:
     return "\\boxed{" + ", ".join(answers) + "}"
 
 
-def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, *,
-                   keep_idle: float = 1.0, rng: random.Random | None = None) -> list[dict[str, Any]]:
+def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, *, keep_idle: float = 1.0,
+                   keep_distractors: bool = False, rng: random.Random | None = None) -> list[dict[str, Any]]:
     """The rows {id, kind, step, prompt, response} of one sample (see the module docstring).
 
     Raises SkipSample when the sample cannot be demonstrated, DataError when it has no evidence or answers.
@@ -82,12 +86,18 @@ def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, 
         if not found:
             raise SkipSample("evidence not inside one chunk (absent, or cut by a chunk boundary)")
         where.append(found[0])
-    order = sorted(range(len(evidence)), key=lambda i: where[i])
+    kept = list(evidence)
+    for d in sample.get("distractors") or [] if keep_distractors else []:
+        found = [(k, c.find(d)) for k, c in enumerate(chunks) if d in c]
+        if found:  # one cut by a chunk boundary stays out of the memory
+            kept.append(d)
+            where.append(found[0])
+    order = sorted(range(len(kept)), key=lambda i: where[i])
     rows: list[dict[str, Any]] = []
     rng = rng or random.Random(0)
     memory, first_idle = config.empty_memory, True
     for k, chunk in enumerate(chunks):
-        seen = [evidence[i] for i in order if where[i][0] <= k]
+        seen = [kept[i] for i in order if where[i][0] <= k]
         new = " ".join(seen) if seen else NOTHING_YET
         if count_tokens(tokenizer, new) > config.memory_tokens:
             if not seen:
@@ -108,14 +118,16 @@ def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, 
 
 
 def iter_demonstrations(samples: Iterable[dict[str, Any]], tokenizer: Any, config: AgentConfig, stats: DemoStats,
-                        *, keep_idle: float = 1.0, seed: int = 0) -> Iterator[dict[str, Any]]:
+                        *, keep_idle: float = 1.0, keep_distractors: bool = False,
+                        seed: int = 0) -> Iterator[dict[str, Any]]:
     """The rows of every sample in order; `stats` counts what was used and skipped."""
     if not 0.0 <= keep_idle <= 1.0:
         raise DataError(f"keep_idle must be in [0, 1], got {keep_idle}")
     for sample in samples:
         rng = random.Random(f"demonstrations:{seed}:{sample.get('id')}")
         try:
-            rows = demonstrations(sample, tokenizer, config, keep_idle=keep_idle, rng=rng)
+            rows = demonstrations(sample, tokenizer, config, keep_idle=keep_idle, keep_distractors=keep_distractors,
+                                  rng=rng)
         except SkipSample as e:
             stats.skipped[str(e)] += 1
             continue

@@ -124,13 +124,14 @@ def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units
     n, context, tokens = fit_to_tokens(
         lambda n: " ".join(insert_at_depths(haystack(n), needles, depths)), tokenizer, target, name=name)
     queried = keys[: spec.num_queries]
+    evidence = [NEEDLE.format(kind=kind, key=k, value=v) for k, vs in zip(queried, values) for v in vs]
     return dict(
         question=(f"Some special magic {kind} are hidden within the text. What are all the special magic "
                   f"{kind} for {_join_keys(queried)} mentioned in the provided text?"),
         answers=[v for vs in values[: spec.num_queries] for v in vs],
         metric="string_match_all", context=context, num_tokens=tokens,
-        needle_depths=[round(d, 4) for d in depths], keys=keys,
-        evidence=[NEEDLE.format(kind=kind, key=k, value=v) for k, vs in zip(queried, values) for v in vs])
+        needle_depths=[round(d, 4) for d in depths], keys=keys, evidence=evidence,
+        **({"distractors": [n for n in needles if n not in evidence]} if spec.num_keys > spec.num_queries else {}))
 
 
 def _variable_tracking(rng: random.Random, target: int, tokenizer: Any, name: str, hops: int = 4) -> dict:

@@ -22,6 +22,8 @@ One sample is one JSON object on one line:
 
     evidence  list[str]  optional: gold supporting strings (the toy facts, RULER's queried needles, HotpotQA's
                          supporting sentences); the `evidence` step reward pays a memory update for holding them
+    distractors list[str] optional: strings shaped like evidence that answer another question (RULER's needles
+                         under keys not asked for); `memagent data warmup --keep-distractors` keeps them too
 
 Extra fields a task adds (gold document positions, the needles, ...) ride along unchanged.
 """
