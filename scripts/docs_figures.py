@@ -603,7 +603,9 @@ def real_model_rl(get: Get) -> str:
 
 RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm-up, round 1 (no RL)"),
                ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"),
-               ("warmup3", "warm-up, round 3 (more niah_multikey_1; an experiment)"), ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
+               ("warmup3", "warm-up, round 3 (more niah_multikey_1; an experiment)"),
+               ("warmup4", "warm-up, round 4 (every needle kept with its key; an experiment)"),
+               ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
@@ -673,7 +675,9 @@ def real_model_recipe(get: Get) -> str:
     for key, title in (("rl_vs_warmup2", "RL against the warm-up alone, document by document (the same held-out "
                                           "documents, each one's score): RL higher / lower / equal"),
                        ("warmup3_vs_warmup2", "Warm-up round 3 (the experiment) against round 2, document by document: "
-                                              "round 3 higher / lower / equal")):
+                                              "round 3 higher / lower / equal"),
+                       ("warmup4_vs_warmup2", "Warm-up round 4 (the experiment) against round 2, document by document: "
+                                              "round 4 higher / lower / equal")):
         pairs = d.get("paired", {}).get(key, {})
         if not pairs:
             continue
@@ -684,7 +688,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
