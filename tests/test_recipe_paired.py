@@ -39,15 +39,18 @@ def test_rl_against_the_warm_up_counts_each_shared_document_once(tmp_path):
     assert paired == {"vt": {"2048": {"n": 3, "higher": 1, "lower": 1, "equal": 1}}}
 
 
-def test_the_warm_up_3_experiment_is_set_against_warm_up_2_only_where_it_ran(tmp_path):
+def test_the_warm_up_experiments_are_set_against_warm_up_2_only_where_they_ran(tmp_path):
     write(tmp_path, "rl", "vt-2048", [record(0, 1.0), record(1, 0.0)])
     write(tmp_path, "warmup2", "vt-2048", [record(0, 1.0), record(1, 0.0)])
     write(tmp_path, "warmup3", "vt-2048", [record(0, 0.0), record(1, 1.0)])
+    write(tmp_path, "warmup4", "vt-2048", [record(0, 0.0), record(1, 0.0)])
     code = ("import json, sys; from pathlib import Path; import real_model_recipe as r; w = Path(sys.argv[1]); "
             "t = {'rl': {'vt': {'2048': {}}}, 'warmup2': {'vt': {'2048': {}}}}; a = r.all_paired(w, t); "
-            "t['warmup3'] = {'vt': {'2048': {}}}; print(json.dumps([a, r.all_paired(w, t)]))")
+            "t['warmup3'] = {'vt': {'2048': {}}}; b = r.all_paired(w, t); "
+            "t['warmup4'] = {'vt': {'2048': {}}}; print(json.dumps([a, b, r.all_paired(w, t)]))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                          cwd=ROOT / "bench", check=True).stdout
-    without, with3 = json.loads(out)
+    without, with3, with4 = json.loads(out)
     assert without == {"rl_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 0, "lower": 0, "equal": 2}}}}
     assert with3 == {**without, "warmup3_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 1, "lower": 1, "equal": 0}}}}
+    assert with4 == {**with3, "warmup4_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 0, "lower": 1, "equal": 1}}}}
