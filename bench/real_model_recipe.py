@@ -47,6 +47,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "rl": ("rl-merged", "memagent", LENGTHS),
     "warmup3": ("warmup3-merged", "memagent", LENGTHS),  # an experiment: more niah_multikey_1 (stage_warmup3)
     "warmup4": ("warmup4-merged", "memagent", LENGTHS),  # an experiment: every needle kept with its key
+    "warmup5": ("warmup5-merged", "memagent", LENGTHS),  # warm-up 4 continued on fresh samples of the same kind
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -199,6 +200,14 @@ def stage_warmup4(work: Path, args: argparse.Namespace, data: dict) -> None:
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup4")
 
 
+def stage_warmup5(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Warm-up 4 continued on fresh samples of the same kind and mix (seed 6), at the same learning rate: its trace
+    (bench/needle_trace.py) shows every needle kept with its own key but a fourth needle rarely written; one more round
+    asks whether that is a matter of training on the new kind of memory for longer."""
+    warmup_round(work, data, 5, WARMUP4_SAMPLES, seed=6, init="warmup4", demo_flags=("--keep-distractors",),
+                 samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup5")
+
+
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
     run, t0 = work / "rl", time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
@@ -281,10 +290,11 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
 
 
 def all_paired(work: Path, table: dict) -> dict:
-    """RL against warm-up 2 (the paper's ablation), and the warm-up 3 and 4 experiments against warm-up 2 where they
-    ran."""
+    """RL against warm-up 2 (the paper's ablation), and the warm-up 3, 4 and 5 experiments against warm-up 2 where
+    they ran."""
     return {"rl_vs_warmup2": paired(work, table),
-            **{f"{row}_vs_warmup2": paired(work, table, row) for row in ("warmup3", "warmup4") if row in table}}
+            **{f"{row}_vs_warmup2": paired(work, table, row) for row in ("warmup3", "warmup4", "warmup5")
+               if row in table}}
 
 
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -373,9 +383,9 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
-          "warmup4": stage_warmup4, "rl": stage_rl, "table": stage_table,
+          "warmup4": stage_warmup4, "warmup5": stage_warmup5, "rl": stage_rl, "table": stage_table,
           "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
-EXPERIMENTS = {"warmup3", "warmup4"}  # a stage and a row `all` and the default --rows leave out: run by name
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5"}  # a stage and a row `all` and the default --rows leave out: run by name
 
 
 def main() -> None:
