@@ -605,6 +605,7 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"),
                ("warmup3", "warm-up, round 3 (more niah_multikey_1; an experiment)"),
                ("warmup4", "warm-up, round 4 (every needle kept with its key; an experiment)"),
+               ("warmup5", "warm-up, round 5 (round 4 continued; an experiment)"),
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
@@ -677,7 +678,9 @@ def real_model_recipe(get: Get) -> str:
                        ("warmup3_vs_warmup2", "Warm-up round 3 (the experiment) against round 2, document by document: "
                                               "round 3 higher / lower / equal"),
                        ("warmup4_vs_warmup2", "Warm-up round 4 (the experiment) against round 2, document by document: "
-                                              "round 4 higher / lower / equal")):
+                                              "round 4 higher / lower / equal"),
+                       ("warmup5_vs_warmup2", "Warm-up round 5 (round 4 continued) against round 2, document by "
+                                              "document: round 5 higher / lower / equal")):
         pairs = d.get("paired", {}).get(key, {})
         if not pairs:
             continue
@@ -688,7 +691,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4", "warmup5"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
