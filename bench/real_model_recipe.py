@@ -138,8 +138,9 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
 def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str,
                  demo_flags: tuple[str, ...] = (), **info) -> None:
     """Warm-up round `n` (2 or more): fresh samples (`per_task` a task, `seed`, training essays) into trainN.jsonl,
-    their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup` continuing run `init`'s
-    adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and recorded as stage warmupN."""
+    their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup`
+    continuing run `init`'s adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and
+    recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
     for task, count in per_task.items():
@@ -385,7 +386,7 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
           "warmup4": stage_warmup4, "warmup5": stage_warmup5, "rl": stage_rl, "table": stage_table,
           "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
-EXPERIMENTS = {"warmup3", "warmup4", "warmup5"}  # a stage and a row `all` and the default --rows leave out: run by name
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5"}  # stages and rows `all` and the default --rows leave out: run by name
 
 
 def main() -> None:

@@ -148,6 +148,11 @@ def test_keep_distractors_copies_every_needle_with_its_own_key_in_document_order
     stats = DemoStats()
     assert list(iter_demonstrations([sample], tokenizer, tight, stats, keep_distractors=True)) == []
     assert stats.skipped == {f"evidence over M = {tight.memory_tokens} tokens": 1}
+    with pytest.raises(DataError, match="`distractors` must be a list of non-empty strings"):
+        demonstrations({**sample, "distractors": "The code of the blue door is 9310."}, tokenizer, cfg,
+                       keep_distractors=True)
+    # without the flag a malformed field is never read
+    assert demonstrations({**sample, "distractors": 7}, tokenizer, cfg)[-1]["response"] == "\\boxed{4172}"
 
 
 def test_ruler_records_its_distractor_needles(tokenizer):

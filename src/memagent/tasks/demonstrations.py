@@ -86,8 +86,11 @@ def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, 
         if not found:
             raise SkipSample("evidence not inside one chunk (absent, or cut by a chunk boundary)")
         where.append(found[0])
+    distractors = sample.get("distractors") or [] if keep_distractors else []
+    if not isinstance(distractors, list) or not all(isinstance(d, str) and d for d in distractors):
+        raise DataError(f"sample {sample.get('id')!r}: `distractors` must be a list of non-empty strings")
     kept = list(evidence)
-    for d in sample.get("distractors") or [] if keep_distractors else []:
+    for d in distractors:
         found = [(k, c.find(d)) for k, c in enumerate(chunks) if d in c]
         if found:  # one cut by a chunk boundary stays out of the memory
             kept.append(d)

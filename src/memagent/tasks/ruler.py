@@ -131,7 +131,7 @@ def _niah(spec: NiahSpec, rng: random.Random, target: int, tokenizer: Any, units
         answers=[v for vs in values[: spec.num_queries] for v in vs],
         metric="string_match_all", context=context, num_tokens=tokens,
         needle_depths=[round(d, 4) for d in depths], keys=keys, evidence=evidence,
-        **({"distractors": [n for n in needles if n not in evidence]} if spec.num_keys > spec.num_queries else {}))
+        **({"distractors": [x for x in needles if x not in evidence]} if spec.num_keys > spec.num_queries else {}))
 
 
 def _variable_tracking(rng: random.Random, target: int, tokenizer: Any, name: str, hops: int = 4) -> dict:
