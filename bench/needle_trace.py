@@ -6,8 +6,9 @@
     python bench/needle_trace.py runs/recipe/heldout-niah_multikey_1-2048.jsonl trace.jsonl answers.jsonl \
         --tokenizer <the model> [--chunk-tokens 512] [--json out.json]
 
-The traces and answers of the shipped warm-up (round 2) and of round 4 over the 32 held-out 1x niah_multikey_1
-documents are committed (bench/results/needle_trace/), with what this script made of them:
+The traces and answers of the shipped warm-up (round 2) and of rounds 4 and 5 over the 32 held-out 1x
+niah_multikey_1 documents are committed (bench/results/needle_trace/), with what this script made of them
+(bench/results/needle_trace_warmupN.json), e.g.:
 
     python bench/needle_trace.py runs/recipe/heldout-niah_multikey_1-2048.jsonl \
         bench/results/needle_trace/warmup4-niah_multikey_1-2048.trace.jsonl \
@@ -15,8 +16,9 @@ documents are committed (bench/results/needle_trace/), with what this script mad
         --json bench/results/needle_trace_warmup4.json
 
 It counts, over every document:
-  - pairs: each "... for KEY is: NUMBER" the last memory holds (held), and how many pair a number with the key it was read
-    with in the document (own_key; a relabelled distractor pairs a number with another key, usually the question's);
+  - pairs: each "... for KEY is: NUMBER" the last memory holds (held), and how many pair a number with the key it
+    was read with in the document (own_key; a relabelled distractor pairs a number with another key, usually the
+    question's);
   - updates: for each memory update that reads a needle not yet kept, how many needles the memory held before it,
     how many new ones its chunk holds, and how many of those numbers it wrote (the copy rate, by how full the memory
     was; "added" counts needles, the other keys updates);
@@ -31,6 +33,8 @@ from collections import Counter, defaultdict
 
 from memagent.agent.chunking import iter_chunks
 from memagent.backends.tokenizer import load_tokenizer
+from memagent.io import atomic_write_text
+from memagent.tasks.schema import read_samples
 
 NEEDLE = re.compile(r"special magic \w+ for ([\w-]+) is: (\w+)")
 
@@ -40,12 +44,14 @@ def needles(text: str) -> list[tuple[str, str]]:
     return NEEDLE.findall(text)
 
 
-def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict], tokenizer, chunk_tokens: int) -> dict:
+def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict], tokenizer,
+            chunk_tokens: int) -> dict:
     steps: dict[str, list[dict]] = defaultdict(list)
     for row in trace:
         if row.get("kind") != "final":
             steps[row["doc_id"]].append(row)
     pairs, updates, outcome = Counter(), Counter(), Counter()
+    read = added = 0  # needle numbers read by an update that did not hold them yet, and those it wrote
     for sid, sample in samples.items():
         if sid not in answers:
             continue
@@ -59,10 +65,10 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
             after = {v for _, v in needles(memory)}
             new = [v for _, v in needles(chunk) if v not in before]
             if new:
-                pairs["needles read"] += len(new)
-                pairs["needles added"] += sum(v in after for v in new)
+                wrote = sum(v in after for v in new)
+                read, added = read + len(new), added + wrote
                 updates[f"{len(before)} in memory, {len(new)} new"] += 1
-                updates[f"{len(before)} in memory, {len(new)} new: added"] += sum(v in after for v in new)
+                updates[f"{len(before)} in memory, {len(new)} new: added"] += wrote
             ever = ever or gold in after
             before = after
         last = needles(memories[-1]) if memories else []
@@ -81,8 +87,8 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
                      "an earlier needle" if picked < values.index(gold) else "a later needle")
             outcome[f"the queried needle in the last memory, picked {where}"] += 1
         outcome[f"last memory holds {len(last)} of {len(truth)} needles"] += 1
-    return {"documents": len(answers), "needles_read": pairs.pop("needles read"),
-            "needles_added": pairs.pop("needles added"), "pairs": dict(pairs), "updates": dict(sorted(updates.items())), "outcomes": dict(sorted(outcome.items()))}
+    return {"documents": len(answers), "needles_read": read, "needles_added": added, "pairs": dict(pairs),
+            "updates": dict(sorted(updates.items())), "outcomes": dict(sorted(outcome.items()))}
 
 
 def main() -> None:
@@ -94,15 +100,14 @@ def main() -> None:
     p.add_argument("--chunk-tokens", type=int, default=512)
     p.add_argument("--json")
     a = p.parse_args()
-    samples = {s["id"]: s for s in map(json.loads, open(a.data)) if s}
+    samples = {s["id"]: s for s in read_samples(a.data)}
     trace = [json.loads(line) for line in open(a.trace) if line.strip()]
     answers = {r["id"]: r for r in map(json.loads, open(a.answers))}
     out = {"data": a.data, "trace": a.trace, "answers": a.answers, "chunk_tokens": a.chunk_tokens,
            **analyse(samples, trace, answers, load_tokenizer(a.tokenizer), a.chunk_tokens)}
     print(json.dumps(out, indent=2))
     if a.json:
-        with open(a.json, "w") as f:
-            f.write(json.dumps(out, indent=2) + "\n")
+        atomic_write_text(a.json, json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -80,21 +80,22 @@ def demonstrations(sample: dict[str, Any], tokenizer: Any, config: AgentConfig, 
     if not isinstance(text, str):
         raise DataError(f"sample {sample.get('id')!r}: demonstrations need a `context` string")
     chunks = [c.text for c in iter_chunks(text, tokenizer, config.chunk_tokens)]
-    where = []  # (chunk index, offset in the chunk) of each evidence string
-    for e in evidence:
-        found = [(k, c.find(e)) for k, c in enumerate(chunks) if e in c]
-        if not found:
-            raise SkipSample("evidence not inside one chunk (absent, or cut by a chunk boundary)")
-        where.append(found[0])
+
+    def locate(s: str) -> tuple[int, int] | None:
+        """(chunk index, offset in the chunk) of the first chunk holding `s` whole, None when none does."""
+        return next(((k, c.find(s)) for k, c in enumerate(chunks) if s in c), None)
+
+    where = [locate(e) for e in evidence]
+    if None in where:
+        raise SkipSample("evidence not inside one chunk (absent, or cut by a chunk boundary)")
     distractors = sample.get("distractors") or [] if keep_distractors else []
     if not isinstance(distractors, list) or not all(isinstance(d, str) and d for d in distractors):
         raise DataError(f"sample {sample.get('id')!r}: `distractors` must be a list of non-empty strings")
     kept = list(evidence)
     for d in distractors:
-        found = [(k, c.find(d)) for k, c in enumerate(chunks) if d in c]
-        if found:  # one cut by a chunk boundary stays out of the memory
+        if (at := locate(d)) is not None:  # one cut by a chunk boundary stays out of the memory
             kept.append(d)
-            where.append(found[0])
+            where.append(at)
     order = sorted(range(len(kept)), key=lambda i: where[i])
     rows: list[dict[str, Any]] = []
     rng = rng or random.Random(0)
