@@ -8,7 +8,8 @@
 
 The traces and answers of the shipped warm-up (round 2) and of rounds 4 and 5 over the 32 held-out 1x
 niah_multikey_1 documents are committed (bench/results/needle_trace/), with what this script made of them
-(bench/results/needle_trace_warmupN.json), e.g.:
+(bench/results/needle_trace_warmupN.json), and round 5's over its 4 wrong 16x niah_single_2 documents
+(needle_trace_warmup5_16x.json), e.g.:
 
     python bench/needle_trace.py runs/recipe/heldout-niah_multikey_1-2048.jsonl \
         bench/results/needle_trace/warmup4-niah_multikey_1-2048.trace.jsonl \
@@ -22,6 +23,11 @@ It counts, over every document:
   - updates: for each memory update that reads a needle not yet kept, how many needles the memory held before it,
     how many new ones its chunk holds, and how many of those numbers it wrote (the copy rate, by how full the memory
     was; "added" counts needles, the other keys updates);
+  - idle: updates reading a chunk with no needle while the memory says nothing was found yet
+    (`demonstrations.NOTHING_YET`, or the empty first memory), and the stray writes among them (any other memory);
+    the documents that strayed before their first needle and how many of those were answered right. Past the window
+    most updates are idle, so a rare stray write at 1x decides 16x;
+  - copies: updates reading no new needle while the memory holds some, and those after which a needle held is gone;
   - answers: right; the queried needle never in any memory; in the last memory but another picked (which one).
 """
 from __future__ import annotations
@@ -34,6 +40,7 @@ from collections import Counter, defaultdict
 from memagent.agent.chunking import iter_chunks
 from memagent.backends.tokenizer import load_tokenizer
 from memagent.io import atomic_write_text
+from memagent.tasks.demonstrations import NOTHING_YET
 from memagent.tasks.schema import read_samples
 
 NEEDLE = re.compile(r"special magic \w+ for ([\w-]+) is: (\w+)")
@@ -50,7 +57,7 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
     for row in trace:
         if row.get("kind") != "final":
             steps[row["doc_id"]].append(row)
-    pairs, updates, outcome = Counter(), Counter(), Counter()
+    pairs, updates, outcome, idle, copies = Counter(), Counter(), Counter(), Counter(), Counter()
     read = added = 0  # needle numbers read by an update that did not hold them yet, and those it wrote
     for sid, sample in samples.items():
         if sid not in answers:
@@ -58,12 +65,21 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
         truth = dict(needles(sample["context"]))
         gold, answer = sample["answers"][0], (answers[sid].get("answer") or "").strip()
         chunks = [c.text for c in iter_chunks(sample["context"], tokenizer, chunk_tokens)]
-        memories = [s["memory"] for s in sorted(steps[sid], key=lambda s: s["step"])]
+        memories = [s["memory"].strip() for s in sorted(steps[sid], key=lambda s: s["step"])]
         before: set[str] = set()
-        ever = False
+        ever = strayed = seen = False
+        previous = NOTHING_YET
         for chunk, memory in zip(chunks, memories):
             after = {v for _, v in needles(memory)}
             new = [v for _, v in needles(chunk) if v not in before]
+            if not needles(chunk) and previous == NOTHING_YET:
+                idle["updates"] += 1
+                idle["stray writes"] += memory != NOTHING_YET
+                strayed = strayed or (memory != NOTHING_YET and not seen)
+            elif not new and before:
+                copies["updates"] += 1
+                copies["a needle lost"] += not before <= after
+            seen, previous = seen or bool(needles(chunk)), memory
             if new:
                 wrote = sum(v in after for v in new)
                 read, added = read + len(new), added + wrote
@@ -71,6 +87,9 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
                 updates[f"{len(before)} in memory, {len(new)} new: added"] += wrote
             ever = ever or gold in after
             before = after
+        if strayed:
+            idle["documents strayed before their first needle"] += 1
+            idle["documents strayed before their first needle: right"] += answer == gold
         last = needles(memories[-1]) if memories else []
         pairs["held"] += len(last)
         pairs["own_key"] += sum(truth.get(k) == v for k, v in last)
@@ -88,7 +107,8 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
             outcome[f"the queried needle in the last memory, picked {where}"] += 1
         outcome[f"last memory holds {len(last)} of {len(truth)} needles"] += 1
     return {"documents": len(answers), "needles_read": read, "needles_added": added, "pairs": dict(pairs),
-            "updates": dict(sorted(updates.items())), "outcomes": dict(sorted(outcome.items()))}
+            "updates": dict(sorted(updates.items())), "idle": dict(idle), "copies": dict(copies),
+            "outcomes": dict(sorted(outcome.items()))}
 
 
 def main() -> None:

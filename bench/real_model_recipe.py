@@ -48,6 +48,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup3": ("warmup3-merged", "memagent", LENGTHS),  # an experiment: more niah_multikey_1 (stage_warmup3)
     "warmup4": ("warmup4-merged", "memagent", LENGTHS),  # an experiment: every needle kept with its key
     "warmup5": ("warmup5-merged", "memagent", LENGTHS),  # warm-up 4 continued on fresh samples of the same kind
+    "warmup6": ("warmup6-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K documents (more idle updates)
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -136,18 +137,19 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str,
-                 demo_flags: tuple[str, ...] = (), **info) -> None:
-    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task, `seed`, training essays) into trainN.jsonl,
+                 demo_flags: tuple[str, ...] = (), length: int = TRAIN_LENGTH, **info) -> None:
+    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task of `length` tokens, `seed`, training essays)
+    into trainN.jsonl,
     their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup`
     continuing run `init`'s adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and
     recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
     for task, count in per_task.items():
-        out = work / f"train{n}-{task}-{TRAIN_LENGTH}.jsonl"
+        out = work / f"train{n}-{task}-{length}.jsonl"
         if not out.is_file():
             essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
-            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", TRAIN_LENGTH, "--samples",
+            sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", length, "--samples",
                 count, "--seed", seed, "--tokenizer", model, *essays, "--out", out], work / f"data-train{n}-{task}.log")
         parts.append(out.read_text())
     (work / f"train{n}.jsonl").write_text("".join(parts))
@@ -207,6 +209,21 @@ def stage_warmup5(work: Path, args: argparse.Namespace, data: dict) -> None:
     asks whether that is a matter of training on the new kind of memory for longer."""
     warmup_round(work, data, 5, WARMUP4_SAMPLES, seed=6, init="warmup4", demo_flags=("--keep-distractors",),
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup5")
+
+
+WARMUP6_SAMPLES = {"niah_single_2": 6, "niah_multikey_1": 8, "vt": 4}  # fresh 8K samples a task (seed 7)
+
+
+def stage_warmup6(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Warm-up 5 continued on demonstrations from 8,192-token documents (4x; seed 7), the same flag and learning rate.
+    Warm-up 5's trace of its 4 wrong 16x `niah_single_2` documents (bench/results/needle_trace_warmup5_16x.json)
+    shows where 16x is lost, the same way in all 4: an idle update, reading an essay chunk with no needle, writes a
+    stray sentence in place of the "nothing relevant yet" memory; the model keeps that sentence and never writes the
+    needle when it comes. A 2K document gives 3 idle updates at most, a 32K one about 63: a stray write rare enough
+    to cost little at 1x costs many documents at 16x. 8K documents give 17 updates each, most of them idle: this
+    round asks whether more idle updates make the stray write rarer."""
+    warmup_round(work, data, 6, WARMUP6_SAMPLES, seed=7, init="warmup5", demo_flags=("--keep-distractors",),
+                 length=8192, samples=WARMUP6_SAMPLES, command="python bench/real_model_recipe.py warmup6")
 
 
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -294,8 +311,7 @@ def all_paired(work: Path, table: dict) -> dict:
     """RL against warm-up 2 (the paper's ablation), and the warm-up 3, 4 and 5 experiments against warm-up 2 where
     they ran."""
     return {"rl_vs_warmup2": paired(work, table),
-            **{f"{row}_vs_warmup2": paired(work, table, row) for row in ("warmup3", "warmup4", "warmup5")
-               if row in table}}
+            **{f"{row}_vs_warmup2": paired(work, table, row) for row in sorted(EXPERIMENTS) if row in table}}
 
 
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -384,9 +400,9 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
-          "warmup4": stage_warmup4, "warmup5": stage_warmup5, "rl": stage_rl, "table": stage_table,
-          "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
-EXPERIMENTS = {"warmup3", "warmup4", "warmup5"}  # stages and rows `all` and the default --rows leave out: run by name
+          "warmup4": stage_warmup4, "warmup5": stage_warmup5, "warmup6": stage_warmup6, "rl": stage_rl,
+          "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6"}  # stages and rows `all` and the default --rows leave out
 
 
 def main() -> None:

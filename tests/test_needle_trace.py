@@ -47,3 +47,33 @@ def test_a_relabelled_distractor_and_a_wrong_pick_are_told_apart(tokenizer):
     assert out["outcomes"] == {"the queried needle never in the memory": 1,
                                "the queried needle in the last memory, picked an earlier needle": 1,
                                "last memory holds 1 of 3 needles": 1, "last memory holds 2 of 3 needles": 1}
+
+
+def test_stray_writes_in_idle_updates_and_needles_lost_in_copies(tokenizer):
+    nothing = needle_trace.NOTHING_YET
+    context = " ".join([FILLER * 2, needle("red-door", "111"), FILLER * 2])
+    chunks = [c.text for c in iter_chunks(context, tokenizer, 100)]
+    at = [k for k, c in enumerate(chunks) if needle("red-door", "111") in c]
+    assert len(at) == 1 and 2 <= at[0] <= len(chunks) - 3  # two idle chunks before it, two or more after
+    at, n = at[0], len(chunks)
+    samples = {d: {"id": d, "context": context, "answers": ["111"]} for d in "abc"}
+    held = needle("red-door", "111")
+    memories = {
+        "a": [nothing] * at + [held] * (n - at),  # the demonstrated policy: no stray write, nothing lost
+        # b: a stray sentence at its second idle update, copied to the end: never writes the needle
+        "b": [nothing, "One thing relevant to the problem yet."] + ["One thing relevant to the problem yet."] * (n - 2),
+        # c: writes the needle, then drops it at the last update (a copy that lost it)
+        "c": [nothing] * at + [held] * (n - at - 1) + [nothing]}
+    trace = [{"doc_id": d, "step": k, "memory": m + " "} for d, ms in memories.items() for k, m in enumerate(ms)]
+    answers = {"a": {"id": "a", "answer": "111"}, "b": {"id": "b", "answer": "red-door"},
+               "c": {"id": "c", "answer": "none"}}
+    out = needle_trace.analyse(samples, trace, answers, tokenizer, 100)
+    # idle updates: a and c at every chunk before the needle (at each); b at steps 0 and 1 only (then it strayed)
+    assert out["idle"] == {"updates": 2 * at + 2, "stray writes": 1, "documents strayed before their first needle": 1,
+                           "documents strayed before their first needle: right": 0}
+    # copies: a and c after the needle (n - at - 1 each); c's last one lost 111. c's last update is a copy, not idle:
+    # the memory before it held the needle
+    assert out["copies"] == {"updates": 2 * (n - at - 1), "a needle lost": 1}
+    assert out["outcomes"]["right"] == 1
+    assert out["outcomes"]["the queried needle never in the memory"] == 1
+    assert out["outcomes"]["the queried needle kept, then dropped"] == 1
