@@ -308,8 +308,8 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
 
 
 def all_paired(work: Path, table: dict) -> dict:
-    """RL against warm-up 2 (the paper's ablation), and the warm-up 3, 4 and 5 experiments against warm-up 2 where
-    they ran."""
+    """RL against warm-up 2 (the paper's ablation), and each experiment row (EXPERIMENTS) against warm-up 2 where it
+    ran."""
     return {"rl_vs_warmup2": paired(work, table),
             **{f"{row}_vs_warmup2": paired(work, table, row) for row in sorted(EXPERIMENTS) if row in table}}
 
