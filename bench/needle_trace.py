@@ -25,9 +25,10 @@ It counts, over every document:
     was; "added" counts needles, the other keys updates);
   - idle: updates reading a chunk with no needle while the memory says nothing was found yet
     (`demonstrations.NOTHING_YET`, or the empty first memory), and the stray writes among them (any other memory);
-    the documents that strayed before their first needle and how many of those were answered right. Past the window
-    most updates are idle, so a rare stray write at 1x decides 16x;
-  - copies: updates reading no new needle while the memory holds some, and those after which a needle held is gone;
+    the documents that strayed before their first needle and how many of those were answered right (strayed_documents,
+    strayed_documents_right). Past the window most updates are idle: a stray write rare at 1x decides 16x;
+  - copies: updates reading no new needle while the memory holds some, and those after which a needle held is gone
+    (needle_lost);
   - answers: right; the queried needle never in any memory; in the last memory but another picked (which one).
 """
 from __future__ import annotations
@@ -74,11 +75,11 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
             new = [v for _, v in needles(chunk) if v not in before]
             if not needles(chunk) and previous == NOTHING_YET:
                 idle["updates"] += 1
-                idle["stray writes"] += memory != NOTHING_YET
+                idle["stray_writes"] += memory != NOTHING_YET
                 strayed = strayed or (memory != NOTHING_YET and not seen)
             elif not new and before:
                 copies["updates"] += 1
-                copies["a needle lost"] += not before <= after
+                copies["needle_lost"] += not before <= after
             seen, previous = seen or bool(needles(chunk)), memory
             if new:
                 wrote = sum(v in after for v in new)
@@ -88,8 +89,8 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
             ever = ever or gold in after
             before = after
         if strayed:
-            idle["documents strayed before their first needle"] += 1
-            idle["documents strayed before their first needle: right"] += answer == gold
+            idle["strayed_documents"] += 1
+            idle["strayed_documents_right"] += answer == gold
         last = needles(memories[-1]) if memories else []
         pairs["held"] += len(last)
         pairs["own_key"] += sum(truth.get(k) == v for k, v in last)

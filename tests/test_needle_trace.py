@@ -69,11 +69,11 @@ def test_stray_writes_in_idle_updates_and_needles_lost_in_copies(tokenizer):
                "c": {"id": "c", "answer": "none"}}
     out = needle_trace.analyse(samples, trace, answers, tokenizer, 100)
     # idle updates: a and c at every chunk before the needle (at each); b at steps 0 and 1 only (then it strayed)
-    assert out["idle"] == {"updates": 2 * at + 2, "stray writes": 1, "documents strayed before their first needle": 1,
-                           "documents strayed before their first needle: right": 0}
+    assert out["idle"] == {"updates": 2 * at + 2, "stray_writes": 1, "strayed_documents": 1,
+                           "strayed_documents_right": 0}
     # copies: a and c after the needle (n - at - 1 each); c's last one lost 111. c's last update is a copy, not idle:
     # the memory before it held the needle
-    assert out["copies"] == {"updates": 2 * (n - at - 1), "a needle lost": 1}
+    assert out["copies"] == {"updates": 2 * (n - at - 1), "needle_lost": 1}
     assert out["outcomes"]["right"] == 1
     assert out["outcomes"]["the queried needle never in the memory"] == 1
     assert out["outcomes"]["the queried needle kept, then dropped"] == 1
