@@ -161,7 +161,11 @@ def test_a_killed_actor_loses_nothing(tiny_backend, tiny_model_dir, data_file, t
 def test_a_model_no_actor_can_load_is_one_error_line(run_cli, data_file, tmp_path):
     code, out, err = run_cli("eval", "--model", tmp_path / "no-model", "--data", data_file, "--out", tmp_path / "o",
                              "--methods", "memagent", "--ray", "--ray-workers", "1", *TINY)
-    assert code == 2 and err.startswith("error: cannot load model") and "Traceback" not in err, err
+    # Ray's own daemons may print to the same stderr (e.g. the raylet's disk-space warning when /tmp is nearly
+    # full); what memagent writes is the one error line
+    ours = [line for line in err.splitlines() if line.strip() and "(raylet)" not in line]
+    assert code == 2 and len(ours) == 1 and ours[0].startswith("error: cannot load model"), err
+    assert "Traceback" not in err, err
 
 
 def test_one_actor_per_endpoint_each_server_serves(run_cli, tiny_model_dir, tmp_path):
