@@ -49,6 +49,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup4": ("warmup4-merged", "memagent", LENGTHS),  # an experiment: every needle kept with its key
     "warmup5": ("warmup5-merged", "memagent", LENGTHS),  # warm-up 4 continued on fresh samples of the same kind
     "warmup6": ("warmup6-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K documents (more idle updates)
+    "warmup7": ("warmup7-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K needle and 2K vt documents
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -137,20 +138,21 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str,
-                 demo_flags: tuple[str, ...] = (), length: int = TRAIN_LENGTH, **info) -> None:
-    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task of `length` tokens, `seed`, training essays)
-    into trainN.jsonl,
+                 demo_flags: tuple[str, ...] = (), length: int = TRAIN_LENGTH,
+                 mix: dict[tuple[str, int], int] | None = None, **info) -> None:
+    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task of `length` tokens, or `mix`: a count for each
+    (task, length); `seed`, training essays) into trainN.jsonl,
     their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup`
     continuing run `init`'s adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and
     recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
-    for task, count in per_task.items():
+    for (task, length), count in (mix or {(task, length): count for task, count in per_task.items()}).items():
         out = work / f"train{n}-{task}-{length}.jsonl"
         if not out.is_file():
             essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
             sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", length, "--samples",
-                count, "--seed", seed, "--tokenizer", model, *essays, "--out", out], work / f"data-train{n}-{task}.log")
+                count, "--seed", seed, "--tokenizer", model, *essays, "--out", out], work / f"data-train{n}-{task}-{length}.log")
         parts.append(out.read_text())
     (work / f"train{n}.jsonl").write_text("".join(parts))
     sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / f"train{n}.jsonl", "--tokenizer", model,
@@ -224,6 +226,19 @@ def stage_warmup6(work: Path, args: argparse.Namespace, data: dict) -> None:
     round asks whether more idle updates make the stray write rarer."""
     warmup_round(work, data, 6, WARMUP6_SAMPLES, seed=7, init="warmup5", demo_flags=("--keep-distractors",),
                  length=8192, samples=WARMUP6_SAMPLES, command="python bench/real_model_recipe.py warmup6")
+
+
+WARMUP7_MIX = {("niah_single_2", 8192): 4, ("niah_multikey_1", 8192): 6,  # round 6's kind: idle updates
+               ("niah_multikey_1", 2048): 12, ("vt", 2048): 12}  # round 5's kind, which round 6 lacked (seed 8)
+
+
+def stage_warmup7(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Round 5 continued (not round 6) on both kinds at once: 8K needle documents, whose many idle updates took 16x
+    `niah_single_2` from 50.0 to 91.7 in round 6, beside round 5's 2K `niah_multikey_1` and `vt`, which round 6 (4
+    `vt` documents) forgot: `vt` fell from 92.5 to 78.1 at 1x."""
+    warmup_round(work, data, 7, {}, seed=8, init="warmup5", demo_flags=("--keep-distractors",), mix=WARMUP7_MIX,
+                 samples={f"{task}@{length}": count for (task, length), count in WARMUP7_MIX.items()},
+                 command="python bench/real_model_recipe.py warmup7")
 
 
 def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
@@ -400,9 +415,10 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
-          "warmup4": stage_warmup4, "warmup5": stage_warmup5, "warmup6": stage_warmup6, "rl": stage_rl,
-          "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
-EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6"}  # stages and rows `all` and the default --rows leave out
+          "warmup4": stage_warmup4, "warmup5": stage_warmup5, "warmup6": stage_warmup6, "warmup7": stage_warmup7,
+          "rl": stage_rl, "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
+# stages and rows `all` and the default --rows leave out: run by name
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6", "warmup7"}
 
 
 def main() -> None:
