@@ -152,7 +152,8 @@ def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed:
         if not out.is_file():
             essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
             sh([PY, "-m", "memagent.cli", "data", "ruler", "--task", task, "--tokens", length, "--samples",
-                count, "--seed", seed, "--tokenizer", model, *essays, "--out", out], work / f"data-train{n}-{task}-{length}.log")
+                count, "--seed", seed, "--tokenizer", model, *essays, "--out", out],
+               work / f"data-train{n}-{task}-{length}.log")
         parts.append(out.read_text())
     (work / f"train{n}.jsonl").write_text("".join(parts))
     sh([PY, "-m", "memagent.cli", "data", "warmup", "--data", work / f"train{n}.jsonl", "--tokenizer", model,
