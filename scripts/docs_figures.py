@@ -607,12 +607,13 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("warmup4", "warm-up, round 4 (every needle kept with its key; an experiment)"),
                ("warmup5", "warm-up, round 5 (round 4 continued; an experiment)"),
                ("warmup6", "warm-up, round 6 (round 5 continued on 8K documents; an experiment)"),
+               ("warmup7", "warm-up, round 7 (round 5 continued on 8K needle and 2K vt documents; an experiment)"),
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
     """The issue's targets read off the table: met, missed, or not measured yet (a cell not run). They name warm-up
-    + RL (`rl`); the shipped warm-up (`warmup2`) and the experiment rounds 5 and 6 (`warmup5`, `warmup6`, where they
+    + RL (`rl`); the shipped warm-up (`warmup2`) and the experiment rounds 5 to 7 (`warmup5`-`warmup7`, where they
     ran) are held to the same targets beside it, and RL against the shipped warm-up at the longest length (the paper's ablation
     direction)."""
     def acc(row: str, task: str, n: str) -> float | None:
@@ -622,7 +623,7 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
     first, last = lengths[0], lengths[-1]
     past = [n for n in lengths if int(n) > 8192]
     out = []
-    for best in [r for r in ("rl", "warmup2", "warmup5", "warmup6") if r in table]:
+    for best in [r for r in ("rl", "warmup2", "warmup5", "warmup6", "warmup7") if r in table]:
         ones = [acc(best, t, first) for t in tasks]
         mean = sum(ones) / len(ones) if None not in ones else None
         out.append(f"- {best} at 1x, averaged over the tasks, at least 80%: "
@@ -684,7 +685,9 @@ def real_model_recipe(get: Get) -> str:
                        ("warmup5_vs_warmup2", "Warm-up round 5 (round 4 continued) against round 2, document by "
                                               "document: round 5 higher / lower / equal"),
                        ("warmup6_vs_warmup2", "Warm-up round 6 (round 5 continued on 8K documents) against round 2, "
-                                              "document by document: round 6 higher / lower / equal")):
+                                              "document by document: round 6 higher / lower / equal"),
+                       ("warmup7_vs_warmup2", "Warm-up round 7 (round 5 continued on 8K needle and 2K vt documents) "
+                                              "against round 2, document by document: round 7 higher / lower / equal")):
         pairs = d.get("paired", {}).get(key, {})
         if not pairs:
             continue
@@ -695,7 +698,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4", "warmup5", "warmup6"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4", "warmup5", "warmup6", "warmup7"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
