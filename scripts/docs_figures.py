@@ -698,7 +698,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", "warmup3", "warmup4", "warmup5", "warmup6", "warmup7"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *(f"warmup{n}" for n in range(3, 8))):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
