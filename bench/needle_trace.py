@@ -71,16 +71,16 @@ def analyse(samples: dict[str, dict], trace: list[dict], answers: dict[str, dict
         ever = strayed = seen = False
         previous = NOTHING_YET
         for chunk, memory in zip(chunks, memories):
-            after = {v for _, v in needles(memory)}
-            new = [v for _, v in needles(chunk) if v not in before]
-            if not needles(chunk) and previous == NOTHING_YET:
+            after, found = {v for _, v in needles(memory)}, needles(chunk)
+            new = [v for _, v in found if v not in before]
+            if not found and previous == NOTHING_YET:
                 idle["updates"] += 1
                 idle["stray_writes"] += memory != NOTHING_YET
                 strayed = strayed or (memory != NOTHING_YET and not seen)
             elif not new and before:
                 copies["updates"] += 1
                 copies["needle_lost"] += not before <= after
-            seen, previous = seen or bool(needles(chunk)), memory
+            seen, previous = seen or bool(found), memory
             if new:
                 wrote = sum(v in after for v in new)
                 read, added = read + len(new), added + wrote

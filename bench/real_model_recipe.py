@@ -137,17 +137,21 @@ def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:
            command="memagent warmup configs/rl/smollm2-warmup.yaml model=<smollm2> data=demos.jsonl")
 
 
-def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed: int, init: str,
-                 demo_flags: tuple[str, ...] = (), length: int = TRAIN_LENGTH,
-                 mix: dict[tuple[str, int], int] | None = None, **info) -> None:
-    """Warm-up round `n` (2 or more): fresh samples (`per_task` a task of `length` tokens, or `mix`: a count for each
-    (task, length); `seed`, training essays) into trainN.jsonl,
+def at_length(per_task: dict[str, int], length: int = TRAIN_LENGTH) -> dict[tuple[str, int], int]:
+    """A warm-up round's mix with every task's documents of one length."""
+    return {(task, length): count for task, count in per_task.items()}
+
+
+def warmup_round(work: Path, data: dict, n: int, mix: dict[tuple[str, int], int], seed: int, init: str,
+                 demo_flags: tuple[str, ...] = (), **info) -> None:
+    """Warm-up round `n` (2 or more): fresh samples (`mix`: how many documents of each task and length; `seed`,
+    training essays) into trainN.jsonl,
     their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup`
     continuing run `init`'s adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and
     recorded as stage warmupN."""
     model, t0 = real_model(), time.perf_counter()
     parts = []
-    for (task, length), count in (mix or {(task, length): count for task, count in per_task.items()}).items():
+    for (task, length), count in mix.items():
         out = work / f"train{n}-{task}-{length}.jsonl"
         if not out.is_file():
             essays = [] if task == "vt" else ["--haystack", "essays", "--essays", "train"]
@@ -175,7 +179,7 @@ def warmup_round(work: Path, data: dict, n: int, per_task: dict[str, int], seed:
 def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
     """A second warm-up round continuing the first's adapter (lora.init) on fresh samples (seed 3, every idle update
     kept: more chunks that hold nothing to copy), at half the learning rate."""
-    warmup_round(work, data, 2, dict.fromkeys(TASKS, args.train_samples), seed=3, init="warmup",
+    warmup_round(work, data, 2, at_length(dict.fromkeys(TASKS, args.train_samples)), seed=3, init="warmup",
                  command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> "
                          "optim.lr=5e-4")
 
@@ -189,7 +193,7 @@ def stage_warmup3(work: Path, args: argparse.Namespace, data: dict) -> None:
     (the chunks where a distractor needle must not be copied are idle updates), at warm-up 2's learning rate. At 1x
     warm-up 2 answers a distractor's number on 15 of its 17 wrong `niah_multikey_1` documents, mostly one read
     before the queried needle."""
-    warmup_round(work, data, 3, WARMUP3_SAMPLES, seed=4, init="warmup2", samples=WARMUP3_SAMPLES,
+    warmup_round(work, data, 3, at_length(WARMUP3_SAMPLES), seed=4, init="warmup2", samples=WARMUP3_SAMPLES,
                  command="python bench/real_model_recipe.py warmup3")
 
 
@@ -202,7 +206,7 @@ def stage_warmup4(work: Path, args: argparse.Namespace, data: dict) -> None:
     and the final answer picks the key asked for. It continues warm-up 2's adapter on fresh samples (seed 5), twice
     as many of `niah_multikey_1` as of each other task (warm-up 3, with 8 of `vt`, forgot it), at warm-up 2's
     learning rate. Only `niah_multikey_1` has distractors: the other tasks' demonstrations are round 2's kind."""
-    warmup_round(work, data, 4, WARMUP4_SAMPLES, seed=5, init="warmup2", demo_flags=("--keep-distractors",),
+    warmup_round(work, data, 4, at_length(WARMUP4_SAMPLES), seed=5, init="warmup2", demo_flags=("--keep-distractors",),
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup4")
 
 
@@ -210,7 +214,7 @@ def stage_warmup5(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Warm-up 4 continued on fresh samples of the same kind and mix (seed 6), at the same learning rate: its trace
     (bench/needle_trace.py) shows every needle kept with its own key but a fourth needle rarely written; one more round
     asks whether that is a matter of training on the new kind of memory for longer."""
-    warmup_round(work, data, 5, WARMUP4_SAMPLES, seed=6, init="warmup4", demo_flags=("--keep-distractors",),
+    warmup_round(work, data, 5, at_length(WARMUP4_SAMPLES), seed=6, init="warmup4", demo_flags=("--keep-distractors",),
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup5")
 
 
@@ -225,8 +229,9 @@ def stage_warmup6(work: Path, args: argparse.Namespace, data: dict) -> None:
     needle when it comes. A 2K document gives 3 idle updates at most, a 32K one about 63: a stray write rare enough
     to cost little at 1x costs many documents at 16x. 8K documents give 17 updates each, most of them idle: this
     round asks whether more idle updates make the stray write rarer."""
-    warmup_round(work, data, 6, WARMUP6_SAMPLES, seed=7, init="warmup5", demo_flags=("--keep-distractors",),
-                 length=8192, samples=WARMUP6_SAMPLES, command="python bench/real_model_recipe.py warmup6")
+    warmup_round(work, data, 6, at_length(WARMUP6_SAMPLES, 8192), seed=7, init="warmup5",
+                 demo_flags=("--keep-distractors",), samples=WARMUP6_SAMPLES,
+                 command="python bench/real_model_recipe.py warmup6")
 
 
 WARMUP7_MIX = {("niah_single_2", 8192): 4, ("niah_multikey_1", 8192): 6,  # round 6's kind: idle updates
@@ -237,7 +242,7 @@ def stage_warmup7(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Round 5 continued (not round 6) on both kinds at once: 8K needle documents, whose many idle updates took 16x
     `niah_single_2` from 50.0 to 91.7 in round 6, beside round 5's 2K `niah_multikey_1` and `vt`, which round 6 (4
     `vt` documents) forgot: `vt` fell from 92.5 to 78.1 at 1x."""
-    warmup_round(work, data, 7, {}, seed=8, init="warmup5", demo_flags=("--keep-distractors",), mix=WARMUP7_MIX,
+    warmup_round(work, data, 7, WARMUP7_MIX, seed=8, init="warmup5", demo_flags=("--keep-distractors",),
                  samples={f"{task}@{length}": count for (task, length), count in WARMUP7_MIX.items()},
                  command="python bench/real_model_recipe.py warmup7")
 
