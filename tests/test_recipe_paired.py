@@ -54,3 +54,29 @@ def test_the_warm_up_experiments_are_set_against_warm_up_2_only_where_they_ran(t
     assert without == {"rl_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 0, "lower": 0, "equal": 2}}}}
     assert with3 == {**without, "warmup3_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 1, "lower": 1, "equal": 0}}}}
     assert with4 == {**with3, "warmup4_vs_warmup2": {"vt": {"2048": {"n": 2, "higher": 0, "lower": 1, "equal": 1}}}}
+
+
+def test_a_shipped_adapter_names_every_round_that_built_it():
+    # hand-made stage records: round 1 and 2 at 2K (24 a task from the data stage; round 2 stopped early), round 4
+    # with per-task counts, round 5 with a (task, length) mix, and RL from round 2
+    stages = {"data": {"train_samples_per_task": 24},
+              "warmup": {"checkpoint": "warmup/checkpoints/step_000043", "steps": 43},
+              "warmup2": {"checkpoint": "warmup2/checkpoints/step_000030", "steps": 30, "stopped": "at step 30 of 49"},
+              "warmup4": {"checkpoint": "warmup4/checkpoints/step_000031", "steps": 31, "samples": {"vt": 12}},
+              "warmup5": {"checkpoint": "warmup5/checkpoints/step_000033", "steps": 33,
+                          "samples": {"vt@8192": 4, "vt@2048": 12}},
+              "rl": {"from_": "warmup2", "steps": 2}}
+    code = ("import json, sys; import real_model_recipe as r; d = {'stages': json.loads(sys.argv[1])}; "
+            "print(json.dumps([r.lineage('warmup5'), r.lineage('rl', 'warmup2'), "
+            "[r.round_record(d, s) for s in r.lineage('warmup5')], r.round_record(d, 'rl')]))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(stages)], capture_output=True, text=True,
+                         cwd=ROOT / "bench", check=True).stdout
+    five, rl, rounds, rl_record = json.loads(out)
+    assert five == ["warmup", "warmup2", "warmup4", "warmup5"] and rl == ["warmup", "warmup2", "rl"]
+    assert [(r["stage"], r["from"], r["seed"], r["steps"]) for r in rounds] == [
+        ("warmup", None, 1, 43), ("warmup2", "warmup", 3, 30), ("warmup4", "warmup2", 5, 31),
+        ("warmup5", "warmup4", 6, 33)]
+    assert rounds[0]["samples"] == {"niah_single_2@2048": 24, "niah_multikey_1@2048": 24, "vt@2048": 24}
+    assert rounds[1]["stopped"] == "at step 30 of 49" and "stopped" not in rounds[2]
+    assert rounds[2]["samples"] == {"vt@2048": 12} and rounds[3]["samples"] == {"vt@8192": 4, "vt@2048": 12}
+    assert rl_record["from"] == "warmup2" and rl_record["seed"] is None

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 pytest.importorskip("peft")
@@ -113,3 +114,31 @@ def test_a_warmup_resumes_and_a_wrong_adapter_is_one_line(stage, run_cli, tmp_pa
     weights.unlink()
     code, _, err = run_cli("merge-lora", cut, tmp_path / "m3", "--base", model)
     assert code == 2 and err.startswith("error: ") and not (tmp_path / "m3").exists()
+
+
+def test_a_warmup_stopped_at_a_step_is_the_longer_runs_checkpoint(stage, run_cli, tmp_path):
+    """stop_at=2 of a 3-step run: the schedule stays the 3-step run's, so its step-2 adapter is the one the run to
+    the end wrote at step 2 (how the recipe rebuilds round 2, stopped at step 30 of 49); resuming it trains nothing."""
+    work, model = stage
+    if not (work / "demos.jsonl").is_file():
+        pytest.skip("needs test_the_recipe_runs_its_three_stages first")
+    rows = len((work / "demos.jsonl").read_text().splitlines())
+    whole = _warmup_args(work, model, tmp_path / "whole", f"epochs={6 / rows}", "optim.schedule=cosine",
+                          "optim.warmup_steps=0")  # 3 steps
+    code, out, err = run_cli(*whole)
+    assert code == 0 and "in 3 step(s)" in out, err
+    stopped = _warmup_args(work, model, tmp_path / "stopped", f"epochs={6 / rows}", "optim.schedule=cosine",
+                           "optim.warmup_steps=0", "stop_at=2")
+    code, out, err = run_cli(*stopped)
+    assert code == 0 and "in 2 step(s)" in out, err
+    assert [p.name for p in sorted((tmp_path / "stopped" / "checkpoints").iterdir())] == ["step_000001", "step_000002"]
+    got, want = (load_file(tmp_path / run / "checkpoints" / "step_000002" / "model" / "adapter_model.safetensors")
+                 for run in ("stopped", "whole"))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    # the stopped run's learning rates are the long run's first two; a 2-step cosine would end at its floor (0.1 x)
+    lrs = {run: [json.loads(line)["lr"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+           for run in ("stopped", "whole")}
+    assert lrs["stopped"] == lrs["whole"][:2] and lrs["whole"][1] > lrs["whole"][2] > lrs["whole"][0] * 0.1
+    code, out, err = run_cli(*stopped, "--resume")
+    assert code == 0 and "already stopped at step_000002" in out, err
+    assert len((tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()) == 2

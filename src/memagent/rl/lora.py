@@ -42,9 +42,11 @@ def _peft() -> Any:
     return peft
 
 
-def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.Module:
+def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy", seed: int | None = None) -> nn.Module:
     """`model` (a plain Hugging Face causal LM) with LoRA adapters on `cfg.target_modules`; only they train.
-    engine: the run's rollout.engine (the vLLM engines get the merged weights, `merged_weights`)."""
+    engine: the run's rollout.engine (the vLLM engines get the merged weights, `merged_weights`).
+    seed: draw the adapters' random A from this seed (the global generators left as they were), so that a run from
+    scratch is the same run twice; None draws from the global generator."""
     if engine != "policy" and "lm_head" in cfg.target_modules and getattr(model.config, "tie_word_embeddings", False):
         raise ConfigError(f"lora.target_modules has lm_head, tied to the input embeddings in this model: "
                           f"rollout.engine={engine} loads one tensor for both and would drop the head's adapter; "
@@ -58,7 +60,10 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, engine: str = "policy") -> nn.
     config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                              target_modules=list(cfg.target_modules), bias="none", task_type="CAUSAL_LM")
     name = getattr(model, "name_or_path", None) or ""
-    wrapped = peft.get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        wrapped = peft.get_peft_model(model, config)
     if name and Path(name).is_dir():  # a local base is named by its absolute path: merge-lora, run from any
         for adapter in wrapped.peft_config.values():  # folder, finds this model (`base_of`)
             adapter.base_model_name_or_path = str(Path(name).resolve())

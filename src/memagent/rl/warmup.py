@@ -20,6 +20,7 @@ from memagent.config import ConfigError
 from memagent.io import atomic_write_text
 from memagent.jsonl import iter_jsonl
 from memagent.lock import run_lock
+from memagent.rl.checkpoint import latest_checkpoint
 from memagent.rl.config import (DTYPES, LoraConfig, ModelOptions, OptimConfig, TrainConfig, check_out_dir,
                                 config_file_data, config_to_dict)
 from memagent.rl.distributed import init_distributed
@@ -43,6 +44,8 @@ class WarmupConfig:
     batch_size: int = field(default=8, metadata=rule(min=1))  # rows per optimiser step
     micro_batch_size: int = field(default=1, metadata=rule(min=1))  # rows per forward/backward (memory bound)
     micro_batch_tokens: int = field(default=0, metadata=rule(min=0))  # > 0: packed micro-batches of this many tokens
+    stop_at: int = field(default=0, metadata=rule(min=0))  # > 0: stop after this step; the schedule stays the
+    # whole run's, so the checkpoint is the one a run to the end would have written at that step
     save_every: int = field(default=10, metadata=rule(min=0))  # checkpoint every N optimiser steps (0: at the end)
     keep_last: int = field(default=2, metadata=rule(min=0))  # checkpoints kept (0: all)
     resume: bool = False  # continue from the latest checkpoint in out_dir
@@ -93,13 +96,17 @@ def run_warmup(cfg: WarmupConfig) -> str:
         model, tokenizer = load_policy(tc, None, None, info.device)
         rows = read_demonstrations(cfg.data, tokenizer)
         if cfg.lora.r > 0:
-            model = apply_lora(model, cfg.lora)
+            model = apply_lora(model, cfg.lora, seed=cfg.seed)
             load_initial_adapters(model, cfg.lora)
         sft = SFTConfig(out_dir=cfg.out_dir, seed=cfg.seed, epochs=cfg.epochs, batch_size=cfg.batch_size,
                         micro_batch_size=cfg.micro_batch_size, micro_batch_tokens=cfg.micro_batch_tokens,
                         save_every=cfg.save_every, keep_last=cfg.keep_last, resume=cfg.resume, device=cfg.device,
                         progress=cfg.progress, optim=cfg.optim)
+        done = latest_checkpoint(Path(cfg.out_dir) / "checkpoints") if cfg.resume else None
+        if cfg.stop_at and done is not None and int(done.name.split("_")[1]) >= cfg.stop_at:
+            return f"already stopped at {done.name} (stop_at={cfg.stop_at}); checkpoint: {done}"
         atomic_write_text(Path(cfg.out_dir) / "warmup_config.json",
                           json.dumps({**config_to_dict(cfg), "rows": len(rows)}, indent=2) + "\n")
-        result = train_sft(sft, rows, model, tokenizer)
+        stop = (lambda step, _: step < cfg.stop_at) if cfg.stop_at else None  # False ends the run, checkpointed
+        result = train_sft(sft, rows, model, tokenizer, callback=stop)
     return f"warmed up on {len(rows)} rows in {len(result.metrics)} step(s); checkpoint: {result.checkpoint}"
