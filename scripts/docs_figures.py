@@ -602,7 +602,7 @@ def real_model_rl(get: Get) -> str:
 
 
 RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm-up, round 1 (no RL)"),
-               ("warmup2", "warm-up, round 2 (no RL; the shipped adapter)"), ("rl", "warm-up + RL"),
+               ("warmup2", "warm-up, round 2 (no RL)"), ("rl", "warm-up + RL"),
                ("warmup3", "warm-up, round 3 (more niah_multikey_1; an experiment)"),
                ("warmup4", "warm-up, round 4 (every needle kept with its key; an experiment)"),
                ("warmup5", "warm-up, round 5 (round 4 continued; an experiment)"),
@@ -611,10 +611,29 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
+def shipped_stage() -> str | None:
+    """The stage whose adapter models/smollm2-memagent holds (its memagent-recipe.json), None when none ships."""
+    recipe = ROOT / "models" / "smollm2-memagent" / "memagent-recipe.json"
+    return json.loads(recipe.read_text())["stage"] if recipe.is_file() else None
+
+
+def recipe_label(row: str) -> str:
+    """A table row's words, "; shipped" added to the row whose adapter models/ holds."""
+    label = dict(RECIPE_ROWS).get(row, row)
+    if row != shipped_stage():
+        return label
+    return label.replace("; an experiment)", ")")[:-1] + "; the shipped adapter)" if label.endswith(")") else label
+
+
+def round_number(stage: str) -> int:
+    """warmup -> 1, warmupN -> N (a warm-up round's number)."""
+    return int(stage.removeprefix("warmup") or 1)
+
+
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
     """The issue's targets read off the table: met, missed, or not measured yet (a cell not run). They name warm-up
-    + RL (`rl`); the shipped warm-up (`warmup2`) and the experiment rounds 5 to 7 (`warmup5`-`warmup7`, where they
-    ran) are held to the same targets beside it, and RL against the shipped warm-up at the longest length (the paper's ablation
+    + RL (`rl`); warm-up round 2 (RL's start) and every round from 5 on (where they ran) are held to the same
+    targets beside it, and RL against the shipped warm-up at the longest length (the paper's ablation
     direction)."""
     def acc(row: str, task: str, n: str) -> float | None:
         c = table.get(row, {}).get(task, {}).get(n)
@@ -623,7 +642,8 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
     first, last = lengths[0], lengths[-1]
     past = [n for n in lengths if int(n) > 8192]
     out = []
-    for best in [r for r in ("rl", "warmup2", "warmup5", "warmup6", "warmup7") if r in table]:
+    later = sorted((r for r in table if r.startswith("warmup") and round_number(r) >= 5), key=round_number)
+    for best in [r for r in ("rl", "warmup2", *later) if r in table]:
         ones = [acc(best, t, first) for t in tasks]
         mean = sum(ones) / len(ones) if None not in ones else None
         out.append(f"- {best} at 1x, averaged over the tasks, at least 80%: "
@@ -668,7 +688,8 @@ def real_model_recipe(get: Get) -> str:
                 f"calls, {c['seconds_per_doc']:.0f} s)")
 
     rows = [[label, task, *[text(table.get(key, {}).get(task, {}).get(n)) for n in lengths]]
-            for key, label in RECIPE_ROWS if key in table for task in tasks]
+            for key in [*dict(RECIPE_ROWS), *(r for r in table if r not in dict(RECIPE_ROWS))] if key in table
+            for label in [recipe_label(key)] for task in tasks]
     out = [numeric_table(["row", "task", "1x (2,048 tokens)", "4x (8,192)", "16x (32,768)"], rows, text_columns=2)]
     out.append("\nA cell: accuracy (%, the paper's boxed protocol) ± standard error [how often the raw reply holds every "
                "gold answer] (samples, model calls and wall seconds a document, greedy). Held-out: seed 2, essays never "
@@ -676,19 +697,14 @@ def real_model_recipe(get: Get) -> str:
                "`python bench/real_model_recipe.py table --rows ROW --tasks TASK --lengths N`.\n")
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
-    for key, title in (("rl_vs_warmup2", "RL against the warm-up alone, document by document (the same held-out "
-                                          "documents, each one's score): RL higher / lower / equal"),
-                       ("warmup3_vs_warmup2", "Warm-up round 3 (the experiment) against round 2, document by document: "
-                                              "round 3 higher / lower / equal"),
-                       ("warmup4_vs_warmup2", "Warm-up round 4 (the experiment) against round 2, document by document: "
-                                              "round 4 higher / lower / equal"),
-                       ("warmup5_vs_warmup2", "Warm-up round 5 (round 4 continued) against round 2, document by "
-                                              "document: round 5 higher / lower / equal"),
-                       ("warmup6_vs_warmup2", "Warm-up round 6 (round 5 continued on 8K documents) against round 2, "
-                                              "document by document: round 6 higher / lower / equal"),
-                       ("warmup7_vs_warmup2", "Warm-up round 7 (round 5 continued on 8K needle and 2K vt documents) "
-                                              "against round 2, document by document: round 7 higher / lower / equal")):
-        pairs = d.get("paired", {}).get(key, {})
+    paired = d.get("paired", {})
+    for row in sorted((k.removesuffix("_vs_warmup2") for k in paired), key=lambda r: (r != "rl", r != "rl" and
+                                                                                      round_number(r))):
+        key = f"{row}_vs_warmup2"
+        title = (f"{recipe_label(row)[0].upper()}{recipe_label(row)[1:]} against warm-up round 2, document by document "
+                 "(the same held-out documents, each one's score): " + ("RL" if row == "rl" else f"round {round_number(row)}")
+                 + " higher / lower / equal")
+        pairs = paired[key]
         if not pairs:
             continue
         out.append(f"\n{title}\n")
@@ -698,7 +714,8 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *(f"warmup{n}" for n in range(3, 8))):
+    later = sorted((s for s in stages if s.startswith("warmup") and round_number(s) >= 3), key=round_number)
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *later):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
