@@ -390,8 +390,8 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     from memagent.tasks.base import file_sha256
 
     run = args.ship_from or next(r for r in ("rl", "warmup2", "warmup") if (work / r / "checkpoints").is_dir())
-    source = work / run / "checkpoints" / args.ship_step if args.ship_step else latest(work / run)
     stages = lineage(run, data["stages"].get("rl", {}).get("from_", args.rl_from))
+    source = work / run / "checkpoints" / args.ship_step if args.ship_step else latest(work / run)
     out = SHIP.with_name(f".{SHIP.name}.tmp")  # written whole, then put in place: a killed ship leaves the old one
     if out.is_dir():
         shutil.rmtree(out)

