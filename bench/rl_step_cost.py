@@ -44,7 +44,8 @@ PY = sys.executable
 SIZES = dict(train_tokens=256, chunk_tokens=128, memory_tokens=32, answer_tokens=24, query_tokens=64, batch_size=2,
              group_size=8, threads=2)
 CONFIG = "configs/rl/smollm2-rl.yaml"  # the recipe's RL: LoRA r 16 on every linear layer, multi_value, T 0.7, kl 0
-COMMON = ["total_steps=1", "save_every=1", "lora.init=models/smollm2-memagent",  # the shipped warm-up adapter
+# lora.init: the shipped adapter (warm-up round 2 when bench/results/rl_step_cost.json was written)
+COMMON = ["total_steps=1", "save_every=1", "lora.init=models/smollm2-memagent",
           "rollout.dynamic_sampling=false",  # every group trained, in both runs: equal work whatever the rewards
           f"rollout.batch_size={SIZES['batch_size']}", f"rollout.group_size={SIZES['group_size']}",
           f"update.mini_batch_size={SIZES['batch_size']}", "update.packing=true", "update.micro_batch_tokens=4096",

@@ -915,7 +915,8 @@ def rl_step_cost(get: Get) -> str:
     """bench/results/rl_step_cost.json: one real-model Multi-Conv DAPO step, old vs new (vLLM rollouts and the
     exact savings), in the recipe's setting and in round 4's: seconds per phase beside each phase's compute limit."""
     d = get("rl_step_cost")
-    out = ["The recipe's RL (configs/rl/smollm2-rl.yaml, from the shipped adapter), one step each:\n",
+    out = ["The recipe's RL (configs/rl/smollm2-rl.yaml, from models/smollm2-memagent when it held warm-up round 2), "
+           "one step each:\n",
            step_cost_table(d)]
     if "round4_setting" in d:
         out += ["\nRound 4's own setting (the packaged model, configs/rl/tiny.yaml's defaults: a KL term, so no row is "
