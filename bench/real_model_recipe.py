@@ -439,7 +439,7 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
     fig, axes = plt.subplots(1, len(TASKS), figsize=(12, 3.8), sharey=True)
     rows = list(data["table"])
-    style = {row: (f"C{i}", "osD^vx"[i % 6]) for i, row in enumerate(rows)}  # one colour and marker a row
+    style = {row: (plt.get_cmap("tab20")(i % 20), "osD^vx"[i % 6]) for i, row in enumerate(rows)}  # a colour a row
     for ax, task in zip(axes, TASKS):
         for row in rows:
             got = sorted((int(n), c) for n, c in data["table"][row].get(task, {}).items())
