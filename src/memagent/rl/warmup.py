@@ -92,6 +92,9 @@ def run_warmup(cfg: WarmupConfig) -> str:
     tc = cfg.train_config()
     check_out_dir(tc)
     with run_lock(cfg.out_dir, "warm-up run", reenter=True):
+        done = latest_checkpoint(Path(cfg.out_dir) / "checkpoints") if cfg.resume and cfg.stop_at else None
+        if done is not None and int(done.name.split("_")[1]) >= cfg.stop_at:  # before the model is loaded
+            return f"already stopped at {done.name} (stop_at={cfg.stop_at}); checkpoint: {done}"
         info = init_distributed(cfg.device)
         model, tokenizer = load_policy(tc, None, None, info.device)
         rows = read_demonstrations(cfg.data, tokenizer)
@@ -102,9 +105,6 @@ def run_warmup(cfg: WarmupConfig) -> str:
                         micro_batch_size=cfg.micro_batch_size, micro_batch_tokens=cfg.micro_batch_tokens,
                         save_every=cfg.save_every, keep_last=cfg.keep_last, resume=cfg.resume, device=cfg.device,
                         progress=cfg.progress, optim=cfg.optim)
-        done = latest_checkpoint(Path(cfg.out_dir) / "checkpoints") if cfg.resume else None
-        if cfg.stop_at and done is not None and int(done.name.split("_")[1]) >= cfg.stop_at:
-            return f"already stopped at {done.name} (stop_at={cfg.stop_at}); checkpoint: {done}"
         atomic_write_text(Path(cfg.out_dir) / "warmup_config.json",
                           json.dumps({**config_to_dict(cfg), "rows": len(rows)}, indent=2) + "\n")
         stop = (lambda step, _: step < cfg.stop_at) if cfg.stop_at else None  # False ends the run, checkpointed
