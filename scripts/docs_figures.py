@@ -617,10 +617,10 @@ def shipped_stage() -> str | None:
     return json.loads(recipe.read_text())["stage"] if recipe.is_file() else None
 
 
-def recipe_label(row: str) -> str:
-    """A table row's words, "; shipped" added to the row whose adapter models/ holds."""
+def recipe_label(row: str, shipped: str | None) -> str:
+    """A table row's words, "; the shipped adapter" added to row `shipped` (shipped_stage())."""
     label = dict(RECIPE_ROWS).get(row, row)
-    if row != shipped_stage():
+    if row != shipped:
         return label
     return label.replace("; an experiment)", ")")[:-1] + "; the shipped adapter)" if label.endswith(")") else label
 
@@ -628,6 +628,11 @@ def recipe_label(row: str) -> str:
 def round_number(stage: str) -> int:
     """warmup -> 1, warmupN -> N (a warm-up round's number)."""
     return int(stage.removeprefix("warmup") or 1)
+
+
+def rounds_from(names: Any, first: int) -> list[str]:
+    """The warm-up rounds among `names` numbered `first` or more, in order of their number."""
+    return sorted((n for n in names if n.startswith("warmup") and round_number(n) >= first), key=round_number)
 
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
@@ -642,8 +647,7 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
     first, last = lengths[0], lengths[-1]
     past = [n for n in lengths if int(n) > 8192]
     out = []
-    later = sorted((r for r in table if r.startswith("warmup") and round_number(r) >= 5), key=round_number)
-    for best in [r for r in ("rl", "warmup2", *later) if r in table]:
+    for best in [r for r in ("rl", "warmup2", *rounds_from(table, 5)) if r in table]:
         ones = [acc(best, t, first) for t in tasks]
         mean = sum(ones) / len(ones) if None not in ones else None
         out.append(f"- {best} at 1x, averaged over the tasks, at least 80%: "
@@ -677,7 +681,7 @@ def real_model_recipe(get: Get) -> str:
     """bench/results/real_model_recipe.json: the recipe's table (rows by training stage and baseline, a column a
     length), the targets' verdicts and the stages' minutes."""
     d = get("real_model_recipe")
-    table, stages = d.get("table", {}), d.get("stages", {})
+    table, stages, shipped = d.get("table", {}), d.get("stages", {}), shipped_stage()
     lengths = ["2048", "8192", "32768"]
     tasks = ["niah_single_2", "niah_multikey_1", "vt"]
 
@@ -689,7 +693,7 @@ def real_model_recipe(get: Get) -> str:
 
     rows = [[label, task, *[text(table.get(key, {}).get(task, {}).get(n)) for n in lengths]]
             for key in [*dict(RECIPE_ROWS), *(r for r in table if r not in dict(RECIPE_ROWS))] if key in table
-            for label in [recipe_label(key)] for task in tasks]
+            for label in [recipe_label(key, shipped)] for task in tasks]
     out = [numeric_table(["row", "task", "1x (2,048 tokens)", "4x (8,192)", "16x (32,768)"], rows, text_columns=2)]
     out.append("\nA cell: accuracy (%, the paper's boxed protocol) ± standard error [how often the raw reply holds every "
                "gold answer] (samples, model calls and wall seconds a document, greedy). Held-out: seed 2, essays never "
@@ -698,13 +702,13 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     paired = d.get("paired", {})
-    for row in sorted((k.removesuffix("_vs_warmup2") for k in paired), key=lambda r: (r != "rl", r != "rl" and
-                                                                                      round_number(r))):
-        key = f"{row}_vs_warmup2"
-        title = (f"{recipe_label(row)[0].upper()}{recipe_label(row)[1:]} against warm-up round 2, document by document "
-                 "(the same held-out documents, each one's score): " + ("RL" if row == "rl" else f"round {round_number(row)}")
+    for row in [r for r in ("rl", *rounds_from([k.removesuffix("_vs_warmup2") for k in paired], 1))
+                if f"{r}_vs_warmup2" in paired]:
+        label = recipe_label(row, shipped)
+        title = (f"{label[0].upper()}{label[1:]} against warm-up round 2, document by document (the same held-out "
+                 "documents, each one's score): " + ("RL" if row == "rl" else f"round {round_number(row)}")
                  + " higher / lower / equal")
-        pairs = paired[key]
+        pairs = paired[f"{row}_vs_warmup2"]
         if not pairs:
             continue
         out.append(f"\n{title}\n")
@@ -714,8 +718,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    later = sorted((s for s in stages if s.startswith("warmup") and round_number(s) >= 3), key=round_number)
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *later):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3)):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if
