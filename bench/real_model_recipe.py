@@ -373,8 +373,10 @@ def round_record(data: dict, stage: str) -> dict:
     """What memagent-recipe.json says of one stage of the shipped adapter's lineage."""
     got = data["stages"].get(stage, {})
     per_task = data["stages"].get("data", {}).get("train_samples_per_task")
-    seed, before = {"warmup": (1, None)}.get(stage) or (ROUND_FROM[stage][::-1] if stage in ROUND_FROM else
-                                                          (None, got.get("from_")))
+    if stage in ROUND_FROM:
+        before, seed = ROUND_FROM[stage]
+    else:  # round 1 (fresh samples, seed 1) or RL (its record names the run it continued)
+        before, seed = (None, 1) if stage == "warmup" else (got.get("from_"), None)
     samples = got.get("samples") or (dict.fromkeys(TASKS, per_task) if stage in ("warmup", "warmup2") else None)
     samples = samples and {k if "@" in k else f"{k}@{TRAIN_LENGTH}": n for k, n in samples.items()}  # task@tokens
     return {"stage": stage, "from": before, "seed": seed, "samples": samples, "checkpoint": got.get("checkpoint"),
