@@ -50,6 +50,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup5": ("warmup5-merged", "memagent", LENGTHS),  # warm-up 4 continued on fresh samples of the same kind
     "warmup6": ("warmup6-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K documents (more idle updates)
     "warmup7": ("warmup7-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K needle and 2K vt documents
+    "rl7": ("rl7-merged", "memagent", LENGTHS),  # RL from warm-up 7 (stage_rl7)
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -147,12 +148,18 @@ ROUND_FROM = {"warmup2": ("warmup", 3), "warmup3": ("warmup2", 4), "warmup4": ("
               "warmup5": ("warmup4", 6), "warmup6": ("warmup5", 7), "warmup7": ("warmup5", 8)}
 
 
+# RL runs after the first, each its own stage, run folder and table row: run -> the warm-up round it continues (the
+# first, `rl`, continues --rl-from)
+RL_RUNS = {"rl7": "warmup7"}
+
+
 def lineage(run: str, rl_from: str = "warmup2") -> list[str]:
     """The stages that built `run`'s adapter, first to last: lineage("warmup5") == [warmup, warmup2, warmup4,
-    warmup5]; RL continues `rl_from`."""
-    if run not in ("warmup", "rl", *ROUND_FROM):
-        sys.exit(f"error: {run} is no stage that trains an adapter: warmup, rl or {', '.join(ROUND_FROM)}")
-    before = rl_from if run == "rl" else ROUND_FROM.get(run, (None,))[0]
+    warmup5]; RL continues `rl_from`, and an RL_RUNS run its own round."""
+    if run not in ("warmup", "rl", *RL_RUNS, *ROUND_FROM):
+        sys.exit(f"error: {run} is no stage that trains an adapter: warmup, rl, {', '.join(RL_RUNS)} or "
+                 f"{', '.join(ROUND_FROM)}")
+    before = rl_from if run == "rl" else RL_RUNS.get(run) or ROUND_FROM.get(run, (None,))[0]
     return [*(lineage(before, rl_from) if before else []), run]
 
 
@@ -264,23 +271,45 @@ def stage_warmup7(work: Path, args: argparse.Namespace, data: dict) -> None:
                  command="python bench/real_model_recipe.py warmup7")
 
 
-def stage_rl(work: Path, args: argparse.Namespace, data: dict) -> None:
-    run, t0 = work / "rl", time.perf_counter()
+def adapter_of(work: Path, run: str) -> Path:
+    """The adapter run `run` ended with: its last checkpoint under `work`, else the shipped adapter when it is that
+    run's (a fresh clone has models/ but no runs/: RL can continue the shipped warm-up without training it again)."""
+    recipe = SHIP / "memagent-recipe.json"
+    if not (work / run / "checkpoints").is_dir() and recipe.is_file() and \
+            json.loads(recipe.read_text())["stage"] == run:
+        return SHIP
+    return latest(work / run)
+
+
+def stage_rl(work: Path, args: argparse.Namespace, data: dict, name: str = "rl", rl_from: str = "") -> None:
+    """Multi-Conv DAPO with LoRA from the adapter of `rl_from` (default --rl-from) into work/name, merged into
+    work/name-merged (the table's model for row `name`)."""
+    rl_from = rl_from or args.rl_from
+    run, t0 = work / name, time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     engine = ["rollout.engine=vllm"] if args.rl_engine == "vllm" else []
+    init = adapter_of(work, rl_from)
     sh([RL_PY[args.rl_engine], "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
-        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={latest(work / args.rl_from)}",
-        f"total_steps={args.rl_steps}", "progress=false", *engine, *resume], work / "rl.log")
-    merge(latest(run), work / "rl-merged")
+        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={init}",
+        f"total_steps={args.rl_steps}", "progress=false", *engine, *resume], work / f"{name}.log")
+    merge(latest(run), work / f"{name}-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    record(data, "rl", time.perf_counter() - t0, steps=len(metrics), from_=args.rl_from, engine=args.rl_engine,
+    record(data, name, time.perf_counter() - t0, steps=len(metrics), from_=rl_from, engine=args.rl_engine,
+           init=str(init.relative_to(ROOT) if init.is_relative_to(ROOT) else init.relative_to(work)),
+           checkpoint=str(latest(run).relative_to(work)),
            train_seconds=round(sum(m["step_s"] for m in metrics), 1),
            reward_per_step=[round(m.get("reward_mean", m.get("reward", 0.0)), 3) for m in metrics],
            kept_groups=[m.get("kept_groups") for m in metrics], skipped_rows=[m.get("skipped_rows") for m in metrics],
            step_s=[round(m["step_s"], 1) for m in metrics], rollout_s=[round(m["rollout_s"], 1) for m in metrics],
            update_s=[round(m["update_s"], 1) for m in metrics],
-           command=f"python bench/real_model_recipe.py rl --rl-from {args.rl_from} --rl-engine {args.rl_engine} "
-                   f"--rl-steps {args.rl_steps}")
+           command=(f"python bench/real_model_recipe.py rl --rl-from {rl_from}" if name == "rl" else
+                    f"python bench/real_model_recipe.py {name}") + f" --rl-engine {args.rl_engine} --rl-steps {args.rl_steps}")
+
+
+def stage_rl7(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Multi-Conv DAPO from warm-up round 7 (the shipped adapter's run; on a fresh clone, the shipped adapter itself),
+    the same config, data and steps as `rl` from round 2: whether RL adds to the better warm-up."""
+    stage_rl(work, args, data, "rl7", RL_RUNS["rl7"])
 
 
 def merge(checkpoint: Path, out: Path) -> None:
@@ -308,12 +337,13 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     rs = current_records(out, method)
                     name = row if row != "baselines" else method
                     entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
+                             "scores": {r["sample_id"]: r["score"] for r in rs},  # a document's, for paired()
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
                                         f"--lengths {length} --engine {args.engine}"}
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
                     entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
-                data["paired"] = all_paired(work, data["table"])
+                data["paired"] = all_paired(work, data["table"], data.get("paired"))
                 save(data)
 
 
@@ -321,6 +351,8 @@ def current_records(out: Path, method: str) -> list[dict]:
     """A cell's records: `method`'s in out/results.jsonl under the fingerprint of its last record, one a sample
     (the last). A cell first run on another engine or with other settings keeps its older records in the file (eval
     resumes only under the same fingerprint, so it reads those samples again): they are not counted twice."""
+    if not (out / "results.jsonl").is_file():  # a cell not run on this machine (a fresh clone has no runs/)
+        return []
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     records = [r for r in records if r["method"] == method]
     if not records:
@@ -329,15 +361,28 @@ def current_records(out: Path, method: str) -> list[dict]:
     return list(latest.values())
 
 
+def doc_scores(work: Path, table: dict, row: str, task: str, length: str) -> dict[str, float] | None:
+    """One cell's score a document {sample_id: score}: from its results.jsonl under `work` (current_records), else
+    the `scores` the JSON keeps of the cell (a fresh clone has the JSON but no runs/), else None (neither: a cell
+    written before the JSON kept them, on a machine without its run)."""
+    results = work / "table" / row / f"{task}-{length}" / "results.jsonl"
+    if results.is_file():
+        return {r["sample_id"]: float(r["score"] or 0.0) for r in current_records(results.parent, "memagent")}
+    kept = table.get(row, {}).get(task, {}).get(length, {}).get("scores")
+    return {k: float(v) for k, v in kept.items()} if kept is not None else None
+
+
 def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
     """Row `a` against row `b` document by document, on the samples both cells read (their scores, string_match_all):
-    {task: {length: {n, higher, lower, equal}}}. The paper's ablation asks whether RL moves the warm-up's answers;
-    two means within a standard error can hide documents won and lost."""
+    {task: {length: {n, higher, lower, equal}}}; a cell with no scores to read (doc_scores) is left out. The paper's
+    ablation asks whether RL moves the warm-up's answers; two means within a standard error can hide documents won
+    and lost."""
     out: dict = {}
     for task, cells in table.get(a, {}).items():
         for length in [n for n in cells if n in table.get(b, {}).get(task, {})]:
-            sa, sb = ({r["sample_id"]: float(r["score"] or 0.0)
-                       for r in current_records(work / "table" / row / f"{task}-{length}", "memagent")} for row in (a, b))
+            sa, sb = (doc_scores(work, table, row, task, length) for row in (a, b))
+            if sa is None or sb is None:
+                continue
             shared = sorted(set(sa) & set(sb))
             out.setdefault(task, {})[length] = dict(n=len(shared), higher=sum(sa[s] > sb[s] for s in shared),
                                                     lower=sum(sa[s] < sb[s] for s in shared),
@@ -345,15 +390,31 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
     return out
 
 
-def all_paired(work: Path, table: dict) -> dict:
-    """RL against warm-up 2 (the paper's ablation), and each experiment row (EXPERIMENTS) against warm-up 2 where it
-    ran."""
-    return {"rl_vs_warmup2": paired(work, table),
-            **{f"{row}_vs_warmup2": paired(work, table, row) for row in sorted(EXPERIMENTS) if row in table}}
+# the pairings the JSON keeps: RL against warm-up 2 (the paper's ablation), each experiment row against warm-up 2,
+# and each later RL run against the round it continued
+def pairings() -> dict[str, tuple[str, str]]:
+    return {"rl_vs_warmup2": ("rl", "warmup2"), **{f"{row}_vs_warmup2": (row, "warmup2") for row in sorted(EXPERIMENTS)},
+            **{f"{run}_vs_{before}": (run, before) for run, before in RL_RUNS.items()}}
+
+
+def all_paired(work: Path, table: dict, before: dict | None = None) -> dict:
+    """Every pairing (pairings()) of rows in the table, counted again where both cells' scores are here; a
+    (task, length) that cannot be counted here keeps its count in `before` (the JSON's: a fresh clone without the
+    runs/ of earlier cells does not lose them)."""
+    out: dict = {}
+    for key, (a, b) in pairings().items():
+        if a not in table:
+            continue
+        got = {t: dict(c) for t, c in (before or {}).get(key, {}).items()}
+        for task, cells in paired(work, table, a, b).items():
+            got.setdefault(task, {}).update(cells)
+        out[key] = got
+    return out
 
 
 def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
-    """Every cell of the table counted again from its results.jsonl (current_records); the rest of a cell kept."""
+    """Every cell of the table counted again from its results.jsonl (current_records) where it is here; the rest of
+    a cell kept, and every cell not run here as the JSON has it."""
     for name, tasks in data["table"].items():
         row = "baselines" if name in ("full-context", "rag-bm25") else name
         method = name if row == "baselines" else "memagent"
@@ -365,7 +426,9 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                     print(f"{name} {task} {length}: n {entry['n']} -> {counted['n']}, "
                           f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
                     entry.update(counted)
-    data["paired"] = all_paired(work, data["table"])
+                if rs:
+                    entry["scores"] = {r["sample_id"]: r["score"] for r in rs}
+    data["paired"] = all_paired(work, data["table"], data.get("paired"))
     save(data)
 
 
@@ -466,9 +529,9 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
           "warmup4": stage_warmup4, "warmup5": stage_warmup5, "warmup6": stage_warmup6, "warmup7": stage_warmup7,
-          "rl": stage_rl, "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
+          "rl": stage_rl, "rl7": stage_rl7, "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
 # stages and rows `all` and the default --rows leave out: run by name
-EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6", "warmup7"}
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6", "warmup7", "rl7"}
 
 
 def main() -> None:

@@ -608,6 +608,7 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("warmup5", "warm-up, round 5 (round 4 continued; an experiment)"),
                ("warmup6", "warm-up, round 6 (round 5 continued on 8K documents; an experiment)"),
                ("warmup7", "warm-up, round 7 (round 5 continued on 8K needle and 2K vt documents; an experiment)"),
+               ("rl7", "warm-up round 7 + RL (Multi-Conv DAPO from round 7, as RL from round 2; an experiment)"),
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
@@ -637,9 +638,9 @@ def rounds_from(names: Any, first: int) -> list[str]:
 
 def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[str]:
     """The issue's targets read off the table: met, missed, or not measured yet (a cell not run). They name warm-up
-    + RL (`rl`); warm-up round 2 (RL's start) and every round from 5 on (where they ran) are held to the same
-    targets beside it, and RL against the shipped warm-up at the longest length (the paper's ablation
-    direction)."""
+    + RL (`rl`, and `rl7` from round 7 where it ran); warm-up round 2 (RL's start) and every round from 5 on (where
+    they ran) are held to the same targets beside it, and each RL run against the warm-up it continued at the
+    longest length (the paper's ablation direction)."""
     def acc(row: str, task: str, n: str) -> float | None:
         c = table.get(row, {}).get(task, {}).get(n)
         return c["accuracy"] if c else None
@@ -647,7 +648,7 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
     first, last = lengths[0], lengths[-1]
     past = [n for n in lengths if int(n) > 8192]
     out = []
-    for best in [r for r in ("rl", "warmup2", *rounds_from(table, 5)) if r in table]:
+    for best in [r for r in ("rl", "rl7", "warmup2", *rounds_from(table, 5)) if r in table]:
         ones = [acc(best, t, first) for t in tasks]
         mean = sum(ones) / len(ones) if None not in ones else None
         out.append(f"- {best} at 1x, averaged over the tasks, at least 80%: "
@@ -664,16 +665,20 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
                            + (" (met)" if all(a > b for a, b in pairs) else " (missed)"))
                 target = "" if base == "full-context" or t != "niah_single_2" else " (not a target task)"
                 out.append(f"- {t}: past the window, {best} ahead of {base}{target}: {verdict}")
-    for t in tasks:
-        a, b = acc("rl", t, last), acc("warmup2", t, last)
-        if None in (a, b):
-            out.append(f"- {t}: RL ahead of the warm-up alone at the longest length: not measured yet")
+    for rl, start, who in (("rl", "warmup2", "RL ahead of the warm-up alone"),
+                           ("rl7", "warmup7", "RL from round 7 (rl7) ahead of round 7 alone")):
+        if rl not in table and rl != "rl":
             continue
-        # the difference of two means over the same documents, against the larger of the two standard errors
-        se = max(table["rl"][t][last]["se"], table["warmup2"][t][last]["se"])
-        size = "" if a == b else (", within a standard error" if abs(a - b) <= se else ", beyond a standard error")
-        out.append(f"- {t}: RL ahead of the warm-up alone at the longest length: {a:.1f} vs {b:.1f} "
-                   f"({'yes' if a > b else 'no'}{size}, se {se:.1f})")
+        for t in tasks:
+            a, b = acc(rl, t, last), acc(start, t, last)
+            if None in (a, b):
+                out.append(f"- {t}: {who} at the longest length: not measured yet")
+                continue
+            # the difference of two means over the same documents, against the larger of the two standard errors
+            se = max(table[rl][t][last]["se"], table[start][t][last]["se"])
+            size = "" if a == b else (", within a standard error" if abs(a - b) <= se else ", beyond a standard error")
+            out.append(f"- {t}: {who} at the longest length: {a:.1f} vs {b:.1f} "
+                       f"({'yes' if a > b else 'no'}{size}, se {se:.1f})")
     return out
 
 
@@ -702,13 +707,16 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     paired = d.get("paired", {})
-    for row in [r for r in ("rl", *rounds_from([k.removesuffix("_vs_warmup2") for k in paired], 1))
-                if f"{r}_vs_warmup2" in paired]:
+    for key in [k for k in ("rl_vs_warmup2", "rl7_vs_warmup7") if k in paired] + \
+            [f"{r}_vs_warmup2" for r in rounds_from([k.removesuffix("_vs_warmup2") for k in paired], 1)
+             if f"{r}_vs_warmup2" in paired] + (["rl7_vs_warmup2"] if "rl7_vs_warmup2" in paired else []):
+        row, start = key.split("_vs_")
         label = recipe_label(row, shipped)
-        title = (f"{label[0].upper()}{label[1:]} against warm-up round 2, document by document (the same held-out "
-                 "documents, each one's score): " + ("RL" if row == "rl" else f"round {round_number(row)}")
-                 + " higher / lower / equal")
-        pairs = paired[f"{row}_vs_warmup2"]
+        who = ("RL" if row == "rl" else f"RL from round {round_number(start)}" if row.startswith("rl")
+               else f"round {round_number(row)}")
+        title = (f"{label[0].upper()}{label[1:]} against warm-up round {round_number(start)}, document by document "
+                 f"(the same held-out documents, each one's score): {who} higher / lower / equal")
+        pairs = paired[key]
         if not pairs:
             continue
         out.append(f"\n{title}\n")
@@ -718,7 +726,7 @@ def real_model_recipe(get: Get) -> str:
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3)):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3), "rl7"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if

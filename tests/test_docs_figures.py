@@ -238,3 +238,19 @@ def test_the_recipe_page_lists_rl_against_the_warm_up_document_by_document():
     page = figures.real_model_recipe(fake({"real_model_recipe": data}))
     assert "- vt: 1x 3 / 1 / 28 of 32; 16x 0 / 2 / 10 of 12" in page.splitlines()
     assert not any(line.startswith("- niah_single_2: 1x") for line in page.splitlines())
+
+
+def test_the_recipe_sets_a_later_rl_run_against_the_round_it_continued():
+    table = {"rl7": {"vt": {"32768": recipe_cell(90.0, 4.0)}}, "warmup7": {"vt": {"32768": recipe_cell(80.0, 6.0)}}}
+    lines = figures.recipe_verdicts(table, ["vt"], ["2048", "32768"])
+    # rl (not run) is still named, rl7 set against warmup7: 90 - 80 = 10 > 6.0
+    assert "- vt: RL ahead of the warm-up alone at the longest length: not measured yet" in lines
+    assert ("- vt: RL from round 7 (rl7) ahead of round 7 alone at the longest length: 90.0 vs 80.0 (yes, beyond a "
+            "standard error, se 6.0)") in lines
+    assert "- rl7 at 1x, averaged over the tasks, at least 80%: not measured yet" in lines
+    data = {"table": table, "stages": {},
+            "paired": {"rl7_vs_warmup7": {"vt": {"32768": dict(n=12, higher=2, lower=1, equal=9)}}}}
+    page = figures.real_model_recipe(fake({"real_model_recipe": data})).splitlines()
+    assert "- vt: 16x 2 / 1 / 9 of 12" in page
+    assert any(line.startswith("Warm-up round 7 + RL") and line.endswith("RL from round 7 higher / lower / equal")
+               for line in page)

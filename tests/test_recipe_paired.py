@@ -120,3 +120,26 @@ def test_ship_writes_the_adapter_its_lineage_and_the_rebuild_line(tmp_path):
                          capture_output=True, text=True, cwd=ROOT / "bench")
     assert run.returncode == 1 and run.stderr.startswith("error: table is no stage")
     assert (ship / "adapter_model.safetensors").read_bytes() == b"warmup2"
+
+
+def test_a_fresh_clone_pairs_from_the_scores_the_json_keeps_and_keeps_the_counts_it_cannot_redo(tmp_path):
+    # rl7's 2K vt cell ran here (results.jsonl); warm-up 7's did not (a fresh clone) but the JSON keeps its scores;
+    # at 32K neither ran here and warm-up 7 kept no scores (written before cells kept them): its earlier count stays
+    write(tmp_path, "rl7", "vt-2048", [record(0, 1.0), record(1, 0.0), record(2, 1.0)])
+    table = {"rl7": {"vt": {"2048": {}, "32768": {}}},
+             "warmup7": {"vt": {"2048": {"scores": {"vt-0": 0.0, "vt-1": 0.0, "vt-2": 1.0, "vt-9": 1.0}},
+                                "32768": {}}}}
+    before = {"rl7_vs_warmup7": {"vt": {"32768": {"n": 12, "higher": 2, "lower": 1, "equal": 9},
+                                        "2048": {"n": 1, "higher": 0, "lower": 0, "equal": 1}}}}
+    code = ("import json, sys; from pathlib import Path; import real_model_recipe as r; "
+            "print(json.dumps([r.all_paired(Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])), "
+            "r.lineage('rl7'), r.current_records(Path(sys.argv[1]) / 'table' / 'warmup7' / 'vt-2048', 'memagent')]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(table), json.dumps(before)],
+                         capture_output=True, text=True, cwd=ROOT / "bench", check=True).stdout
+    pairs, rl7, missing = json.loads(out)
+    # shared vt-0..2: 1.0 vs 0.0 (higher), 0.0 vs 0.0 and 1.0 vs 1.0 (equal); the 2K count is redone, 32K's kept
+    assert pairs["rl7_vs_warmup7"] == {"vt": {"2048": {"n": 3, "higher": 1, "lower": 0, "equal": 2},
+                                              "32768": {"n": 12, "higher": 2, "lower": 1, "equal": 9}}}
+    assert pairs["warmup7_vs_warmup2"] == {} and "rl_vs_warmup2" not in pairs  # warm-up 2 and rl are not in it
+    assert rl7 == ["warmup", "warmup2", "warmup4", "warmup5", "warmup7", "rl7"]
+    assert missing == []  # a cell not run here has no records, not an error
