@@ -33,6 +33,7 @@ from common import beside as busy_processes
 from real_model import cell, real_model, sh
 
 from memagent.io import atomic_write_text
+from memagent.rl.checkpoint import latest_checkpoint
 
 PY = sys.executable
 TASKS = ("niah_single_2", "niah_multikey_1", "vt")
@@ -118,10 +119,11 @@ def stage_data(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 
 def latest(run: Path) -> Path:
-    steps = sorted(run.glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[1]))
-    if not steps:
+    """`run`'s last whole checkpoint (the trainer's own reading: a step folder a killed save left is not one)."""
+    step = latest_checkpoint(run / "checkpoints")
+    if step is None:
         sys.exit(f"error: {run} has no checkpoint yet; run its stage first")
-    return steps[-1]
+    return step
 
 
 def stage_warmup(work: Path, args: argparse.Namespace, data: dict) -> None:

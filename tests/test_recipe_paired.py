@@ -94,6 +94,7 @@ def test_ship_writes_the_adapter_its_lineage_and_the_rebuild_line(tmp_path):
         model.mkdir(parents=True)
         (model / "adapter_config.json").write_text(json.dumps({"r": 4, "base_model_name_or_path": "/somewhere"}))
         (model / "adapter_model.safetensors").write_bytes(run.encode())
+        (model.parent / "trainer_state.json").write_text("{}")  # a whole checkpoint (the trainer writes it last)
     ship.mkdir(parents=True)
     (ship / "stale.txt").write_text("the adapter shipped before")
     data = {"stages": {"data": {"train_samples_per_task": 24}, "warmup": {"checkpoint": "warmup/checkpoints/step_000003",
