@@ -310,7 +310,8 @@ def stage_rl(work: Path, args: argparse.Namespace, data: dict, name: str = "rl",
 
 def stage_rl7(work: Path, args: argparse.Namespace, data: dict) -> None:
     """Multi-Conv DAPO from warm-up round 7 (the shipped adapter's run; on a fresh clone, the shipped adapter itself),
-    the same config, data and steps as `rl` from round 2: whether RL adds to the better warm-up."""
+    with `rl`'s config and training data (configs/rl/smollm2-rl.yaml, train.jsonl): whether RL adds to the better
+    warm-up."""
     stage_rl(work, args, data, "rl7", RL_RUNS["rl7"])
 
 

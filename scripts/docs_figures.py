@@ -608,7 +608,7 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("warmup5", "warm-up, round 5 (round 4 continued; an experiment)"),
                ("warmup6", "warm-up, round 6 (round 5 continued on 8K documents; an experiment)"),
                ("warmup7", "warm-up, round 7 (round 5 continued on 8K needle and 2K vt documents; an experiment)"),
-               ("rl7", "warm-up round 7 + RL (Multi-Conv DAPO from round 7, as RL from round 2; an experiment)"),
+               ("rl7", "warm-up round 7 + RL (Multi-Conv DAPO from round 7; an experiment)"),
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
