@@ -449,6 +449,15 @@ def round_record(data: dict, stage: str) -> dict:
             "steps": got.get("steps"), **({"stopped": got["stopped"]} if "stopped" in got else {})}
 
 
+def stage_configs(work: Path, stages: list[str], name: str, key: str) -> dict:
+    """Each stage's config file (work/STAGE/name), else what the shipped memagent-recipe.json says of it under `key`
+    (a fresh clone has the shipped adapter's record but not the runs/ that trained it)."""
+    recipe = SHIP / "memagent-recipe.json"
+    shipped = json.loads(recipe.read_text()).get(key, {}) if recipe.is_file() else {}
+    return {s: json.loads((work / s / name).read_text()) if (work / s / name).is_file() else shipped[s]
+            for s in stages if (work / s / name).is_file() or s in shipped}
+
+
 def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
     """The adapter of --ship-from (default: RL's, else warm-up 2's) into models/smollm2-memagent, with
     memagent-recipe.json: the base GGUF's sha256, every stage that built the adapter (what it continued, its seed and
@@ -480,8 +489,9 @@ def stage_ship(work: Path, args: argparse.Namespace, data: dict) -> None:
               "data": {"tasks": list(TASKS), "essays": "train", "train_length": TRAIN_LENGTH,
                        "rounds": [round_record(data, s) for s in stages]},
               "agent": SIZES, "commit": commit,
-              "warmup_configs": {r: json.loads((work / r / "warmup_config.json").read_text())
-                                 for r in stages if (work / r / "warmup_config.json").is_file()},
+              "warmup_configs": stage_configs(work, stages, "warmup_config.json", "warmup_configs"),
+              "rl_configs": stage_configs(work, [s for s in stages if s == "rl" or s in RL_RUNS], "config.json",
+                                          "rl_configs"),
               "adapter_sha256": file_sha256(out / "adapter_model.safetensors"),
               "rebuild": f"python bench/real_model_recipe.py data {' '.join(stages)} ship --ship-from {run}{step}",
               "rebuild_note": "memagent warmup now draws a fresh adapter's random A matrices from its config's "
