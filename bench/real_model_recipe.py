@@ -340,7 +340,7 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     rs = current_records(out, method)
                     name = row if row != "baselines" else method
                     entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
-                             "scores": {r["sample_id"]: r["score"] for r in rs},  # a document's, for paired()
+                             "scores": scores_of(rs),  # a document's, for paired()
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
                                         f"--lengths {length} --engine {args.engine}"}
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
@@ -364,13 +364,18 @@ def current_records(out: Path, method: str) -> list[dict]:
     return list(latest.values())
 
 
+def scores_of(records: list[dict]) -> dict[str, float]:
+    """{sample_id: score} of a cell's records (current_records), a missing score 0 as `cell` counts it."""
+    return {r["sample_id"]: float(r["score"] or 0.0) for r in records}
+
+
 def doc_scores(work: Path, table: dict, row: str, task: str, length: str) -> dict[str, float] | None:
     """One cell's score a document {sample_id: score}: from its results.jsonl under `work` (current_records), else
     the `scores` the JSON keeps of the cell (a fresh clone has the JSON but no runs/), else None (neither: a cell
     written before the JSON kept them, on a machine without its run)."""
     results = work / "table" / row / f"{task}-{length}" / "results.jsonl"
     if results.is_file():
-        return {r["sample_id"]: float(r["score"] or 0.0) for r in current_records(results.parent, "memagent")}
+        return scores_of(current_records(results.parent, "memagent"))
     kept = table.get(row, {}).get(task, {}).get(length, {}).get("scores")
     return {k: float(v) for k, v in kept.items()} if kept is not None else None
 
@@ -393,10 +398,11 @@ def paired(work: Path, table: dict, a: str = "rl", b: str = "warmup2") -> dict:
     return out
 
 
-# the pairings the JSON keeps: RL against warm-up 2 (the paper's ablation), each experiment row against warm-up 2,
-# and each later RL run against the round it continued
+# the pairings the JSON keeps: RL against warm-up 2 (the paper's ablation), each experiment warm-up round against
+# warm-up 2, and each later RL run against the round it continued (not against warm-up 2)
 def pairings() -> dict[str, tuple[str, str]]:
-    return {"rl_vs_warmup2": ("rl", "warmup2"), **{f"{row}_vs_warmup2": (row, "warmup2") for row in sorted(EXPERIMENTS)},
+    return {"rl_vs_warmup2": ("rl", "warmup2"),
+            **{f"{row}_vs_warmup2": (row, "warmup2") for row in sorted(EXPERIMENTS - set(RL_RUNS))},
             **{f"{run}_vs_{before}": (run, before) for run, before in RL_RUNS.items()}}
 
 
@@ -430,7 +436,7 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                           f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
                     entry.update(counted)
                 if rs:
-                    entry["scores"] = {r["sample_id"]: r["score"] for r in rs}
+                    entry["scores"] = scores_of(rs)
     data["paired"] = all_paired(work, data["table"], data.get("paired"))
     save(data)
 

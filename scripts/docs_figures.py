@@ -707,9 +707,11 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     paired = d.get("paired", {})
-    for key in [k for k in ("rl_vs_warmup2", "rl7_vs_warmup7") if k in paired] + \
-            [f"{r}_vs_warmup2" for r in rounds_from([k.removesuffix("_vs_warmup2") for k in paired], 1)
-             if f"{r}_vs_warmup2" in paired] + (["rl7_vs_warmup2"] if "rl7_vs_warmup2" in paired else []):
+    def order(key: str) -> tuple:  # the RL runs first (rl, then rl7), then the warm-up rounds by number
+        row = key.split("_vs_")[0]
+        return (0, row) if row.startswith("rl") else (1, round_number(row))
+
+    for key in sorted(paired, key=order):
         row, start = key.split("_vs_")
         label = recipe_label(row, shipped)
         who = ("RL" if row == "rl" else f"RL from round {round_number(start)}" if row.startswith("rl")

@@ -142,5 +142,6 @@ def test_a_fresh_clone_pairs_from_the_scores_the_json_keeps_and_keeps_the_counts
     assert pairs["rl7_vs_warmup7"] == {"vt": {"2048": {"n": 3, "higher": 1, "lower": 0, "equal": 2},
                                               "32768": {"n": 12, "higher": 2, "lower": 1, "equal": 9}}}
     assert pairs["warmup7_vs_warmup2"] == {} and "rl_vs_warmup2" not in pairs  # warm-up 2 and rl are not in it
+    assert "rl7_vs_warmup2" not in pairs  # a later RL run is set against the round it continued only
     assert rl7 == ["warmup", "warmup2", "warmup4", "warmup5", "warmup7", "rl7"]
     assert missing == []  # a cell not run here has no records, not an error
