@@ -52,6 +52,7 @@ ROWS = {  # row -> (model folder under the work dir or "base", methods, lengths)
     "warmup6": ("warmup6-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K documents (more idle updates)
     "warmup7": ("warmup7-merged", "memagent", LENGTHS),  # warm-up 5 continued on 8K needle and 2K vt documents
     "rl7": ("rl7-merged", "memagent", LENGTHS),  # RL from warm-up 7 (stage_rl7)
+    "rl8": ("rl8-merged", "memagent", LENGTHS),  # RL from rl7 on niah_multikey_1 alone (stage_rl8)
     "baselines": ("warmup2-merged", "full-context,rag-bm25", LENGTHS),  # the shipped adapter's model: it writes
     #   \boxed{} (the base never does), so the baselines are scored by what they read, not by the format
 }
@@ -152,7 +153,9 @@ ROUND_FROM = {"warmup2": ("warmup", 3), "warmup3": ("warmup2", 4), "warmup4": ("
 
 # RL runs after the first, each its own stage, run folder and table row: run -> the warm-up round it continues (the
 # first, `rl`, continues --rl-from)
-RL_RUNS = {"rl7": "warmup7"}
+RL_RUNS = {"rl7": "warmup7", "rl8": "rl7"}
+# an RL run's training file under the work dir where it is not train.jsonl (the three tasks' 2K documents)
+RL_DATA = {"rl8": "train-niah_multikey_1-2048.jsonl"}
 
 
 def lineage(run: str, rl_from: str = "warmup2") -> list[str]:
@@ -292,11 +295,12 @@ def stage_rl(work: Path, args: argparse.Namespace, data: dict, name: str = "rl",
     engine = ["rollout.engine=vllm"] if args.rl_engine == "vllm" else []
     init = adapter_of(work, rl_from)
     sh([RL_PY[args.rl_engine], "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
-        f"data={work / 'train.jsonl'}", f"out_dir={run}", f"lora.init={init}",
+        f"data={work / RL_DATA.get(name, 'train.jsonl')}", f"out_dir={run}", f"lora.init={init}",
         f"total_steps={args.rl_steps}", "progress=false", *engine, *resume], work / f"{name}.log")
     merge(latest(run), work / f"{name}-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record(data, name, time.perf_counter() - t0, steps=len(metrics), from_=rl_from, engine=args.rl_engine,
+           train=RL_DATA.get(name, "train.jsonl"),
            init=str(init.relative_to(ROOT) if init.is_relative_to(ROOT) else init.relative_to(work)),
            checkpoint=str(latest(run).relative_to(work)),
            train_seconds=round(sum(m["step_s"] for m in metrics), 1),
@@ -315,6 +319,14 @@ def stage_rl7(work: Path, args: argparse.Namespace, data: dict) -> None:
     stage_rl(work, args, data, "rl7", RL_RUNS["rl7"])
 
 
+def stage_rl8(work: Path, args: argparse.Namespace, data: dict) -> None:
+    """Multi-Conv DAPO from rl7 on `niah_multikey_1` alone (its 24 training documents of 2,048 tokens), rl's config
+    otherwise: rl7 answers 66% of them at 1x, so most groups carry a signal, where rl7's own steps, on the three
+    tasks, drew many groups of equal rewards. Whether RL on the task's failures (a distractor needle kept) moves it
+    past the window."""
+    stage_rl(work, args, data, "rl8", RL_RUNS["rl8"])
+
+
 def merge(checkpoint: Path, out: Path) -> None:
     if out.is_dir():
         shutil.rmtree(out)
@@ -329,6 +341,7 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
             for length in [x for x in lengths if str(x) in args.lengths.split(",")]:
                 t0 = time.perf_counter()
                 out = work / "table" / row / f"{task}-{length}"
+                resumed = bool(current_records(out, methods.split(",")[0]))
                 sh([*ENGINES[args.engine], "--model", model, "--data", work / f"heldout-{task}-{length}.jsonl",
                     "--methods", methods, "--chunk-tokens", SIZES["chunk_tokens"], "--memory-tokens",
                     SIZES["memory_tokens"], "--answer-tokens", SIZES["answer_tokens"], "--query-tokens",
@@ -341,10 +354,12 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     name = row if row != "baselines" else method
                     entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
                              "scores": scores_of(rs),  # a document's, for paired()
+                             **({"wrong": w} if (w := wrong_answers(rs, heldout(work, task, length))) else {}),
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
                                         f"--lengths {length} --engine {args.engine}"}
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
-                    entry["wall_s"] = round(prev.get("wall_s", 0) + time.perf_counter() - t0, 1)
+                    # a resumed cell adds its earlier runs' time; a cell run again from nothing does not
+                    entry["wall_s"] = round((prev.get("wall_s", 0) if resumed else 0) + time.perf_counter() - t0, 1)
                     data["table"].setdefault(name, {}).setdefault(task, {})[str(length)] = entry
                 data["paired"] = all_paired(work, data["table"], data.get("paired"))
                 save(data)
@@ -367,6 +382,37 @@ def current_records(out: Path, method: str) -> list[dict]:
 def scores_of(records: list[dict]) -> dict[str, float]:
     """{sample_id: score} of a cell's records (current_records), a missing score 0 as `cell` counts it."""
     return {r["sample_id"]: float(r["score"] or 0.0) for r in records}
+
+
+def wrong_answers(records: list[dict], samples: dict[str, dict]) -> dict | None:
+    """What a cell's wrong answers were, where its samples carry `distractors` (niah_multikey_1's needles of other
+    keys): {n wrong, distractor (the answer is a distractor needle's value), before_gold (that needle comes before
+    the queried one in the document), other (no answer, or a value of no needle)}; None where no sample has
+    distractors. samples: the held-out file's rows by id."""
+    if not any(s.get("distractors") for s in samples.values()):
+        return None
+    out = dict(n=0, distractor=0, before_gold=0, other=0)
+    for r in records:
+        if float(r["score"] or 0.0) == 1.0:
+            continue
+        out["n"] += 1
+        sample, pred = samples.get(r["sample_id"], {}), str(r.get("prediction") or "").strip()
+        hit = [d for d in sample.get("distractors", []) if pred and pred in d]
+        if not hit:
+            out["other"] += 1
+            continue
+        out["distractor"] += 1
+        context, gold = sample["context"], (sample.get("evidence") or [""])[0]
+        out["before_gold"] += int(gold in context and context.find(hit[0]) < context.find(gold))
+    return out
+
+
+def heldout(work: Path, task: str, length: int | str) -> dict[str, dict]:
+    """The held-out file of a cell, its rows by id ({} where it is not here)."""
+    path = work / f"heldout-{task}-{length}.jsonl"
+    if not path.is_file():
+        return {}
+    return {row["id"]: row for row in map(json.loads, path.read_text().splitlines()) if row}
 
 
 def doc_scores(work: Path, table: dict, row: str, task: str, length: str) -> dict[str, float] | None:
@@ -437,6 +483,8 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                     entry.update(counted)
                 if rs:
                     entry["scores"] = scores_of(rs)
+                    if w := wrong_answers(rs, heldout(work, task, length)):
+                        entry["wrong"] = w
     data["paired"] = all_paired(work, data["table"], data.get("paired"))
     save(data)
 
@@ -548,9 +596,9 @@ def stage_plot(work: Path, args: argparse.Namespace, data: dict) -> None:
 
 STAGES = {"data": stage_data, "warmup": stage_warmup, "warmup2": stage_warmup2, "warmup3": stage_warmup3,
           "warmup4": stage_warmup4, "warmup5": stage_warmup5, "warmup6": stage_warmup6, "warmup7": stage_warmup7,
-          "rl": stage_rl, "rl7": stage_rl7, "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
+          "rl": stage_rl, "rl7": stage_rl7, "rl8": stage_rl8, "table": stage_table, "recount": stage_recount, "ship": stage_ship, "plot": stage_plot}
 # stages and rows `all` and the default --rows leave out: run by name
-EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6", "warmup7", "rl7"}
+EXPERIMENTS = {"warmup3", "warmup4", "warmup5", "warmup6", "warmup7", "rl7", "rl8"}
 
 
 def main() -> None:

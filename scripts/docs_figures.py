@@ -609,6 +609,7 @@ RECIPE_ROWS = (("zero-shot", "zero-shot (the packaged model)"), ("warmup", "warm
                ("warmup6", "warm-up, round 6 (round 5 continued on 8K documents; an experiment)"),
                ("warmup7", "warm-up, round 7 (round 5 continued on 8K needle and 2K vt documents; an experiment)"),
                ("rl7", "warm-up round 7 + RL (Multi-Conv DAPO from round 7; an experiment)"),
+               ("rl8", "rl7 + RL on niah_multikey_1 alone (an experiment)"),
                ("full-context", "full-context (cut to the 8K window)"), ("rag-bm25", "rag-bm25"))
 
 
@@ -648,7 +649,7 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
     first, last = lengths[0], lengths[-1]
     past = [n for n in lengths if int(n) > 8192]
     out = []
-    for best in [r for r in ("rl", "rl7", "warmup2", *rounds_from(table, 5)) if r in table]:
+    for best in [r for r in ("rl", "rl7", "rl8", "warmup2", *rounds_from(table, 5)) if r in table]:
         ones = [acc(best, t, first) for t in tasks]
         mean = sum(ones) / len(ones) if None not in ones else None
         out.append(f"- {best} at 1x, averaged over the tasks, at least 80%: "
@@ -666,7 +667,8 @@ def recipe_verdicts(table: dict, tasks: list[str], lengths: list[str]) -> list[s
                 target = "" if base == "full-context" or t != "niah_single_2" else " (not a target task)"
                 out.append(f"- {t}: past the window, {best} ahead of {base}{target}: {verdict}")
     for rl, start, who in (("rl", "warmup2", "RL ahead of the warm-up alone"),
-                           ("rl7", "warmup7", "RL from round 7 (rl7) ahead of round 7 alone")):
+                           ("rl7", "warmup7", "RL from round 7 (rl7) ahead of round 7 alone"),
+                           ("rl8", "rl7", "RL on niah_multikey_1 (rl8) ahead of rl7")):
         if rl not in table and rl != "rl":
             continue
         for t in tasks:
@@ -714,9 +716,10 @@ def real_model_recipe(get: Get) -> str:
     for key in sorted(paired, key=order):
         row, start = key.split("_vs_")
         label = recipe_label(row, shipped)
-        who = ("RL" if row == "rl" else f"RL from round {round_number(start)}" if row.startswith("rl")
-               else f"round {round_number(row)}")
-        title = (f"{label[0].upper()}{label[1:]} against warm-up round {round_number(start)}, document by document "
+        who = ("RL" if row == "rl" else f"RL from {start}" if start.startswith("rl") else
+               f"RL from round {round_number(start)}" if row.startswith("rl") else f"round {round_number(row)}")
+        against = start if start.startswith("rl") else f"warm-up round {round_number(start)}"
+        title = (f"{label[0].upper()}{label[1:]} against {against}, document by document "
                  f"(the same held-out documents, each one's score): {who} higher / lower / equal")
         pairs = paired[key]
         if not pairs:
@@ -727,8 +730,17 @@ def real_model_recipe(get: Get) -> str:
                      for n in lengths if (c := pairs.get(t, {}).get(n))]
             if cells:
                 out.append(f"- {t}: " + "; ".join(cells))
+    wrong = [(key, n, c["wrong"]) for key in [*dict(RECIPE_ROWS), *(r for r in table if r not in dict(RECIPE_ROWS))]
+             for n in lengths if (c := table.get(key, {}).get("niah_multikey_1", {}).get(n)) and c.get("wrong")]
+    if wrong:
+        out.append("\n`niah_multikey_1`'s wrong answers, by what was answered (from each cell's results and its "
+                   "held-out file): a distractor needle's value (of those, the distractor read before the queried "
+                   "needle) / anything else (no `\\boxed{}`, or a number of no needle)\n")
+        for key, n, w in wrong:
+            out.append(f"- {key} {int(n) // 2048}x: {w['n']} wrong: {w['distractor']} a distractor's value "
+                       f"({w['before_gold']} read before the queried needle) / {w['other']} other")
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
-    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3), "rl7"):
+    for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3), "rl7", "rl8"):
         if name in stages:
             st = stages[name]
             took = (f"{st['steps']} steps, {st['train_seconds'] / 60:.1f} min in the steps themselves" if

@@ -145,3 +145,26 @@ def test_a_fresh_clone_pairs_from_the_scores_the_json_keeps_and_keeps_the_counts
     assert "rl7_vs_warmup2" not in pairs  # a later RL run is set against the round it continued only
     assert rl7 == ["warmup", "warmup2", "warmup4", "warmup5", "warmup7", "rl7"]
     assert missing == []  # a cell not run here has no records, not an error
+
+
+def test_wrong_answers_name_the_distractor_taken_and_where_it_stood(tmp_path):
+    # three niah_multikey_1 documents, gold needle "alpha: 111"; distractors "beta: 222" (before it in the text) and
+    # "gamma: 333" (after it). Doc 0 right; doc 1 answers the earlier distractor; doc 2 the later one; doc 3 wrote
+    # no \boxed{} (prediction None); doc 4 a number of no needle
+    def sample(i: int) -> dict:
+        return {"id": f"mk-{i}", "context": "x beta is: 222. y alpha is: 111. z gamma is: 333. w",
+                "evidence": ["alpha is: 111."], "distractors": ["beta is: 222.", "gamma is: 333."]}
+    (tmp_path / "heldout-niah_multikey_1-2048.jsonl").write_text("".join(json.dumps(sample(i)) + "\n"
+                                                                        for i in range(5)))
+    preds = ["111", "222", "333", None, "999"]
+    records = [{"sample_id": f"mk-{i}", "score": float(p == "111"), "prediction": p} for i, p in enumerate(preds)]
+    code = ("import json, sys; from pathlib import Path; import real_model_recipe as r; "
+            "s = r.heldout(Path(sys.argv[1]), 'niah_multikey_1', 2048); "
+            "print(json.dumps([r.wrong_answers(json.loads(sys.argv[2]), s), "
+            "r.wrong_answers([], {'v': {'id': 'v', 'context': 'c'}}), r.heldout(Path(sys.argv[1]), 'vt', 2048)]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(records)], capture_output=True,
+                         text=True, cwd=ROOT / "bench", check=True).stdout
+    wrong, no_distractors, missing = json.loads(out)
+    assert wrong == {"n": 4, "distractor": 2, "before_gold": 1, "other": 2}
+    assert no_distractors is None  # vt and niah_single_2 carry no distractors: no breakdown
+    assert missing == {}
