@@ -387,23 +387,37 @@ def scores_of(records: list[dict]) -> dict[str, float]:
 def wrong_answers(records: list[dict], samples: dict[str, dict]) -> dict | None:
     """What a cell's wrong answers were, where its samples carry `distractors` (niah_multikey_1's needles of other
     keys): {n wrong, distractor (the answer is a distractor needle's value), before_gold (that needle comes before
-    the queried one in the document), other (no answer, or a value of no needle)}; None where no sample has
+    the queried one in the document), by_chance (how many of those would come before it if the kept distractor were
+    one of the document's at random: the sum of each one's share of distractors before the queried needle), other
+    (no answer, or a value of no needle), depth_wrong and depth_right (where the queried needle stands in the
+    wrong and the right documents: its mean offset, a share of the document)}; None where no sample has
     distractors. samples: the held-out file's rows by id."""
     if not any(s.get("distractors") for s in samples.values()):
         return None
-    out = dict(n=0, distractor=0, before_gold=0, other=0)
+    out = dict(n=0, distractor=0, before_gold=0, by_chance=0.0, other=0)
+    depths: dict[bool, list[float]] = {True: [], False: []}
     for r in records:
+        sample = samples.get(r["sample_id"], {})
+        gold = (sample.get("evidence") or [""])[0]
+        if gold and gold in sample.get("context", ""):
+            depths[float(r["score"] or 0.0) == 1.0].append(sample["context"].find(gold) / len(sample["context"]))
         if float(r["score"] or 0.0) == 1.0:
             continue
         out["n"] += 1
-        sample, pred = samples.get(r["sample_id"], {}), str(r.get("prediction") or "").strip()
+        pred = str(r.get("prediction") or "").strip()
         hit = [d for d in sample.get("distractors", []) if pred and pred in d]
         if not hit:
             out["other"] += 1
             continue
         out["distractor"] += 1
-        context, gold = sample["context"], (sample.get("evidence") or [""])[0]
-        out["before_gold"] += int(gold in context and context.find(hit[0]) < context.find(gold))
+        context = sample["context"]
+        if gold and gold in context:
+            before = [context.find(d) < context.find(gold) for d in sample["distractors"]]
+            out["before_gold"] += int(context.find(hit[0]) < context.find(gold))
+            out["by_chance"] += sum(before) / len(before)
+    out["by_chance"] = round(out["by_chance"], 2)
+    for right, name in ((False, "depth_wrong"), (True, "depth_right")):
+        out[name] = round(sum(depths[right]) / len(depths[right]), 2) if depths[right] else None
     return out
 
 

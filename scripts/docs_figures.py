@@ -735,10 +735,15 @@ def real_model_recipe(get: Get) -> str:
     if wrong:
         out.append("\n`niah_multikey_1`'s wrong answers, by what was answered (from each cell's results and its "
                    "held-out file): a distractor needle's value (of those, the distractor read before the queried "
-                   "needle) / anything else (no `\\boxed{}`, or a number of no needle)\n")
+                   "needle, and how many would be if the kept distractor were one of the document's at random) / "
+                   "anything else (no `\\boxed{}`, or a number of no needle)\n")
         for key, n, w in wrong:
             out.append(f"- {key} {int(n) // 2048}x: {w['n']} wrong: {w['distractor']} a distractor's value "
-                       f"({w['before_gold']} read before the queried needle) / {w['other']} other")
+                       f"({w['before_gold']} read before the queried needle"
+                       + (f"; by chance {w['by_chance']:g}" if "by_chance" in w else "") + f") / {w['other']} other"
+                       + (f"; the queried needle at {w['depth_wrong']:.2f} of the document in the wrong ones, "
+                          f"{w['depth_right']:.2f} in the right" if w.get("depth_wrong") is not None
+                          and w.get("depth_right") is not None else ""))
     out.append("\nStages (minutes, and what ran beside them on the 2 cores):\n")
     for name in ("data", "warmup", "warmup2", "rl_from_warmup1", "rl", *rounds_from(stages, 3), "rl7", "rl8"):
         if name in stages:

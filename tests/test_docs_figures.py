@@ -257,8 +257,8 @@ def test_the_recipe_sets_a_later_rl_run_against_the_round_it_continued():
 
 
 def test_the_recipe_page_says_what_niah_multikey_1_answered_when_wrong():
-    cell16 = {**recipe_cell(50.0, 15.1), "wrong": dict(n=6, distractor=6, before_gold=5, other=0)}
+    cell16 = {**recipe_cell(50.0, 15.1), "wrong": dict(n=6, distractor=6, before_gold=5, by_chance=2.67, other=0)}
     table = {"rl7": {"niah_multikey_1": {"32768": cell16, "2048": recipe_cell(65.6, 8.5)}}}
     page = figures.real_model_recipe(fake({"real_model_recipe": {"table": table, "stages": {}}})).splitlines()
-    assert "- rl7 16x: 6 wrong: 6 a distractor's value (5 read before the queried needle) / 0 other" in page
+    assert "- rl7 16x: 6 wrong: 6 a distractor's value (5 read before the queried needle; by chance 2.67) / 0 other" in page
     assert not any(line.startswith("- rl7 1x:") for line in page)  # a cell without the breakdown lists nothing

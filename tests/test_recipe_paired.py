@@ -152,7 +152,7 @@ def test_wrong_answers_name_the_distractor_taken_and_where_it_stood(tmp_path):
     # "gamma: 333" (after it). Doc 0 right; doc 1 answers the earlier distractor; doc 2 the later one; doc 3 wrote
     # no \boxed{} (prediction None); doc 4 a number of no needle
     def sample(i: int) -> dict:
-        return {"id": f"mk-{i}", "context": "x beta is: 222. y alpha is: 111. z gamma is: 333. w",
+        return {"id": f"mk-{i}", "context": "x beta is: 222. y alpha is: 111. z gamma is: 333. ",
                 "evidence": ["alpha is: 111."], "distractors": ["beta is: 222.", "gamma is: 333."]}
     (tmp_path / "heldout-niah_multikey_1-2048.jsonl").write_text("".join(json.dumps(sample(i)) + "\n"
                                                                         for i in range(5)))
@@ -165,6 +165,9 @@ def test_wrong_answers_name_the_distractor_taken_and_where_it_stood(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(records)], capture_output=True,
                          text=True, cwd=ROOT / "bench", check=True).stdout
     wrong, no_distractors, missing = json.loads(out)
-    assert wrong == {"n": 4, "distractor": 2, "before_gold": 1, "other": 2}
+    # by chance: each distractor-answered document has 1 of its 2 distractors before the gold: 0.5 + 0.5
+    # the queried needle at character 18 of 50 in every document: depth 0.36 in the right one and the wrong ones
+    assert wrong == {"n": 4, "distractor": 2, "before_gold": 1, "by_chance": 1.0, "other": 2, "depth_wrong": 0.36,
+                     "depth_right": 0.36}
     assert no_distractors is None  # vt and niah_single_2 carry no distractors: no breakdown
     assert missing == {}
