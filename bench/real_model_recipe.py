@@ -151,8 +151,8 @@ ROUND_FROM = {"warmup2": ("warmup", 3), "warmup3": ("warmup2", 4), "warmup4": ("
               "warmup5": ("warmup4", 6), "warmup6": ("warmup5", 7), "warmup7": ("warmup5", 8)}
 
 
-# RL runs after the first, each its own stage, run folder and table row: run -> the warm-up round it continues (the
-# first, `rl`, continues --rl-from)
+# RL runs after the first, each its own stage, run folder and table row: run -> the run it continues, a warm-up round
+# or an earlier RL run (the first, `rl`, continues --rl-from)
 RL_RUNS = {"rl7": "warmup7", "rl8": "rl7"}
 # an RL run's training file under the work dir where it is not train.jsonl (the three tasks' 2K documents)
 RL_DATA = {"rl8": "train-niah_multikey_1-2048.jsonl"}
@@ -293,14 +293,14 @@ def stage_rl(work: Path, args: argparse.Namespace, data: dict, name: str = "rl",
     run, t0 = work / name, time.perf_counter()
     resume = ["--resume"] if (run / "checkpoints").is_dir() else []
     engine = ["rollout.engine=vllm"] if args.rl_engine == "vllm" else []
-    init = adapter_of(work, rl_from)
+    init, train = adapter_of(work, rl_from), RL_DATA.get(name, "train.jsonl")
     sh([RL_PY[args.rl_engine], "-m", "memagent.cli", "train", ROOT / "configs/rl/smollm2-rl.yaml", f"model={real_model()}",
-        f"data={work / RL_DATA.get(name, 'train.jsonl')}", f"out_dir={run}", f"lora.init={init}",
+        f"data={work / train}", f"out_dir={run}", f"lora.init={init}",
         f"total_steps={args.rl_steps}", "progress=false", *engine, *resume], work / f"{name}.log")
     merge(latest(run), work / f"{name}-merged")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record(data, name, time.perf_counter() - t0, steps=len(metrics), from_=rl_from, engine=args.rl_engine,
-           train=RL_DATA.get(name, "train.jsonl"),
+           train=train,
            init=str(init.relative_to(ROOT) if init.is_relative_to(ROOT) else init.relative_to(work)),
            checkpoint=str(latest(run).relative_to(work)),
            train_seconds=round(sum(m["step_s"] for m in metrics), 1),
@@ -349,12 +349,12 @@ def stage_table(work: Path, args: argparse.Namespace, data: dict) -> None:
                     "--batch-docs", args.batch_docs, *(["--limit", args.limit] if args.limit else []),
                     "--out", out, "--no-progress"], work / f"eval-{row}-{task}-{length}.log")
                 data.update(load())  # other runs of this script may have added cells meanwhile (side by side)
+                samples = heldout(work, task, length)
                 for method in methods.split(","):
                     rs = current_records(out, method)
                     name = row if row != "baselines" else method
                     entry = {**cell(rs), "model": folder, "engine": args.engine, "beside": beside(),
-                             "scores": scores_of(rs),  # a document's, for paired()
-                             **({"wrong": w} if (w := wrong_answers(rs, heldout(work, task, length))) else {}),
+                             **per_document(rs, samples),
                              "command": f"python bench/real_model_recipe.py table --rows {row} --tasks {task} "
                                         f"--lengths {length} --engine {args.engine}"}
                     prev = data["table"].get(name, {}).get(task, {}).get(str(length), {})
@@ -384,6 +384,13 @@ def scores_of(records: list[dict]) -> dict[str, float]:
     return {r["sample_id"]: float(r["score"] or 0.0) for r in records}
 
 
+def per_document(records: list[dict], samples: dict[str, dict]) -> dict:
+    """What a cell keeps of its documents one by one: `scores` (scores_of, for paired()) and, on a task with
+    distractors, `wrong` (wrong_answers). samples: the cell's held-out rows by id (heldout())."""
+    wrong = wrong_answers(records, samples)
+    return {"scores": scores_of(records), **({"wrong": wrong} if wrong else {})}
+
+
 def wrong_answers(records: list[dict], samples: dict[str, dict]) -> dict | None:
     """What a cell's wrong answers were, where its samples carry `distractors` (niah_multikey_1's needles of other
     keys): {n wrong, distractor (the answer is a distractor needle's value), before_gold (that needle comes before
@@ -397,11 +404,12 @@ def wrong_answers(records: list[dict], samples: dict[str, dict]) -> dict | None:
     out = dict(n=0, distractor=0, before_gold=0, by_chance=0.0, other=0)
     depths: dict[bool, list[float]] = {True: [], False: []}
     for r in records:
-        sample = samples.get(r["sample_id"], {})
-        gold = (sample.get("evidence") or [""])[0]
-        if gold and gold in sample.get("context", ""):
-            depths[float(r["score"] or 0.0) == 1.0].append(sample["context"].find(gold) / len(sample["context"]))
-        if float(r["score"] or 0.0) == 1.0:
+        sample, right = samples.get(r["sample_id"], {}), float(r["score"] or 0.0) == 1.0
+        context, gold = sample.get("context", ""), (sample.get("evidence") or [""])[0]
+        at = context.find(gold) if gold else -1  # the queried needle's offset, -1 where it is not in the text
+        if at >= 0:
+            depths[right].append(at / len(context))
+        if right:
             continue
         out["n"] += 1
         pred = str(r.get("prediction") or "").strip()
@@ -410,10 +418,9 @@ def wrong_answers(records: list[dict], samples: dict[str, dict]) -> dict | None:
             out["other"] += 1
             continue
         out["distractor"] += 1
-        context = sample["context"]
-        if gold and gold in context:
-            before = [context.find(d) < context.find(gold) for d in sample["distractors"]]
-            out["before_gold"] += int(context.find(hit[0]) < context.find(gold))
+        if at >= 0:
+            before = [context.find(d) < at for d in sample["distractors"]]
+            out["before_gold"] += int(context.find(hit[0]) < at)
             out["by_chance"] += sum(before) / len(before)
     out["by_chance"] = round(out["by_chance"], 2)
     for right, name in ((False, "depth_wrong"), (True, "depth_right")):
@@ -496,9 +503,7 @@ def stage_recount(work: Path, args: argparse.Namespace, data: dict) -> None:
                           f"accuracy {entry['accuracy']} -> {counted['accuracy']}")
                     entry.update(counted)
                 if rs:
-                    entry["scores"] = scores_of(rs)
-                    if w := wrong_answers(rs, heldout(work, task, length)):
-                        entry["wrong"] = w
+                    entry.update(per_document(rs, heldout(work, task, length)))
     data["paired"] = all_paired(work, data["table"], data.get("paired"))
     save(data)
 

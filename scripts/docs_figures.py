@@ -709,7 +709,7 @@ def real_model_recipe(get: Get) -> str:
     out.append("Targets:\n")
     out.extend(recipe_verdicts(table, tasks, lengths))
     paired = d.get("paired", {})
-    def order(key: str) -> tuple:  # the RL runs first (rl, then rl7), then the warm-up rounds by number
+    def order(key: str) -> tuple:  # the RL runs first (rl, rl7, rl8), then the warm-up rounds by number
         row = key.split("_vs_")[0]
         return (0, row) if row.startswith("rl") else (1, round_number(row))
 
@@ -739,8 +739,8 @@ def real_model_recipe(get: Get) -> str:
                    "anything else (no `\\boxed{}`, or a number of no needle)\n")
         for key, n, w in wrong:
             out.append(f"- {key} {int(n) // 2048}x: {w['n']} wrong: {w['distractor']} a distractor's value "
-                       f"({w['before_gold']} read before the queried needle"
-                       + (f"; by chance {w['by_chance']:g}" if "by_chance" in w else "") + f") / {w['other']} other"
+                       f"({w['before_gold']} read before the queried needle; by chance {w['by_chance']:g}) / "
+                       f"{w['other']} other"
                        + (f"; the queried needle at {w['depth_wrong']:.2f} of the document in the wrong ones, "
                           f"{w['depth_right']:.2f} in the right" if w.get("depth_wrong") is not None
                           and w.get("depth_right") is not None else ""))
